@@ -1,0 +1,1 @@
+"""Seaway core: everything a single cluster needs."""

@@ -1,0 +1,144 @@
+"""One client connection: frames in, requests dispatched in order, responses out.
+
+Kafka answers a connection's requests strictly in the order they arrived, and clients rely
+on that (they match responses by correlation id but expect order). So each connection
+handles one request at a time; pipelined requests wait in the socket buffer.
+
+Bad input is answered the way Kafka answers it. A size prefix over socket.request.max.bytes,
+an unknown API key, an unsupported version (except ApiVersions, which gets
+UNSUPPORTED_VERSION and our version list so the client can pick again) and a body that does
+not parse all close the connection, after one log line.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+
+import anyio
+from anyio.abc import ByteStream
+
+from core.protocol import messages as m
+from core.protocol.codegen import Writer
+from core.protocol.errors import DecodeError, EncodeError, ErrorCode
+
+from .context import RequestContext
+from .handlers import HANDLERS
+from .handlers.api_versions import api_versions_response
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_KEY_VERSION = struct.Struct(">hh")
+RECEIVE_SIZE = 1 << 20
+
+
+class CloseConnection(Exception):
+    """Raised inside dispatch to drop the connection, as Kafka would."""
+
+
+def encode_response(api_key: int, version: int, correlation_id: int, header_version: int,
+                    response) -> list:
+    w = Writer()
+    w.buf += b"\x00\x00\x00\x00"  # size, patched below
+    m.RESPONSE_HEADER.encode_into(header_version, m.ResponseHeader(correlation_id=correlation_id), w)
+    m.API[api_key].response.encode_into(version, response, w)
+    parts = w.finish()
+    total = sum(len(p) for p in parts) - 4
+    first = bytearray(parts[0])
+    _SIZE.pack_into(first, 0, total)
+    parts[0] = bytes(first)
+    return parts
+
+
+class Connection:
+    def __init__(self, broker, authorizer, listener, stream: ByteStream, peer: str):
+        self.broker = broker
+        self.authorizer = authorizer
+        self.listener = listener
+        self.stream = stream
+        self.peer = peer
+        self.max_request = broker.config["socket.request.max.bytes"]
+
+    async def run(self) -> None:
+        buf = bytearray()
+        pos = 0
+        try:
+            while True:
+                try:
+                    data = await self.stream.receive(RECEIVE_SIZE)
+                except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
+                    if len(buf) > pos:
+                        log.info("%s: connection closed inside a frame (%d bytes pending)",
+                                 self.peer, len(buf) - pos)
+                    return
+                buf += data
+                while len(buf) - pos >= 4:
+                    (size,) = _SIZE.unpack_from(buf, pos)
+                    if size < 0 or size > self.max_request:
+                        log.warning("%s: request size %d is outside 0..socket.request.max.bytes (%d); "
+                                    "closing connection", self.peer, size, self.max_request)
+                        return
+                    if len(buf) - pos - 4 < size:
+                        break
+                    frame = bytes(buf[pos + 4:pos + 4 + size])
+                    pos += 4 + size
+                    try:
+                        parts = await self.dispatch(frame)
+                    except CloseConnection:
+                        return
+                    if parts:
+                        await self.stream.send(b"".join(parts) if len(parts) > 1 else parts[0])
+                if pos == len(buf):
+                    buf.clear()
+                    pos = 0
+                elif pos > RECEIVE_SIZE:
+                    del buf[:pos]
+                    pos = 0
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
+            pass
+        finally:
+            await self.stream.aclose()
+
+    async def dispatch(self, frame: bytes) -> list | None:
+        if len(frame) < 8:
+            log.warning("%s: %d-byte frame is too short for a request header; closing connection",
+                        self.peer, len(frame))
+            raise CloseConnection
+        api_key, version = _KEY_VERSION.unpack_from(frame)
+        api = m.API.get(api_key)
+        if api is None or api_key not in HANDLERS:
+            log.warning("%s: unknown API key %d; closing connection", self.peer, api_key)
+            raise CloseConnection
+        (correlation_id,) = _SIZE.unpack_from(frame, 4)
+        if not api.supports(version):
+            if api_key == 18:
+                # KIP-511: answer in v0 with our ranges so the client can retry with one of them.
+                resp = api_versions_response(ErrorCode.UNSUPPORTED_VERSION)
+                return encode_response(18, 0, correlation_id, 0, resp)
+            log.warning("%s: %s version %d is not supported (%d-%d); closing connection",
+                        self.peer, api.name, version, api.min_version, api.max_version)
+            raise CloseConnection
+        try:
+            header, body_at = m.REQUEST_HEADER.decode(api.request_header_version(version), frame, whole=False)
+            request = api.request.decode(version, frame, body_at)
+        except DecodeError as exc:
+            log.warning("%s: malformed %s v%d request: %s; closing connection", self.peer, api.name, version, exc)
+            raise CloseConnection from None
+        ctx = RequestContext(self.broker, self.authorizer, self.listener, self.peer, api_key, version,
+                             correlation_id, header.client_id)
+        try:
+            response = await HANDLERS[api_key](ctx, request)
+        except CloseConnection:
+            raise
+        except Exception:
+            log.exception("%s: %s v%d failed", self.peer, api.name, version)
+            raise CloseConnection from None
+        if response is None:
+            if ctx.close_after_response:
+                raise CloseConnection
+            return None
+        try:
+            return encode_response(api_key, version, correlation_id, api.response_header_version(version), response)
+        except EncodeError:
+            log.exception("%s: cannot encode %s v%d response", self.peer, api.name, version)
+            raise CloseConnection from None

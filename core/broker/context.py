@@ -1,0 +1,28 @@
+"""What a request handler knows about the request in front of it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from core.config.broker import Listener
+from core.security.authorizer import ANONYMOUS, Operation, ResourceType
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+
+@dataclass
+class RequestContext:
+    broker: "Broker"
+    authorizer: object
+    listener: Listener
+    peer: str
+    api_key: int = -1
+    api_version: int = -1
+    correlation_id: int = 0
+    client_id: str | None = None
+    principal: str = ANONYMOUS
+    close_after_response: bool = field(default=False)  # acks=0 errors: Kafka closes the socket
+
+    def authorize(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        return self.authorizer.authorize(self.principal, operation, resource_type, name)

@@ -1,0 +1,26 @@
+"""ApiVersions (key 18), v0-4.
+
+The first request on most connections. We list every API with a handler and the version
+range our schema declares. A request in a version we do not know gets UNSUPPORTED_VERSION
+in a v0 response with the list (KIP-511), handled in connection.py.
+"""
+from __future__ import annotations
+
+from core.protocol import messages as m
+from core.protocol.errors import ErrorCode
+
+R = m.ApiVersionsResponse
+
+
+def api_versions_response(error: ErrorCode = ErrorCode.NONE) -> R:
+    from . import HANDLERS
+    keys = [R.ApiVersion(api_key=k, min_version=api.min_version, max_version=api.max_version)
+            for k, api in sorted(m.API.items()) if k in HANDLERS]
+    return R(error_code=error, api_keys=keys, throttle_time_ms=0)
+
+
+async def handle(ctx, req):
+    return api_versions_response()
+
+
+HANDLES = {18: handle}

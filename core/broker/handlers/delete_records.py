@@ -1,0 +1,43 @@
+"""DeleteRecords (key 21), v0-2.
+
+Moves a partition's log start offset forward; whole segments below it are deleted. An offset
+of -1 means the high watermark. An offset past the high watermark is OFFSET_OUT_OF_RANGE.
+"""
+from __future__ import annotations
+
+from core.log import OffsetOutOfRange
+from core.protocol import messages as m
+from core.protocol.errors import ErrorCode
+from core.security.authorizer import Operation, ResourceType
+
+R = m.DeleteRecordsResponse
+
+
+async def handle(ctx, req):
+    b = ctx.broker
+    topics = []
+    for t in req.topics:
+        topic = b.topics.get(t.name)
+        parts = []
+        for tp in t.partitions:
+            res = R.DeleteRecordsPartitionResult(partition_index=tp.partition_index, low_watermark=-1, error_code=0)
+            p = topic.partitions[tp.partition_index] if topic and 0 <= tp.partition_index < len(topic.partitions) else None
+            if not ctx.authorize(Operation.DELETE, ResourceType.TOPIC, t.name):
+                res.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif p is None:
+                res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                target = p.high_watermark if tp.offset == -1 else tp.offset
+                if target < 0 or target > p.high_watermark:
+                    res.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                else:
+                    try:
+                        res.low_watermark = await p.delete_records(target)
+                    except OffsetOutOfRange:
+                        res.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+            parts.append(res)
+        topics.append(R.DeleteRecordsTopicResult(name=t.name, partitions=parts))
+    return R(throttle_time_ms=0, topics=topics)
+
+
+HANDLES = {21: handle}

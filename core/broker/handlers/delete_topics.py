@@ -1,0 +1,40 @@
+"""DeleteTopics (key 20), v0-6.
+
+v0-5 name topics; v6 names them or gives their ids. Deletion removes the topic from the
+catalog first (so a crash cannot resurrect it) and then its partition directories.
+"""
+from __future__ import annotations
+
+from core.protocol import messages as m
+from core.protocol.errors import ErrorCode
+from core.security.authorizer import Operation, ResourceType
+
+R = m.DeleteTopicsResponse
+ZERO_UUID = bytes(16)
+
+
+async def handle(ctx, req):
+    b = ctx.broker
+    wanted = ([(t.name, t.topic_id) for t in req.topics] if ctx.api_version >= 6
+              else [(name, ZERO_UUID) for name in req.topic_names])
+    results = []
+    for name, topic_id in wanted:
+        res = R.DeletableTopicResult(name=name, topic_id=topic_id, error_code=0)
+        topic = b.topics.get(name) if name is not None else b.topics_by_id.get(topic_id)
+        if topic is not None and name is not None and topic_id != ZERO_UUID and topic.topic_id != topic_id:
+            res.error_code = ErrorCode.INVALID_REQUEST
+            res.error_message = "topic name and id do not match"
+        elif topic is None:
+            res.error_code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        elif not ctx.authorize(Operation.DELETE, ResourceType.TOPIC, topic.name):
+            res.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif not b.config["delete.topic.enable"]:
+            res.error_code = ErrorCode.TOPIC_DELETION_DISABLED
+        else:
+            res.name, res.topic_id = topic.name, topic.topic_id
+            b.delete_topic(topic.name)
+        results.append(res)
+    return R(throttle_time_ms=0, responses=results)
+
+
+HANDLES = {20: handle}

@@ -1,0 +1,32 @@
+"""DescribeCluster (key 60), v0-1.
+
+The admin client's view of the cluster: brokers, controller, cluster id. v1 adds the endpoint
+type (1 = brokers, 2 = controllers, KIP-919); a node answers for brokers only.
+"""
+from __future__ import annotations
+
+from core.protocol import messages as m
+from core.protocol.errors import ErrorCode
+from core.security.authorizer import ResourceType
+
+R = m.DescribeClusterResponse
+UNKNOWN_OPS = -(2**31)
+
+
+async def handle(ctx, req):
+    b = ctx.broker
+    if ctx.api_version >= 1 and req.endpoint_type != 1:
+        return R(throttle_time_ms=0, error_code=ErrorCode.MISMATCHED_ENDPOINT_TYPE,
+                 error_message="this listener serves brokers (endpoint type 1)", endpoint_type=1,
+                 cluster_id=b.cluster_id, controller_id=-1, brokers=[])
+    adv = b.config.advertised(ctx.listener.name)
+    ops = (ctx.authorizer.authorized_operations(ctx.principal, ResourceType.CLUSTER, "kafka-cluster")
+           if req.include_cluster_authorized_operations else UNKNOWN_OPS)
+    return R(throttle_time_ms=0, error_code=0, endpoint_type=1, cluster_id=b.cluster_id,
+             controller_id=b.node_id,
+             brokers=[R.DescribeClusterBroker(broker_id=b.node_id, host=adv.host, port=adv.port,
+                                              rack=b.config["broker.rack"])],
+             cluster_authorized_operations=ops)
+
+
+HANDLES = {60: handle}

@@ -1,0 +1,96 @@
+"""DescribeConfigs (key 32), v0-4.
+
+Topics (resource type 2) report every topic setting with its value and where it came from:
+the topic's override (DYNAMIC_TOPIC_CONFIG), the broker's properties file
+(STATIC_BROKER_CONFIG) or the built-in default (DEFAULT_CONFIG). With `include_synonyms`
+(v1+) each also lists the broker setting it falls back to. Brokers (type 4) report their
+settings, all read-only until dynamic broker configs exist. v3+ adds types and documentation.
+"""
+from __future__ import annotations
+
+from core.config.broker import BROKER_CONFIGS
+from core.config.topic import TOPIC_CONFIGS
+from core.protocol import messages as m
+from core.protocol.errors import ErrorCode
+from core.security.authorizer import Operation, ResourceType
+
+R = m.DescribeConfigsResponse
+
+RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER = 2, 4, 8
+SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
+
+
+def _entry(req, name, value, definition, source, read_only, synonyms):
+    return R.DescribeConfigsResourceResult(
+        name=name, value=definition.render(value), read_only=read_only,
+        is_default=source == SOURCE_DEFAULT, config_source=source, is_sensitive=definition.sensitive,
+        synonyms=synonyms if req.include_synonyms else [], config_type=int(definition.type),
+        documentation=definition.doc if req.include_documentation else None)
+
+
+def _topic_configs(ctx, req, topic, keys):
+    b = ctx.broker
+    out = []
+    for name, value in topic.configs.items():
+        if keys is not None and name not in keys:
+            continue
+        definition = TOPIC_CONFIGS[name]
+        where = topic.configs.source(name)
+        source = {"topic": SOURCE_TOPIC, "broker": SOURCE_STATIC_BROKER}.get(where, SOURCE_DEFAULT)
+        synonyms = []
+        if where == "topic":
+            synonyms.append(R.DescribeConfigsSynonym(name=name, value=definition.render(value), source=SOURCE_TOPIC))
+        if definition.synonym and definition.synonym in b.config.explicit:
+            synonyms.append(R.DescribeConfigsSynonym(name=definition.synonym,
+                                                     value=definition.render(b.config[definition.synonym]),
+                                                     source=SOURCE_STATIC_BROKER))
+        synonyms.append(R.DescribeConfigsSynonym(name=definition.synonym or name,
+                                                 value=definition.render(definition.default), source=SOURCE_DEFAULT))
+        out.append(_entry(req, name, value, definition, source, False, synonyms))
+    return out
+
+
+def _broker_configs(ctx, req, keys):
+    b = ctx.broker
+    out = []
+    for name, definition in BROKER_CONFIGS.items():
+        if keys is not None and name not in keys:
+            continue
+        source = SOURCE_STATIC_BROKER if name in b.config.explicit else SOURCE_DEFAULT
+        synonyms = [R.DescribeConfigsSynonym(name=name, value=definition.render(b.config[name]), source=source)]
+        out.append(_entry(req, name, b.config[name], definition, source, True, synonyms))
+    return out
+
+
+async def handle(ctx, req):
+    b = ctx.broker
+    results = []
+    for res in req.resources:
+        keys = set(res.configuration_keys) if res.configuration_keys is not None else None
+        r = R.DescribeConfigsResult(error_code=0, resource_type=res.resource_type,
+                                    resource_name=res.resource_name, configs=[])
+        if res.resource_type == RESOURCE_TOPIC:
+            topic = b.topics.get(res.resource_name)
+            if not ctx.authorize(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, res.resource_name):
+                r.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif topic is None:
+                r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                r.error_message = f"topic {res.resource_name!r} does not exist"
+            else:
+                r.configs = _topic_configs(ctx, req, topic, keys)
+        elif res.resource_type == RESOURCE_BROKER:
+            if res.resource_name not in ("", str(b.node_id)):
+                r.error_code = ErrorCode.INVALID_REQUEST
+                r.error_message = f"broker {res.resource_name!r} is not this node ({b.node_id})"
+            elif not ctx.authorize(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, "kafka-cluster"):
+                r.error_code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            else:
+                r.configs = _broker_configs(ctx, req, keys)
+        else:
+            r.error_code = ErrorCode.INVALID_REQUEST
+            r.error_message = f"resource type {res.resource_type} is not supported"
+        results.append(r)
+    return R(throttle_time_ms=0, results=results)
+
+
+HANDLES = {32: handle}

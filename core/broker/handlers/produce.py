@@ -1,0 +1,102 @@
+"""Produce (key 0), v3-11.
+
+v3 is the first version that carries record batches v2, the only format we store. Per
+partition: check the batches' framing and CRC (never the records inside), refuse batches over
+the topic's max.message.bytes, patch base offsets and append the bytes as they came.
+
+acks: 0 sends no response (and an error closes the connection, as Kafka does, so the client
+learns of it); 1 and -1 answer after the append and after the flush policy is met. On a single
+node the ISR is the leader alone, so -1 waits for nothing more. Transactions are not
+supported yet: a transactional produce gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+"""
+from __future__ import annotations
+
+import logging
+
+from core.protocol import messages as m
+from core.protocol.errors import ErrorCode
+from core.protocol.records import InvalidBatch, scan_batches
+from core.security.authorizer import Operation, ResourceType
+
+log = logging.getLogger(__name__)
+R = m.ProduceResponse
+PR = R.PartitionProduceResponse
+
+
+def _error(index: int, code: ErrorCode, message: str | None = None) -> PR:
+    return PR(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1,
+              error_message=message)
+
+
+async def _produce_partition(ctx, topic, index: int, records) -> PR:
+    partition = topic.partitions[index] if 0 <= index < len(topic.partitions) else None
+    if partition is None:
+        return _error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if records is None or len(records) == 0:
+        return _error(index, ErrorCode.CORRUPT_MESSAGE, "produce request has no records")
+    max_batch = topic.configs.get("max.message.bytes")
+    try:
+        batches = scan_batches(records, max_batch_size=max_batch, from_client=True)
+    except InvalidBatch as exc:
+        log.warning("%s: rejected produce to %s-%d: %s", ctx.peer, topic.name, index, exc)
+        return _error(index, exc.code, str(exc))
+    if len(records) > topic.configs.get("segment.bytes"):
+        return _error(index, ErrorCode.RECORD_LIST_TOO_LARGE,
+                      f"{len(records)} bytes of records exceed segment.bytes")
+    if any(b.is_transactional for b in batches):
+        return _error(index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported")
+    _check_timestamps(ctx, topic, batches)
+    data = bytearray(records)  # the log patches offsets in place
+    result = await partition.append(data, batches)
+    return PR(index=index, error_code=0, base_offset=result.base_offset,
+              log_append_time_ms=result.log_append_time, log_start_offset=partition.log_start_offset)
+
+
+def _check_timestamps(ctx, topic, batches) -> None:
+    before = topic.configs.get("message.timestamp.before.max.ms")
+    after = topic.configs.get("message.timestamp.after.max.ms")
+    if topic.configs.get("message.timestamp.type") != "CreateTime" or (before >= 2**62 and after >= 2**62):
+        return
+    now = ctx.broker.clock()
+    for b in batches:
+        if b.base_timestamp < now - before or b.max_timestamp > now + after:
+            raise InvalidBatch(ErrorCode.INVALID_TIMESTAMP,
+                               f"timestamp outside message.timestamp.before/after.max.ms of {now}")
+
+
+async def handle(ctx, req):
+    b = ctx.broker
+    responses = []
+    failed = False
+    bad_acks = req.acks not in (0, 1, -1)
+    for td in req.topic_data:
+        parts = []
+        topic = b.topics.get(td.name)
+        for pd in td.partition_data:
+            if bad_acks:
+                pr = _error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS)
+            elif req.transactional_id is not None:
+                pr = _error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                            "transactions are not supported")
+            elif not ctx.authorize(Operation.WRITE, ResourceType.TOPIC, td.name):
+                pr = _error(pd.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            elif topic is None:
+                pr = _error(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            else:
+                try:
+                    pr = await _produce_partition(ctx, topic, pd.index, pd.records)
+                except InvalidBatch as exc:
+                    pr = _error(pd.index, exc.code, str(exc))
+                except OSError as exc:
+                    log.error("%s-%d: append failed: %s", td.name, pd.index, exc)
+                    pr = _error(pd.index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
+            failed |= pr.error_code != 0
+            parts.append(pr)
+        responses.append(R.TopicProduceResponse(name=td.name, partition_responses=parts))
+    if req.acks == 0:
+        ctx.close_after_response = failed
+        return None
+    return R(responses=responses, throttle_time_ms=0)
+
+
+HANDLES = {0: handle}

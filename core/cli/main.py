@@ -1,0 +1,40 @@
+"""`seaway`: the command line. Each subcommand lives in its own module.
+
+Errors a user can fix (a bad config value, an unreachable broker, a topic that does not
+exist) print one line naming the problem and exit 1; they never print a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import node_cmd, topics_cmd
+
+
+class CliError(Exception):
+    """An error worth one line on stderr and exit status 1."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="seaway", description="Seaway: a multi-region, Kafka-compatible streaming platform")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    node_cmd.register(sub)
+    topics_cmd.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 — the one place that turns errors into a line
+        from core.config.defs import ConfigError
+        from core.protocol.errors import KafkaError
+        if isinstance(exc, (CliError, ConfigError, KafkaError, OSError, TimeoutError)):
+            print(f"seaway: error: {exc}", file=sys.stderr)
+            return 1
+        raise

@@ -1,0 +1,60 @@
+"""`seaway node`: run one node from a Kafka-style properties file."""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+import anyio
+
+
+def register(sub) -> None:
+    p = sub.add_parser("node", help="run a node", description="Run a Seaway node. Without --config it runs a "
+                       "single-node cluster on PLAINTEXT://127.0.0.1:9092 with its data in /tmp/seaway-logs.")
+    p.add_argument("--config", "-c", metavar="FILE", help="properties file (Kafka's server.properties format)")
+    p.add_argument("--override", "-o", metavar="KEY=VALUE", action="append", default=[],
+                   help="set a property, overriding the file (repeatable)")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(func=run)
+
+
+def _props(args) -> dict[str, str]:
+    from core.config import load_properties
+    from core.config.defs import ConfigError
+    props = load_properties(args.config) if args.config else {}
+    for item in args.override:
+        if "=" not in item:
+            raise ConfigError(f"--override: {item!r} is not KEY=VALUE")
+        key, value = item.split("=", 1)
+        props[key.strip()] = value.strip()
+    return props
+
+
+def run(args) -> int:
+    from core.config import BrokerConfig
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = BrokerConfig(_props(args))
+    backend_options = {}
+    try:
+        import uvloop  # noqa: F401
+        backend_options["use_uvloop"] = True
+    except ImportError:
+        pass
+    anyio.run(_serve, config, backend="asyncio", backend_options=backend_options)
+    return 0
+
+
+async def _serve(config) -> None:
+    from core.broker.server import run_node
+
+    async with anyio.create_task_group() as tg:
+        handle = await tg.start(run_node, config)
+        for name, (host, port) in handle.bound.items():
+            # One line per listener on stdout: scripts and tests wait for it.
+            print(f"seaway node {config.node_id} listening on {name}://{host}:{port}", flush=True)
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                logging.getLogger("seaway").info("received %s; shutting down", signal.Signals(signum).name)
+                tg.cancel_scope.cancel()
+                break

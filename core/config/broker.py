@@ -1,0 +1,234 @@
+"""A node's settings, read from a Kafka-style properties file.
+
+Unknown keys are reported and ignored, as Kafka does ("supplied but not used"), so an
+existing server.properties works. Values are checked at load time and an error names the
+key, so that a bad file fails in one readable line before anything starts.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .defs import INT_MAX, LONG_MAX, ConfigDef, ConfigError, ConfigType
+from .topic import TOPIC_CONFIG_LIST
+
+log = logging.getLogger(__name__)
+_T = ConfigType
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+_LISTENER_RE = re.compile(r"^([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(\d+)$")
+
+
+def parse_listeners(key: str, value: list[str], protocol_map: dict[str, str]) -> list[Listener]:
+    out: list[Listener] = []
+    for item in value:
+        m = _LISTENER_RE.match(item)
+        if not m:
+            raise ConfigError(f"{key}: {item!r} is not NAME://HOST:PORT")
+        name, host, port = m.group(1).upper(), m.group(2).strip("[]"), int(m.group(3))
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{key}: port {port} is out of range")
+        protocol = protocol_map.get(name, name if name in SECURITY_PROTOCOLS else None)
+        if protocol is None:
+            raise ConfigError(f"{key}: listener {name} has no entry in listener.security.protocol.map")
+        if any(l.name == name for l in out):
+            raise ConfigError(f"{key}: listener {name} is listed twice")
+        out.append(Listener(name, host, port, protocol))
+    return out
+
+
+def _broker_defs() -> list[ConfigDef]:
+    defs = [
+        ConfigDef("node.id", _T.INT, 1, "this node's id in the cluster", minimum=0),
+        ConfigDef("process.roles", _T.LIST, ["broker", "controller"], "broker, controller or both",
+                  choices=("broker", "controller")),
+        ConfigDef("listeners", _T.LIST, ["PLAINTEXT://127.0.0.1:9092"], "addresses to listen on"),
+        ConfigDef("advertised.listeners", _T.LIST, None, "addresses given to clients (default: listeners)"),
+        ConfigDef("listener.security.protocol.map", _T.LIST,
+                  [f"{p}:{p}" for p in SECURITY_PROTOCOLS], "listener name to security protocol"),
+        ConfigDef("inter.broker.listener.name", _T.STRING, None, "listener brokers talk to each other on"),
+        ConfigDef("controller.listener.names", _T.LIST, [], "listeners that serve the controller quorum"),
+        ConfigDef("controller.quorum.voters", _T.LIST, [], "id@host:port of each controller"),
+        ConfigDef("log.dirs", _T.LIST, None, "directories that hold partition logs"),
+        ConfigDef("log.dir", _T.STRING, "/tmp/seaway-logs", "log directory when log.dirs is unset"),
+        ConfigDef("num.partitions", _T.INT, 1, "partitions of an auto-created topic", minimum=1),
+        ConfigDef("default.replication.factor", _T.INT, 1, "replicas of an auto-created topic", minimum=1),
+        ConfigDef("auto.create.topics.enable", _T.BOOLEAN, True, "create topics on first Metadata request"),
+        ConfigDef("delete.topic.enable", _T.BOOLEAN, True, "allow DeleteTopics"),
+        ConfigDef("message.max.bytes", _T.INT, 1_048_588, "largest record batch accepted", minimum=0),
+        ConfigDef("socket.request.max.bytes", _T.INT, 104_857_600, "largest request frame accepted",
+                  minimum=1),
+        ConfigDef("socket.send.buffer.bytes", _T.INT, 102_400, "SO_SNDBUF (-1: OS default)", minimum=-1),
+        ConfigDef("socket.receive.buffer.bytes", _T.INT, 102_400, "SO_RCVBUF (-1: OS default)", minimum=-1),
+        ConfigDef("broker.rack", _T.STRING, None, "rack (or zone) of this broker"),
+        ConfigDef("log.retention.hours", _T.INT, 168, "retention in hours", minimum=-1),
+        ConfigDef("log.retention.minutes", _T.INT, None, "retention in minutes (overrides hours)", minimum=-1),
+        ConfigDef("log.roll.hours", _T.INT, 168, "segment roll age in hours", minimum=1),
+        ConfigDef("log.retention.check.interval.ms", _T.LONG, 300_000, "how often retention runs", minimum=1),
+        ConfigDef("log.flush.scheduler.interval.ms", _T.LONG, 1000,
+                  "how often the flush.ms policy is checked", minimum=1),
+        ConfigDef("offsets.topic.replication.factor", _T.SHORT, 1, "replicas of __consumer_offsets", minimum=1),
+        ConfigDef("offsets.topic.num.partitions", _T.INT, 50, "partitions of __consumer_offsets", minimum=1),
+        ConfigDef("group.initial.rebalance.delay.ms", _T.INT, 3000, "delay of a new group's first rebalance",
+                  minimum=0),
+        ConfigDef("metrics.port", _T.INT, None, "port of the Prometheus /metrics endpoint", minimum=0,
+                  maximum=65535),
+        ConfigDef("cluster.id", _T.STRING, None, "cluster id (normally set by storage format)"),
+        ConfigDef("shutdown.timeout.ms", _T.LONG, 10_000, "bound on a graceful shutdown", minimum=0),
+    ]
+    names = {d.name for d in defs}
+    # Every topic setting has a broker-wide default under its synonym (log.retention.ms, ...).
+    for t in TOPIC_CONFIG_LIST:
+        if t.synonym and t.synonym not in names:
+            defs.append(ConfigDef(t.synonym, t.type, t.default, t.doc, minimum=t.minimum,
+                                  maximum=t.maximum, choices=t.choices))
+            names.add(t.synonym)
+    return defs
+
+
+BROKER_CONFIG_LIST = _broker_defs()
+BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in BROKER_CONFIG_LIST}
+
+# Settings Kafka has that we accept but do not act on (thread pools and the like, which an
+# asyncio node has no use for). They are not reported as unknown.
+_ACCEPTED_UNUSED = {
+    "num.network.threads", "num.io.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir",
+    "queued.max.requests", "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
+    "group.coordinator.rebalance.protocols", "share.coordinator.state.topic.replication.factor",
+    "share.coordinator.state.topic.min.isr", "log.segment.bytes.per.partition",
+}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java .properties: `k=v`, `k: v` or `k v`; `#`/`!` comments; `\\` continues a line."""
+    props: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw.strip() if pending else raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        m = re.match(r"^((?:[^=:\s\\]|\\.)+)\s*[=:\s]\s*(.*)$", line)
+        if m:
+            props[m.group(1)] = m.group(2)
+        else:
+            props[line] = ""
+    if pending:
+        props[pending] = ""
+    return props
+
+
+def load_properties(path: str | Path) -> dict[str, str]:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror}") from None
+    return parse_properties(text)
+
+
+class BrokerConfig:
+    """Parsed and validated node settings. Values are read with `config["log.dirs"]`."""
+
+    def __init__(self, props: dict[str, Any] | None = None, *, warn_unknown: bool = True):
+        props = dict(props or {})
+        self.values: dict[str, Any] = {}
+        self.explicit: set[str] = set()
+        for name, definition in BROKER_CONFIGS.items():
+            if name in props:
+                self.values[name] = definition.parse(props.pop(name))
+                self.explicit.add(name)
+            else:
+                self.values[name] = definition.default
+        self.unused = {k: v for k, v in props.items() if k not in _ACCEPTED_UNUSED}
+        if warn_unknown and self.unused:
+            log.warning("these settings were supplied but are not used: %s", ", ".join(sorted(self.unused)))
+        self._derive()
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def _derive(self) -> None:
+        v = self.values
+        # Kafka's precedence for retention and roll: ms, then minutes, then hours.
+        if "log.retention.ms" not in self.explicit:
+            if v["log.retention.minutes"] is not None:
+                minutes = v["log.retention.minutes"]
+                v["log.retention.ms"] = -1 if minutes < 0 else minutes * 60_000
+                self.explicit.add("log.retention.ms")
+            elif "log.retention.hours" in self.explicit:
+                hours = v["log.retention.hours"]
+                v["log.retention.ms"] = -1 if hours < 0 else hours * 3_600_000
+                self.explicit.add("log.retention.ms")
+        if "log.roll.ms" not in self.explicit and "log.roll.hours" in self.explicit:
+            v["log.roll.ms"] = v["log.roll.hours"] * 3_600_000
+            self.explicit.add("log.roll.ms")
+        dirs = v["log.dirs"] or [v["log.dir"]]
+        if not dirs:
+            raise ConfigError("log.dirs: at least one directory is required")
+        self.log_dirs = [Path(d) for d in dirs]
+        pmap: dict[str, str] = {}
+        for item in v["listener.security.protocol.map"]:
+            if ":" not in item:
+                raise ConfigError(f"listener.security.protocol.map: {item!r} is not NAME:PROTOCOL")
+            name, proto = item.split(":", 1)
+            if proto.upper() not in SECURITY_PROTOCOLS:
+                raise ConfigError(f"listener.security.protocol.map: unknown security protocol {proto!r}")
+            pmap[name.upper()] = proto.upper()
+        self.protocol_map = pmap
+        self.listeners = parse_listeners("listeners", v["listeners"], pmap)
+        if not self.listeners:
+            raise ConfigError("listeners: at least one listener is required")
+        if v["advertised.listeners"]:
+            self.advertised_listeners = parse_listeners("advertised.listeners", v["advertised.listeners"], pmap)
+            names = {l.name for l in self.listeners}
+            for adv in self.advertised_listeners:
+                if adv.name not in names:
+                    raise ConfigError(f"advertised.listeners: {adv.name} is not one of listeners")
+        else:
+            self.advertised_listeners = [
+                Listener(l.name, l.host or "127.0.0.1", l.port, l.security_protocol) if l.host not in ("", "0.0.0.0", "::")
+                else Listener(l.name, "127.0.0.1", l.port, l.security_protocol)
+                for l in self.listeners]
+        if v["message.max.bytes"] > v["socket.request.max.bytes"]:
+            log.warning("message.max.bytes is larger than socket.request.max.bytes")
+
+    @property
+    def node_id(self) -> int:
+        return self.values["node.id"]
+
+    def topic_defaults(self) -> dict[str, Any]:
+        """Broker-level values of every topic setting that the operator set explicitly."""
+        return {t.name: self.values[t.synonym] for t in TOPIC_CONFIG_LIST if t.synonym in self.explicit}
+
+    def advertised(self, listener_name: str) -> Listener:
+        for l in self.advertised_listeners:
+            if l.name == listener_name:
+                return l
+        return self.advertised_listeners[0]
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "BrokerConfig":
+        return cls(load_properties(path))
+
+
+__all__ = ["BrokerConfig", "Listener", "BROKER_CONFIGS", "INT_MAX", "LONG_MAX", "parse_properties",
+           "load_properties"]

@@ -1,0 +1,58 @@
+"""The registry of every API we speak, compiled from schema/*.ks at import.
+
+    from core.protocol import messages as m
+    req = m.ProduceRequest(acks=-1, topic_data=[m.ProduceRequest.TopicProduceData(name="t")])
+    m.API[0].request.encode(9, req)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .codegen import MessageCodec
+from .dsl import ApiSchema, load_all
+
+
+@dataclass
+class Api:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    request: MessageCodec
+    response: MessageCodec
+    schema: ApiSchema
+
+    def is_flexible(self, version: int) -> bool:
+        return self.schema.request.is_flexible(version)
+
+    def request_header_version(self, version: int) -> int:
+        return 2 if self.is_flexible(version) else 1
+
+    def response_header_version(self, version: int) -> int:
+        # ApiVersions answers with header v0 whatever its version, so that a client that
+        # does not yet know our versions can always parse the reply (KIP-511).
+        if self.key == 18:
+            return 0
+        return 1 if self.is_flexible(version) else 0
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+_schemas, _headers = load_all()
+
+API: dict[int, Api] = {}
+API_BY_NAME: dict[str, Api] = {}
+for _key, _schema in sorted(_schemas.items()):
+    _api = Api(_key, _schema.name, _schema.versions.low, _schema.versions.high,
+               MessageCodec(_schema.request), MessageCodec(_schema.response), _schema)
+    API[_key] = API_BY_NAME[_schema.name] = _api
+    globals()[_schema.request.name] = _api.request.cls
+    globals()[_schema.response.name] = _api.response.cls
+
+REQUEST_HEADER = MessageCodec(_headers["RequestHeader"])
+RESPONSE_HEADER = MessageCodec(_headers["ResponseHeader"])
+RequestHeader = REQUEST_HEADER.cls
+ResponseHeader = RESPONSE_HEADER.cls
+
+del _key, _schema, _api
