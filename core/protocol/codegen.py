@@ -77,7 +77,8 @@ class Message:
     def __eq__(self, other):
         if type(other) is not type(self):
             return NotImplemented
-        return all(getattr(self, f) == getattr(other, f) for f in self._fields + ("unknown_tags",))
+        return (all(getattr(self, f) == getattr(other, f) for f in self._fields)
+                and (self.unknown_tags or None) == (other.unknown_tags or None))
 
     def __repr__(self):
         inner = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
@@ -391,7 +392,7 @@ class _Gen:
             out.append(f"{ind}    {target} = {lst}")
             return
         if f.struct is not None and nullable:
-            out.append(f"{ind}if b[{pos}] == 0xff:")
+            out.append(f"{ind}if b[{pos}] >= 0x80:  # any negative int8 marks null")
             out.append(f"{ind}    {target} = None; {pos} += 1")
             out.append(f"{ind}else:")
             out.append(f"{ind}    {pos} += 1")
