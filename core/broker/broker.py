@@ -229,8 +229,11 @@ class Broker:
         while True:
             await anyio.sleep(interval)
             for p in list(self.all_partitions()):
-                if p.flush_policy_active:
-                    await p.flush()
+                if p.flush_policy_active or p.log.flush_due():
+                    try:
+                        await p.flush()
+                    except OSError as exc:
+                        log.error("%r: flush failed: %s", p, exc)
 
     async def run_retention(self) -> None:
         interval = self.config["log.retention.check.interval.ms"] / 1000

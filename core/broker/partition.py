@@ -41,7 +41,7 @@ class Partition:
     async def append(self, data, batches: list[BatchInfo]):
         """Append validated client batches; returns once the flush policy is satisfied."""
         async with self._lock:
-            result = self.log.append(data, batches)
+            result = self.log.append(data, batches, apply_flush_policy=False)
             if self.log.flush_due():
                 await anyio.to_thread.run_sync(self.log.maybe_flush)
         self.wake_waiters()

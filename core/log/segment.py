@@ -1,0 +1,427 @@
+"""One log segment: a `.log` file of record batches and its two sparse indexes.
+
+A segment finds batches by header only: an index lookup gives a position at or before the
+target, then `_walk` reads 61-byte headers forward (many per pread when batches are small,
+one pread per batch when they are large) and never looks at records. Only recovery reads
+whole batches, to check their CRCs.
+
+A segment loaded from disk knows nothing about its contents until something asks
+(`ensure_state`): then it loads its indexes and walks the few batches after the last index
+entry to learn its next offset and largest timestamp. Closed segments of a long log are
+therefore never read at startup.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from crc32c import crc32c
+
+from core.protocol.records import CRC_START, HEADER_SIZE, MAGIC, BatchInfo, read_batch_header
+
+from .config import INT32_MAX
+from .index import IndexCorrupt, OffsetIndex, TimeIndex, datasync, write_all
+
+log = logging.getLogger(__name__)
+
+SCAN_CHUNK = 16 * 1024      # header walks: one pread covers many small batches
+RECOVER_CHUNK = 1 << 20     # CRC recovery reads whole batches, so read big
+
+_OFFSET_ENTRY = OffsetIndex.ENTRY
+_TIME_ENTRY = TimeIndex.ENTRY
+
+
+def file_stem(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+class LogCorrupted(Exception):
+    """The log file's framing breaks in the middle of data recovery already accepted."""
+
+    def __init__(self, path: Path, position: int):
+        super().__init__(f"{path}: no valid record batch at position {position}")
+        self.path = path
+        self.position = position
+
+
+class _StaleIndex(Exception):
+    pass
+
+
+@dataclass
+class SegmentInfo:
+    base_offset: int
+    next_offset: int
+    size_bytes: int
+    max_timestamp: int
+    path: Path
+
+
+class _Tracker:
+    """Decides index entries batch by batch, exactly as Kafka's LogSegment.append does; shared
+    by append and rebuild so a rebuilt index equals the one appends would have written."""
+
+    __slots__ = ("base", "interval", "bytes_since", "max_ts", "offset_of_max", "time_last_ts",
+                 "idx", "tidx")
+
+    def __init__(self, base: int, interval: int, bytes_since: int, max_ts: int,
+                 offset_of_max: int, time_last_ts: int):
+        self.base = base
+        self.interval = interval
+        self.bytes_since = bytes_since
+        self.max_ts = max_ts
+        self.offset_of_max = offset_of_max
+        self.time_last_ts = time_last_ts
+        self.idx = bytearray()
+        self.tidx = bytearray()
+
+    def add(self, position: int, last_offset: int, max_ts: int, size: int) -> None:
+        if max_ts > self.max_ts:
+            self.max_ts = max_ts
+            self.offset_of_max = last_offset
+        if self.bytes_since > self.interval:
+            self.idx += _OFFSET_ENTRY.pack(last_offset - self.base, position)
+            self.time_entry()
+            self.bytes_since = 0
+        self.bytes_since += size
+
+    def time_entry(self) -> None:
+        if self.max_ts > self.time_last_ts:
+            self.tidx += _TIME_ENTRY.pack(self.max_ts, self.offset_of_max - self.base)
+            self.time_last_ts = self.max_ts
+
+
+class Segment:
+    def __init__(self, directory: Path, base_offset: int, fd: int, size: int, index_interval: int):
+        self.base_offset = base_offset
+        self.log_path = directory / f"{file_stem(base_offset)}.log"
+        self.fd = fd
+        self.size = size
+        self.index_interval = index_interval
+        self.index = OffsetIndex(self.log_path)
+        self.time_index = TimeIndex(self.log_path)
+        self.created_ms = 0            # segment.ms counts from here
+        self.flushed_size = size       # bytes known to be fsynced
+        self._needs_sync = False       # truncation or rewritten indexes await an fsync
+        self._next_offset: int | None = None   # None: state not loaded yet
+        self._max_ts = -1
+        self._offset_of_max = -1       # last offset of the batch holding _max_ts
+        self._bytes_since_index = 0
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, index_interval: int, now: int) -> "Segment":
+        path = directory / f"{file_stem(base_offset)}.log"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        seg = cls(directory, base_offset, fd, 0, index_interval)
+        seg.index.reset()
+        seg.time_index.reset()
+        seg._next_offset = base_offset
+        seg.created_ms = now
+        return seg
+
+    @classmethod
+    def open(cls, directory: Path, base_offset: int, index_interval: int) -> "Segment":
+        fd = os.open(directory / f"{file_stem(base_offset)}.log", os.O_RDWR | os.O_APPEND)
+        return cls(directory, base_offset, fd, os.fstat(fd).st_size, index_interval)
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def next_offset(self) -> int:
+        self.ensure_state()
+        return self._next_offset
+
+    @property
+    def max_timestamp(self) -> int:
+        self.ensure_state()
+        return self._max_ts
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        self.ensure_state()
+        return self._offset_of_max
+
+    def info(self) -> SegmentInfo:
+        return SegmentInfo(self.base_offset, self.next_offset, self.size, self.max_timestamp,
+                           self.log_path)
+
+    def ensure_state(self) -> None:
+        if self._next_offset is None and not self.load_state():
+            log.warning("%s: index does not match the log; rebuilding it", self.log_path)
+            self.rebuild(verify_crc=False)
+
+    def load_state(self) -> bool:
+        """Load the indexes and walk the batches after the last index entry.
+
+        Returns False, leaving the state unknown, when an index is missing or corrupt or the
+        tail does not end in a whole batch exactly at the end of the file.
+        """
+        try:
+            if not self.index.loaded:
+                self.index.load(self.size)
+            if not self.time_index.loaded:
+                self.time_index.load(self.size)
+        except (FileNotFoundError, IndexCorrupt):
+            return False
+        entry = self.index.last_entry()
+        start = entry[1] if entry else 0
+        last_time = self.time_index.last_entry()
+        max_ts, offset_of_max = ((last_time[0], self.base_offset + last_time[1])
+                                 if last_time else (-1, -1))
+        next_offset = self.base_offset
+        end = start
+        for pos, info in self._walk(start):
+            last = info.base_offset + info.last_offset_delta
+            if pos == start and entry is not None and last != self.base_offset + entry[0]:
+                return False
+            if info.max_timestamp > max_ts:
+                max_ts, offset_of_max = info.max_timestamp, last
+            next_offset = last + 1
+            end = pos + info.size
+        if end != self.size:
+            return False
+        self._next_offset = next_offset
+        self._max_ts, self._offset_of_max = max_ts, offset_of_max
+        self._bytes_since_index = self.size - start
+        return True
+
+    def rebuild(self, *, verify_crc: bool) -> int:
+        """Re-derive the indexes from the log, cutting it at the first bad batch.
+
+        With verify_crc every batch's CRC32C is checked (crash recovery); without, only the
+        framing and offset order. Returns the number of bytes cut off the end.
+        """
+        tracker = _Tracker(self.base_offset, self.index_interval, 0, -1, -1, -1)
+        next_offset = self.base_offset
+        end = 0
+        chunk = RECOVER_CHUNK if verify_crc else SCAN_CHUNK
+        for pos, info in self._walk(0, verify_crc=verify_crc, chunk=chunk):
+            last = info.base_offset + info.last_offset_delta
+            if info.base_offset < next_offset or last - self.base_offset > INT32_MAX:
+                break
+            tracker.add(pos, last, info.max_timestamp, info.size)
+            next_offset = last + 1
+            end = pos + info.size
+        cut = self.size - end
+        if cut:
+            os.ftruncate(self.fd, end)
+            self.size = end
+            self.flushed_size = min(self.flushed_size, end)
+        # Kafka appends this closing entry when a segment rolls; it makes the last time
+        # index entry carry the segment's largest timestamp.
+        tracker.time_entry()
+        self.index.reset(tracker.idx)
+        self.time_index.reset(tracker.tidx)
+        self._next_offset = next_offset
+        self._max_ts, self._offset_of_max = tracker.max_ts, tracker.offset_of_max
+        self._bytes_since_index = tracker.bytes_since
+        self._needs_sync = True
+        return cut
+
+    def first_batch_timestamp(self) -> int:
+        if self.size < HEADER_SIZE:
+            return -1
+        return read_batch_header(os.pread(self.fd, HEADER_SIZE, 0)).max_timestamp
+
+    def last_modified_ms(self) -> int:
+        return os.fstat(self.fd).st_mtime_ns // 1_000_000
+
+    def index_full(self, segment_index_bytes: int) -> bool:
+        return (self.index.is_full(segment_index_bytes)
+                or self.time_index.is_full(segment_index_bytes))
+
+    # ----------------------------------------------------------------- writes
+
+    def append(self, data, batches: Sequence[BatchInfo], first_offset: int | None, now: int,
+               append_time: int | None) -> None:
+        """Write `data` (exactly `batches`, back to back) and index it.
+
+        first_offset: the offset assigned to the first batch, the rest following on; None
+        keeps each batch's own base offset. append_time overrides max timestamps
+        (LogAppendTime). Data goes to the file before any index entry that points into it.
+        """
+        self.ensure_state()
+        last_time = self.time_index.last_entry()
+        tracker = _Tracker(self.base_offset, self.index_interval, self._bytes_since_index,
+                           self._max_ts, self._offset_of_max, last_time[0] if last_time else -1)
+        start = self.size
+        offset = first_offset
+        last = self._next_offset - 1
+        for b in batches:
+            last = (b.base_offset if offset is None else offset) + b.last_offset_delta
+            tracker.add(start + b.position, last,
+                        b.max_timestamp if append_time is None else append_time, b.size)
+            if offset is not None:
+                offset = last + 1
+        try:
+            write_all(self.fd, data)
+        except OSError:
+            os.ftruncate(self.fd, start)  # leave no partial batch behind a failed write
+            raise
+        if start == 0:
+            self.created_ms = now
+        self.size = start + len(data)
+        self._next_offset = last + 1
+        self._max_ts, self._offset_of_max = tracker.max_ts, tracker.offset_of_max
+        self._bytes_since_index = tracker.bytes_since
+        self.index.extend(tracker.idx)
+        self.time_index.extend(tracker.tidx)
+
+    def seal(self) -> None:
+        """Add the closing time index entry (on roll and close), like Kafka."""
+        if self._next_offset is None:
+            return
+        last_time = self.time_index.last_entry()
+        if self._max_ts > (last_time[0] if last_time else -1):
+            self.time_index.extend(_TIME_ENTRY.pack(self._max_ts,
+                                                    self._offset_of_max - self.base_offset))
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is >= offset; returns the bytes removed."""
+        found = self.find_batch(offset)
+        if found is None:
+            return 0
+        pos = found[0]
+        removed = self.size - pos
+        os.ftruncate(self.fd, pos)
+        self.size = pos
+        self.flushed_size = min(self.flushed_size, pos)
+        self._needs_sync = True
+        self.index.truncate_before_offset(offset - self.base_offset)
+        self.time_index.truncate_before_offset(offset - self.base_offset)
+        self._next_offset = None
+        self.ensure_state()
+        return removed
+
+    def flush(self, *, close_index_writers: bool = False) -> None:
+        if self.flushed_size != self.size or self._needs_sync:
+            datasync(self.fd)
+        self.index.flush()
+        self.time_index.flush()
+        self.flushed_size = self.size
+        self._needs_sync = False
+        if close_index_writers:
+            self.index.close()
+            self.time_index.close()
+
+    @property
+    def dirty(self) -> bool:
+        return self.flushed_size != self.size or self._needs_sync
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.index.close()
+        self.time_index.close()
+
+    def delete(self) -> None:
+        self.close()
+        self.log_path.unlink(missing_ok=True)
+        self.index.delete()
+        self.time_index.delete()
+
+    # ------------------------------------------------------------------ reads
+
+    def find_batch(self, offset: int) -> tuple[int, BatchInfo] | None:
+        """Position and header of the first batch whose last offset is >= offset."""
+        self.ensure_state()
+        if offset >= self._next_offset:
+            return None
+        base = self.base_offset
+        return self._indexed_seek(
+            lambda: self.index.lookup(offset - base),
+            lambda info: info.base_offset + info.last_offset_delta >= offset)
+
+    def position_of(self, offset: int) -> int:
+        """File position of the first batch whose last offset is >= offset (or the size)."""
+        found = self.find_batch(offset)
+        return self.size if found is None else found[0]
+
+    def find_by_timestamp(self, timestamp: int, min_offset: int) -> tuple[int, BatchInfo] | None:
+        """The first batch with max timestamp >= timestamp and last offset >= min_offset."""
+        self.ensure_state()
+        if self._max_ts < timestamp or self._next_offset <= min_offset:
+            return None
+        base = self.base_offset
+
+        def locate():
+            by_time = self.time_index.lookup_before(timestamp)
+            candidates = [self.index.lookup(min_offset - base)]
+            if by_time is not None:
+                candidates.append(self.index.lookup(by_time[1]))
+            return max(candidates, key=lambda e: -1 if e is None else e[1])
+
+        return self._indexed_seek(
+            locate, lambda info: (info.max_timestamp >= timestamp
+                                  and info.base_offset + info.last_offset_delta >= min_offset))
+
+    def read(self, position: int, size: int) -> bytes:
+        return os.pread(self.fd, size, position)
+
+    def _indexed_seek(self, locate: Callable, match: Callable) -> tuple[int, BatchInfo] | None:
+        try:
+            return self._seek(locate(), match)
+        except _StaleIndex:
+            log.warning("%s: index entry does not point at its batch; rebuilding", self.log_path)
+            self.rebuild(verify_crc=False)
+        try:
+            return self._seek(locate(), match)
+        except _StaleIndex:
+            raise LogCorrupted(self.log_path, 0) from None
+
+    def _seek(self, entry: tuple[int, int] | None, match: Callable) -> tuple[int, BatchInfo] | None:
+        start = entry[1] if entry else 0
+        end = start
+        for pos, info in self._walk(start):
+            if (entry is not None and pos == start
+                    and info.base_offset + info.last_offset_delta != self.base_offset + entry[0]):
+                raise _StaleIndex
+            if match(info):
+                return pos, info
+            end = pos + info.size
+        if end != self.size:
+            if end == start and entry is not None:
+                raise _StaleIndex
+            raise LogCorrupted(self.log_path, end)
+        return None
+
+    def _walk(self, pos: int, *, verify_crc: bool = False,
+              chunk: int = SCAN_CHUNK) -> Iterator[tuple[int, BatchInfo]]:
+        """Yield (position, header) for each well-formed batch from `pos` on.
+
+        Stops quietly at the first bad one; callers compare where it stopped with where
+        the file ends.
+        """
+        size = self.size
+        fd = self.fd
+        buf = b""
+        view = memoryview(buf)
+        buf_pos = pos
+        while size - pos >= HEADER_SIZE:
+            off = pos - buf_pos
+            if off + HEADER_SIZE > len(buf):
+                buf = os.pread(fd, min(chunk, size - pos), pos)
+                view = memoryview(buf)
+                buf_pos, off = pos, 0
+                if len(buf) < HEADER_SIZE:
+                    return
+            info = read_batch_header(buf, off)
+            bsize = info.size
+            if (info.magic != MAGIC or bsize < HEADER_SIZE or bsize > size - pos
+                    or info.last_offset_delta < 0):
+                return
+            if verify_crc:
+                if off + bsize > len(buf):
+                    buf = os.pread(fd, min(max(chunk, bsize), size - pos), pos)
+                    view = memoryview(buf)
+                    buf_pos, off = pos, 0
+                    if len(buf) < bsize:
+                        return
+                if crc32c(view[off + CRC_START:off + bsize]) != info.crc:
+                    return
+            yield pos, info
+            pos += bsize
