@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args) or 0
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
     except Exception as exc:  # noqa: BLE001 — the one place that turns errors into a line
         from core.config.defs import ConfigError
         from core.protocol.errors import KafkaError

