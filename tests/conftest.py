@@ -7,6 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # make `tests.support` importable
 
+from tests.support.node import SeawayNode  # noqa: E402
 from tests.support.tansu import TansuBroker  # noqa: E402
 
 _BROKERS = pytest.StashKey[dict]()
@@ -22,6 +23,14 @@ def _tansu(request, tmp_path_factory, name: str, **kwargs):
     with TansuBroker(tmp_path_factory.mktemp(name), **kwargs) as broker:
         request.config.stash.setdefault(_BROKERS, {})[name] = broker
         yield broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def seaway_broker(request, tmp_path_factory):
+    """A Seaway node (subprocess) shared by a session's tests; yields "127.0.0.1:PORT"."""
+    with SeawayNode(tmp_path_factory.mktemp("seaway_broker"), {"num.partitions": "3"}) as node:
+        request.config.stash.setdefault(_BROKERS, {})["seaway_broker"] = node
+        yield node.bootstrap
 
 
 @pytest.fixture(scope="session")

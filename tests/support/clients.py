@@ -215,10 +215,13 @@ class KafkaPython:
         if any(v is None for r in records for _, v in r.headers):
             raise Unsupported("kafka-python cannot send a null header value")
         acks_ = _acks(acks)
+        # kafka-python 3 turns idempotence on by default and then refuses to produce to a
+        # broker without InitProducerId; Seaway gains idempotence with consumer groups (issue 3).
+        conf = {"enable_idempotence": False, **(config or {})}
         producer = KafkaProducer(
             bootstrap_servers=bootstrap, acks="all" if acks_ == -1 else acks_,
             compression_type=None if compression == "none" else compression, linger_ms=5,
-            max_block_ms=int(timeout * 1000), **(config or {}),
+            max_block_ms=int(timeout * 1000), **conf,
         )  # fmt: skip
         try:
             futures = [producer.send(topic, value=r.value, key=r.key, headers=list(r.headers),
