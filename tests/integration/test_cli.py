@@ -1,0 +1,122 @@
+"""`seaway` as a user types it: real processes, real output, one-line errors."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.node import REPO, SeawayNode
+
+pytestmark = pytest.mark.integration
+
+
+def seaway(*args, check=True, timeout=60):
+    proc = subprocess.run([sys.executable, "-m", "core.cli", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"seaway {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    with SeawayNode(tmp_path_factory.mktemp("cli"), {"auto.create.topics.enable": "false"}) as n:
+        yield n
+
+
+def topics(node, *args, **kw):
+    return seaway("topics", "--bootstrap-server", node.bootstrap, *args, **kw)
+
+
+def test_help_lists_every_topics_action():
+    out = seaway("topics", "--help").stdout
+    for action in ("create", "list", "describe", "delete", "alter"):
+        assert action in out
+    assert "--config" in seaway("node", "--help").stdout
+
+
+def test_create_list_describe_alter_delete(node):
+    assert "created" in topics(node, "create", "orders", "--partitions", "3", "--config", "retention.ms=3600000").stdout
+    assert "orders" in topics(node, "list").stdout.split()
+    assert json.loads(topics(node, "list", "--output", "json").stdout).count("orders") == 1
+
+    table = topics(node, "describe", "orders").stdout
+    assert "PartitionCount: 3" in table and "retention.ms=3600000" in table
+    rows = [line.split() for line in table.splitlines()[2:]]
+    assert [r[0] for r in rows] == ["0", "1", "2"] and all(r[1] == "1" for r in rows)
+
+    topics(node, "alter", "orders", "--partitions", "5", "--config", "cleanup.policy=compact",
+           "--delete-config", "retention.ms")
+    desc = json.loads(topics(node, "describe", "orders", "--output", "json").stdout)[0]
+    assert desc["partition_count"] == 5
+    assert desc["configs"] == {"cleanup.policy": "compact"}
+    assert desc["partitions"][4]["end_offset"] == 0
+
+    topics(node, "delete", "orders")
+    assert "orders" not in topics(node, "list").stdout.split()
+
+
+def test_describe_shows_offsets(node):
+    from tests.support.clients import CLIENTS, Record
+    topics(node, "create", "counted", "--partitions", "1")
+    CLIENTS["confluent"].produce(node.bootstrap, "counted", [Record(value=b"x", partition=0)] * 7)
+    desc = json.loads(topics(node, "describe", "counted", "-O", "json").stdout)[0]
+    assert (desc["partitions"][0]["start_offset"], desc["partitions"][0]["end_offset"]) == (0, 7)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["create", "dup"], None),  # first creation succeeds; see below
+    (["create", "bad/name"], "INVALID_TOPIC_EXCEPTION"),
+    (["create", "x1", "--config", "nonsense.key=1"], "nonsense.key"),
+    (["create", "x2", "--config", "retention.ms=abc"], "retention.ms"),
+    (["create", "x3", "--config", "noequals"], "--config"),
+    (["create", "x4", "--replication-factor", "3"], "INVALID_REPLICATION_FACTOR"),
+    (["delete", "never-existed"], "UNKNOWN_TOPIC_OR_PARTITION"),
+    (["describe", "never-existed"], "UNKNOWN_TOPIC_OR_PARTITION"),
+    (["alter", "never-existed", "--partitions", "4"], "UNKNOWN_TOPIC_OR_PARTITION"),
+    (["alter", "dup", "--partitions", "1"], "INVALID_PARTITIONS"),
+])
+def test_bad_input_gets_one_line(node, args, needle):
+    proc = topics(node, *args, check=needle is None)
+    if needle is None:
+        return
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("seaway: error:"), proc.stderr
+    assert needle in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_if_exists_flags(node):
+    topics(node, "create", "twice")
+    assert topics(node, "create", "twice", check=False).returncode == 1
+    topics(node, "create", "twice", "--if-not-exists")
+    topics(node, "delete", "not-there", "--if-exists")
+
+
+def test_unreachable_broker_is_one_line():
+    proc = seaway("topics", "-b", "127.0.0.1:1", "list", "--timeout", "3", check=False)
+    assert proc.returncode == 1
+    assert len(proc.stderr.strip().splitlines()) == 1 and "127.0.0.1:1" in proc.stderr
+
+
+@pytest.mark.parametrize("props, needle", [
+    ("num.partitions=zero\n", "num.partitions"),
+    ("listeners=nonsense\n", "listeners"),
+    ("message.max.bytes=-5\n", "message.max.bytes"),
+])
+def test_node_bad_config_is_one_line(tmp_path, props, needle):
+    cfg = tmp_path / "bad.properties"
+    cfg.write_text(props + f"log.dirs={tmp_path / 'data'}\n")
+    proc = seaway("node", "--config", str(cfg), check=False, timeout=30)
+    assert proc.returncode == 1
+    errors = [l for l in proc.stderr.splitlines() if l.startswith("seaway: error:")]
+    assert len(errors) == 1 and needle in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_node_missing_config_file_is_one_line(tmp_path):
+    proc = seaway("node", "--config", str(tmp_path / "nope.properties"), check=False)
+    assert proc.returncode == 1 and "nope.properties" in proc.stderr and "Traceback" not in proc.stderr
