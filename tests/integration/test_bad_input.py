@@ -241,3 +241,24 @@ def test_fetch_offset_out_of_range(node):
         p = fetch.responses[0].partitions[0]
         assert p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
         assert p.high_watermark == 1
+
+
+@pytest.mark.parametrize("codec, attr", [("zstd", 4), ("uncompressed", 0), ("gzip", 1)])
+def test_topic_compression_type_reencodes_batches(node, codec, attr):
+    """compression.type on the topic wins over the producer's codec; records are unchanged."""
+    from core.protocol.compression import Compression
+    from core.protocol.records import iter_batch_headers, iter_records
+    name = f"recompress-{codec}"
+    req = m.CreateTopicsRequest(topics=[m.CreateTopicsRequest.CreatableTopic(
+        name=name, num_partitions=1, replication_factor=1, configs=[
+            m.CreateTopicsRequest.CreatableTopicConfig(name="compression.type", value=codec)])], timeout_ms=5000)
+    assert call(node, 19, 7, req).topics[0].error_code == 0
+    sent = [(b"k%d" % i, b"value-%d" % i * 20, [("h", b"%d" % i)], 1000 + i) for i in range(50)]
+    assert produce(node, name, build_batch(sent, compression=Compression.LZ4)).error_code == 0
+    fetch = call(node, 1, 12, m.FetchRequest(max_wait_ms=0, min_bytes=0, max_bytes=10**6, topics=[
+        m.FetchRequest.FetchTopic(topic=name, partitions=[
+            m.FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=10**6)])]))
+    data = bytes(fetch.responses[0].partitions[0].records)
+    assert [b.compression for b in iter_batch_headers(data)] == [attr]
+    got = [(r.key, r.value, r.headers, r.timestamp) for r in iter_records(data)]
+    assert got == sent

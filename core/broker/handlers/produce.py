@@ -2,7 +2,9 @@
 
 v3 is the first version that carries record batches v2, the only format we store. Per
 partition: check the batches' framing and CRC (never the records inside), refuse batches over
-the topic's max.message.bytes, patch base offsets and append the bytes as they came.
+the topic's max.message.bytes, patch base offsets and append the bytes as they came. Only a
+topic whose compression.type names a codec other than the producer's has its batches decoded
+and re-encoded (recompress.py), as Kafka does.
 
 acks: 0 sends no response (and an error closes the connection, as Kafka does, so the client
 learns of it); 1 and -1 answer after the append and after the flush policy is met. On a single
@@ -15,8 +17,11 @@ import logging
 
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
+from core.protocol.errors import DecodeError
 from core.protocol.records import InvalidBatch, scan_batches
 from core.security.authorizer import Operation, ResourceType
+
+from ..recompress import recompress, target_codec
 
 log = logging.getLogger(__name__)
 R = m.ProduceResponse
@@ -47,6 +52,12 @@ async def _produce_partition(ctx, topic, index: int, records) -> PR:
         return _error(index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported")
     _check_timestamps(ctx, topic, batches)
     data = bytearray(records)  # the log patches offsets in place
+    codec = target_codec(topic.configs.get("compression.type"))
+    if codec is not None:
+        try:
+            data, batches = recompress(data, batches, codec, max_decompressed=ctx.broker.config["socket.request.max.bytes"])
+        except DecodeError as exc:
+            return _error(index, ErrorCode.CORRUPT_MESSAGE, f"cannot recompress: {exc}")
     result = await partition.append(data, batches)
     return PR(index=index, error_code=0, base_offset=result.base_offset,
               log_append_time_ms=result.log_append_time, log_start_offset=partition.log_start_offset)
