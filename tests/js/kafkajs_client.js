@@ -7,7 +7,8 @@
  * {"error": {...}}). Bytes (keys, values, header values) travel as base64 strings; null stays null.
  *
  *   {"action": "produce", "brokers": ["127.0.0.1:9092"], "topic": "t",
- *    "acks": -1, "compression": "none"|"gzip", "idempotent": false, "timeout_ms": 30000,
+ *    "acks": -1, "compression": "none"|"gzip"|"snappy"|"lz4"|"zstd", "idempotent": false,
+ *    "timeout_ms": 30000,
  *    "records": [{"key": b64|null, "value": b64|null, "headers": [[name, b64|null], ...],
  *                 "timestamp": ms|null, "partition": int|null}]}
  *   -> {"records": [{"partition": int, "offset": int|null}], "requests": {...}}
@@ -31,7 +32,9 @@
  * drop records below the fetch offset, control records and aborted transactions.
  */
 
-const { Kafka, logLevel, CompressionTypes, Partitioners } = require('kafkajs')
+const kafkajs = require('kafkajs')
+const { Kafka, logLevel, CompressionTypes, Partitioners } = kafkajs
+require('./codecs').register(kafkajs) // snappy, lz4, zstd (kafkajs itself has only gzip)
 const Batch = require('kafkajs/src/consumer/batch')
 const ISOLATION_LEVEL = require('kafkajs/src/protocol/isolationLevel')
 
