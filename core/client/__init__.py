@@ -1,0 +1,40 @@
+"""Seaway's asyncio Kafka client. It speaks only the wire protocol (core.protocol).
+
+    async with KafkaClient("127.0.0.1:9092") as client:
+        async with Producer(client, acks=-1, compression="zstd") as producer:
+            meta = await (await producer.send("orders", b"value", key=b"k"))
+        consumer = Consumer(client)
+        consumer.assign([("orders", 0)])
+        records = await consumer.poll(timeout_ms=1000)
+        admin = Admin(client)
+        check(await admin.create_topics([NewTopic("events", 3, 1)]))
+
+Producer, Consumer and Admin share one KafkaClient (its connections and metadata) and do
+not close it: the code that created the client closes it.
+"""
+from core.protocol.errors import ErrorCode, KafkaError
+
+from .accumulator import RecordMetadata
+from .admin import (Admin, AlterConfigOp, ClusterDescription, ConfigEntry, ConfigResource,
+                    ConfigResourceType, NewTopic, PartitionDescription, TopicDescription, check)
+from .client import KafkaClient
+from .cluster import BrokerInfo, ClusterView, PartitionInfo, TopicInfo
+from .connection import BrokerConnection
+from .consumer import Consumer, ConsumerRecord
+from .errors import (ClientClosedError, KafkaConnectionError, ProtocolError, RequestTimedOutError,
+                     UnsupportedVersionError)
+from .offsets import EARLIEST, LATEST, MAX_TIMESTAMP, OffsetAndTimestamp
+from .partitioner import DefaultPartitioner, RoundRobinPartitioner, murmur2, murmur2_partition
+from .producer import Producer
+
+__all__ = [
+    "KafkaClient", "Producer", "Consumer", "Admin", "BrokerConnection",
+    "RecordMetadata", "ConsumerRecord", "OffsetAndTimestamp",
+    "NewTopic", "TopicDescription", "PartitionDescription", "ConfigResource", "ConfigResourceType",
+    "ConfigEntry", "AlterConfigOp", "ClusterDescription", "check",
+    "ClusterView", "BrokerInfo", "TopicInfo", "PartitionInfo",
+    "KafkaError", "ErrorCode", "KafkaConnectionError", "RequestTimedOutError",
+    "UnsupportedVersionError", "ClientClosedError", "ProtocolError",
+    "EARLIEST", "LATEST", "MAX_TIMESTAMP",
+    "DefaultPartitioner", "RoundRobinPartitioner", "murmur2", "murmur2_partition",
+]

@@ -1,0 +1,506 @@
+"""Consumer with manual assignment: positions, fetching from leaders, decoding records.
+
+Theory of operation
+-------------------
+Each assigned partition has a position (the next offset to return) or a pending reset
+("earliest", "latest"), resolved with ListOffsets before fetching. `poll()` returns records
+already fetched if there are any; otherwise it makes sure every leader with fetchable
+partitions has one Fetch in flight (one request per broker, for all its partitions) and
+waits for the first answer or the timeout. Fetches keep running in the background, so
+the next poll usually finds data waiting.
+
+A fetch answer is kept raw (the records field is a zero-copy slice of the response frame)
+and decoded when drained. It is used only if the partition's position still equals the
+offset it was fetched for: a seek in between makes it stale, and it is dropped.
+
+Decoding, batch by batch: brokers return whole batches, so the first batch may start before
+the position (records below it are skipped) and the last one may be cut short by the size
+limit (`iter_batch_headers` stops before it; it is fetched again next time). Control batches
+(transaction markers) are skipped; with read_committed, batches of aborted transactions are
+skipped using the response's aborted-transaction list, as the Java consumer does. After
+each batch the position moves to the batch's end, which also steps over compaction gaps.
+
+Errors: OFFSET_OUT_OF_RANGE resets the position by `auto_offset_reset` ("none" raises it
+from poll); leader and topic errors flag metadata stale and back the partition off for
+`retry_backoff_ms`; anything else is raised from poll.
+"""
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from core.protocol import messages as m
+from core.protocol.errors import DecodeError, ErrorCode, KafkaError
+from core.protocol.records import ControlRecord, decode_batch, iter_batch_headers
+
+from .client import KafkaClient
+from .errors import ClientClosedError
+from .offsets import EARLIEST, LATEST, OffsetAndTimestamp, list_offsets, timestamp_spec
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Consumer", "ConsumerRecord"]
+
+FETCH = 1
+TopicPartition = tuple[str, int]
+
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+
+_REFRESH_ERRORS = frozenset({
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.REPLICA_NOT_AVAILABLE,
+    ErrorCode.INCONSISTENT_TOPIC_ID, ErrorCode.OFFSET_NOT_AVAILABLE,
+})
+
+
+@dataclass(slots=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int  # 0 CreateTime, 1 LogAppendTime
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _PartitionState:
+    position: int | None = None
+    reset: int | None = EARLIEST     # a pending ListOffsets timestamp, when position is None
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    retry_at: float = 0.0            # backed off after an error until then
+    error: KafkaError | None = None  # raised by the next poll
+
+
+@dataclass(slots=True)
+class _CompletedFetch:
+    tp: TopicPartition
+    fetch_offset: int
+    records: memoryview
+    aborted: list                     # heap of (first_offset, producer_id), read_committed only
+    aborted_producers: set = field(default_factory=set)
+    pos: int = 0                      # how far into `records` we have decoded
+    pending: deque = field(default_factory=deque)  # decoded but not yet returned
+
+
+class Consumer:
+    def __init__(self, client: KafkaClient, *, fetch_min_bytes: int = 1, fetch_max_wait_ms: int = 500,
+                 fetch_max_bytes: int = 50 * 1024 * 1024, max_partition_fetch_bytes: int = 1024 * 1024,
+                 isolation_level: str = "read_uncommitted", auto_offset_reset: str = "earliest",
+                 max_poll_records: int | None = None, check_crcs: bool = True):
+        if auto_offset_reset not in ("earliest", "latest", "none"):
+            raise ValueError(f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
+        if isolation_level not in ("read_uncommitted", "read_committed"):
+            raise ValueError(f"unknown isolation_level {isolation_level!r}")
+        self.client = client
+        self.fetch_min_bytes = fetch_min_bytes
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_max_bytes = fetch_max_bytes
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.isolation = READ_COMMITTED if isolation_level == "read_committed" else READ_UNCOMMITTED
+        self.auto_offset_reset = auto_offset_reset
+        self.max_poll_records = max_poll_records
+        self.check_crcs = check_crcs
+        self._states: dict[TopicPartition, _PartitionState] = {}
+        self._completed: deque[_CompletedFetch] = deque()
+        self._fetches: dict[int, asyncio.Task] = {}
+        self._node_retry_at: dict[int, float] = {}
+        self._fetch_event = asyncio.Event()
+        self._iter_buffer: deque[ConsumerRecord] = deque()
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> "Consumer":
+        await self.client.start()
+        return self
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = list(self._fetches.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._fetches.clear()
+        self._completed.clear()
+
+    async def __aenter__(self) -> "Consumer":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ assignment & positions
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Replace the assignment. Kept partitions keep their positions; new ones start
+        from auto_offset_reset (or from a seek)."""
+        new = {(t, int(p)) for t, p in partitions}
+        default_reset = None if self.auto_offset_reset == "none" else timestamp_spec(self.auto_offset_reset)
+        self._states = {tp: self._states.get(tp) or _PartitionState(reset=default_reset) for tp in new}
+        self._completed = deque(c for c in self._completed if c.tp in new)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._states)
+
+    def _state(self, topic: str, partition: int) -> _PartitionState:
+        try:
+            return self._states[(topic, partition)]
+        except KeyError:
+            raise ValueError(f"{topic}-{partition} is not assigned") from None
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        st = self._state(topic, partition)
+        st.position, st.reset, st.error = int(offset), None, None
+        self._drop_buffered((topic, partition))
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._seek_reset(partitions, EARLIEST)
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._seek_reset(partitions, LATEST)
+
+    def _seek_reset(self, partitions, spec: int) -> None:
+        for tp in partitions or list(self._states):
+            st = self._state(*tp)
+            st.position, st.reset, st.error = None, spec, None
+            self._drop_buffered(tp)
+
+    def _drop_buffered(self, tp: TopicPartition) -> None:
+        self._completed = deque(c for c in self._completed if c.tp != tp)
+        self._iter_buffer = deque(r for r in self._iter_buffer if (r.topic, r.partition) != tp)
+
+    async def position(self, topic: str, partition: int) -> int:
+        """The offset of the next record poll will return (resolving a pending reset)."""
+        st = self._state(topic, partition)
+        deadline = time.monotonic() + self.client.default_api_timeout_ms / 1000
+        while st.position is None:
+            st.retry_at = 0.0
+            await self._reset_positions(max(deadline - time.monotonic(), 0) * 1000)
+            if st.error is not None:
+                error, st.error = st.error, None
+                raise error
+            if st.position is None:
+                if time.monotonic() >= deadline:
+                    raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
+                                     f"no offset for {topic}-{partition} within default_api_timeout_ms")
+                await asyncio.sleep(self.client.retry_backoff_ms / 1000)
+        return st.position
+
+    def highwater(self, topic: str, partition: int) -> int:
+        """The high watermark seen in the last fetch of the partition (-1 before one)."""
+        return self._state(topic, partition).high_watermark
+
+    async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return await self._offsets(partitions, EARLIEST)
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return await self._offsets(partitions, LATEST)
+
+    async def offsets_for_times(self, timestamps: dict[TopicPartition, int]
+                                ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        res = await list_offsets(self.client, timestamps, isolation_level=self.isolation)
+        out = {}
+        for tp, r in res.items():
+            if isinstance(r, KafkaError):
+                raise r
+            out[tp] = None if r.offset < 0 else r
+        return out
+
+    async def _offsets(self, partitions, spec) -> dict[TopicPartition, int]:
+        res = await list_offsets(self.client, {tp: spec for tp in partitions}, isolation_level=self.isolation)
+        out = {}
+        for tp, r in res.items():
+            if isinstance(r, KafkaError):
+                raise r
+            out[tp] = r.offset
+        return out
+
+    async def _reset_positions(self, timeout_ms: float | None = None) -> None:
+        """Resolve pending resets with ListOffsets. Retriable failures leave the position
+        unresolved (tried again after retry_backoff_ms); others are raised by poll."""
+        now = time.monotonic()
+        need = {}
+        for tp, st in self._states.items():
+            if st.position is not None or st.error is not None or st.retry_at > now:
+                continue
+            if st.reset is None:
+                st.error = KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                      f"no position for {tp[0]}-{tp[1]} and auto_offset_reset='none'")
+                continue
+            need[tp] = st.reset
+        if not need:
+            return
+        res = await list_offsets(self.client, need, isolation_level=self.isolation, timeout_ms=timeout_ms)
+        for tp, r in res.items():
+            st = self._states.get(tp)
+            if st is None or st.position is not None or st.reset != need[tp]:
+                continue  # reassigned or sought meanwhile
+            if isinstance(r, KafkaError):
+                if r.retriable:
+                    st.retry_at = time.monotonic() + self.client.retry_backoff_ms / 1000
+                else:
+                    st.error = r
+            else:
+                st.position, st.reset = r.offset, None
+
+    # ------------------------------------------------------------------ polling
+
+    async def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Records from the assigned partitions: returns as soon as some are available,
+        or [] after `timeout_ms`."""
+        if self._closed:
+            raise ClientClosedError("consumer is closed")
+        max_records = max_records or self.max_poll_records
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            self._raise_partition_errors()
+            if any(st.position is None and st.error is None for st in self._states.values()):
+                await self._reset_positions(max(deadline - time.monotonic(), 0) * 1000)
+                self._raise_partition_errors()
+            records = self._drain(max_records)
+            if records:
+                return records
+            await self._maybe_refresh_metadata()
+            self._fetch_event.clear()
+            next_retry = self._send_fetches()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            if next_retry is not None:
+                remaining = min(remaining, max(next_retry - time.monotonic(), 0.001))
+            try:
+                async with asyncio.timeout(remaining):
+                    await self._fetch_event.wait()
+            except TimeoutError:
+                pass
+
+    def __aiter__(self) -> "Consumer":
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        while not self._iter_buffer:
+            if self._closed:
+                raise StopAsyncIteration
+            self._iter_buffer.extend(await self.poll(timeout_ms=self.fetch_max_wait_ms + 1000))
+        return self._iter_buffer.popleft()
+
+    def _raise_partition_errors(self) -> None:
+        for st in self._states.values():
+            if st.error is not None:
+                error, st.error = st.error, None
+                raise error
+
+    async def _maybe_refresh_metadata(self) -> None:
+        topics = {tp[0] for tp in self._states}
+        if topics:
+            try:
+                await self.client.ensure_topics(topics)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                log.debug("metadata refresh failed: %s", exc)
+
+    # ------------------------------------------------------------------ fetching
+
+    def _send_fetches(self) -> float | None:
+        """Start a Fetch to every leader that has none in flight; return the earliest time
+        a backed-off partition or node becomes fetchable again (None if none is waiting)."""
+        now = time.monotonic()
+        buffered = {c.tp for c in self._completed}
+        by_node: dict[int, list[TopicPartition]] = {}
+        next_retry = None
+        for tp, st in self._states.items():
+            if st.error is not None or tp in buffered:
+                continue
+            if st.retry_at > now:  # backed off (a fetch error, or a reset that must be retried)
+                next_retry = st.retry_at if next_retry is None else min(next_retry, st.retry_at)
+                continue
+            if st.position is None:
+                continue
+            leader = self.client.leader_for(*tp)
+            if leader is None:
+                self.client.request_metadata_update()
+                st.retry_at = now + self.client.retry_backoff_ms / 1000
+                continue
+            by_node.setdefault(leader, []).append(tp)
+        for node, tps in by_node.items():
+            if node in self._fetches:
+                continue
+            retry_at = self._node_retry_at.get(node, 0.0)
+            if retry_at > now:
+                next_retry = retry_at if next_retry is None else min(next_retry, retry_at)
+                continue
+            task = asyncio.get_running_loop().create_task(self._fetch(node, tps))
+            self._fetches[node] = task
+            task.add_done_callback(lambda t, n=node: self._fetch_done(n, t))
+        return next_retry
+
+    def _fetch_done(self, node: int, task: asyncio.Task) -> None:
+        if self._fetches.get(node) is task:
+            del self._fetches[node]
+        self._fetch_event.set()
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            log.debug("fetch from node %d failed: %s", node, exc)
+            self._node_retry_at[node] = time.monotonic() + self.client.retry_backoff_ms / 1000
+            if isinstance(exc, KafkaError) and exc.retriable:
+                self.client.request_metadata_update()
+            else:  # surface it from the next poll through the first partition of that node
+                for tp, st in self._states.items():
+                    if self.client.leader_for(*tp) == node and st.error is None:
+                        st.error = exc if isinstance(exc, KafkaError) else KafkaError(
+                            ErrorCode.UNKNOWN_SERVER_ERROR, f"fetch failed: {exc!r}")
+                        break
+
+    async def _fetch(self, node: int, tps: list[TopicPartition]) -> None:
+        conn = await self.client.connection(node)
+        cluster = self.client.cluster
+        version = conn.version_for(FETCH)
+        if version >= 13 and any(cluster.topic_id(t) is None for t, _ in tps):
+            version = conn.version_for(FETCH, 12)  # KIP-516 ids unknown: fetch by name
+        use_ids = version >= 13
+        R = m.FetchRequest
+        topics: dict[str, list] = {}
+        offsets: dict[TopicPartition, int] = {}
+        for tp in tps:
+            st = self._states[tp]
+            offsets[tp] = st.position
+            topics.setdefault(tp[0], []).append(R.FetchPartition(
+                partition=tp[1], current_leader_epoch=cluster.leader_epoch(*tp),
+                fetch_offset=st.position, last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=self.max_partition_fetch_bytes))
+        names_by_id = {}
+        fetch_topics = []
+        for name, parts in topics.items():
+            if use_ids:
+                tid = cluster.topic_id(name)
+                names_by_id[tid] = name
+                fetch_topics.append(R.FetchTopic(topic_id=tid, partitions=parts))
+            else:
+                fetch_topics.append(R.FetchTopic(topic=name, partitions=parts))
+        request = R(replica_id=-1, max_wait_ms=self.fetch_max_wait_ms, min_bytes=self.fetch_min_bytes,
+                    max_bytes=self.fetch_max_bytes, isolation_level=self.isolation,
+                    session_id=0, session_epoch=-1, topics=fetch_topics, forgotten_topics_data=[],
+                    rack_id="")
+        response = await conn.send(request, api_key=FETCH, version=version,
+                                   timeout_ms=self.client.request_timeout_ms + self.fetch_max_wait_ms)
+        if response.error_code:
+            raise KafkaError(response.error_code, f"fetch from node {node}")
+        for t in response.responses:
+            name = names_by_id.get(t.topic_id) if use_ids else t.topic
+            if name is None:
+                continue
+            for p in t.partitions:
+                self._handle_partition(node, (name, p.partition_index), p, offsets)
+
+    def _handle_partition(self, node: int, tp: TopicPartition, p, offsets: dict) -> None:
+        st = self._states.get(tp)
+        fetch_offset = offsets.get(tp)
+        if st is None or fetch_offset is None or st.position != fetch_offset:
+            return  # unassigned or sought while the fetch was in flight
+        code = p.error_code
+        if code == ErrorCode.NONE:
+            st.high_watermark = p.high_watermark
+            st.log_start_offset = p.log_start_offset
+            records = p.records
+            if records is not None and len(records):
+                aborted = []
+                if self.isolation == READ_COMMITTED and p.aborted_transactions:
+                    aborted = [(a.first_offset, a.producer_id) for a in p.aborted_transactions]
+                    heapq.heapify(aborted)
+                self._completed.append(_CompletedFetch(tp, fetch_offset, memoryview(records), aborted))
+            return
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            if self.auto_offset_reset == "none":
+                st.error = KafkaError(code, f"offset {fetch_offset} is out of range for {tp[0]}-{tp[1]} "
+                                            f"(log start {p.log_start_offset}, high watermark {p.high_watermark})")
+            else:
+                log.info("offset %d out of range for %s-%d; resetting to %s", fetch_offset, tp[0], tp[1],
+                         self.auto_offset_reset)
+                st.position, st.reset = None, timestamp_spec(self.auto_offset_reset)
+            return
+        known = code in ErrorCode._value2member_map_
+        if code in _REFRESH_ERRORS or (known and ErrorCode(code).retriable):
+            self.client.request_metadata_update()
+            st.retry_at = time.monotonic() + self.client.retry_backoff_ms / 1000
+            return
+        st.error = KafkaError(code, f"fetch {tp[0]}-{tp[1]} at offset {fetch_offset} from node {node}")
+
+    # ------------------------------------------------------------------ decoding
+
+    def _drain(self, max_records: int | None) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
+        while self._completed and (max_records is None or len(out) < max_records):
+            cf = self._completed[0]
+            st = self._states.get(cf.tp)
+            if st is None or st.position is None or (st.position != cf.fetch_offset and cf.pos == 0):
+                self._completed.popleft()  # stale: sought or unassigned since
+                continue
+            while cf.pending and (max_records is None or len(out) < max_records):
+                out.append(cf.pending.popleft())
+            if cf.pending:
+                break
+            if not self._decode_next_batch(cf, st):
+                self._completed.popleft()
+        return out
+
+    def _decode_next_batch(self, cf: _CompletedFetch, st: _PartitionState) -> bool:
+        """Decode the next batch of `cf` into cf.pending; False when none is left."""
+        topic, partition = cf.tp
+        for info in iter_batch_headers(cf.records, cf.pos):
+            cf.pos = info.position + info.size
+            if info.next_offset <= st.position:
+                continue  # wholly before the position (brokers return whole batches)
+            if self.isolation == READ_COMMITTED and info.producer_id >= 0:
+                while cf.aborted and cf.aborted[0][0] <= info.last_offset:
+                    cf.aborted_producers.add(heapq.heappop(cf.aborted)[1])
+                if info.is_control:
+                    if self._is_abort_marker(cf, info):
+                        cf.aborted_producers.discard(info.producer_id)
+                elif info.is_transactional and info.producer_id in cf.aborted_producers:
+                    st.position = info.next_offset
+                    continue
+            if info.is_control:
+                st.position = info.next_offset
+                continue
+            try:
+                decoded = decode_batch(cf.records, info, verify_crc=self.check_crcs)
+            except DecodeError as exc:
+                st.error = KafkaError(ErrorCode.CORRUPT_MESSAGE,
+                                      f"{topic}-{partition} batch at offset {info.base_offset}: {exc}")
+                return False
+            position = st.position
+            for r in decoded:
+                if r.offset >= position and not isinstance(r, ControlRecord):
+                    cf.pending.append(ConsumerRecord(topic, partition, r.offset, r.timestamp,
+                                                     r.timestamp_type, r.key, r.value, r.headers))
+            st.position = info.next_offset
+            if cf.pending:
+                return True
+        if cf.pos == 0 and len(cf.records):
+            self._check_oversized(cf, st)
+        return False
+
+    def _is_abort_marker(self, cf: _CompletedFetch, info) -> bool:
+        try:
+            recs = decode_batch(cf.records, info, verify_crc=False)
+        except DecodeError:
+            return False
+        return bool(recs) and isinstance(recs[0], ControlRecord) and recs[0].type == 0
+
+    def _check_oversized(self, cf: _CompletedFetch, st: _PartitionState) -> None:
+        """Data came back but not one whole batch: the batch is bigger than we allowed."""
+        st.error = KafkaError(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"{cf.tp[0]}-{cf.tp[1]} at offset {cf.fetch_offset}: the broker returned "
+            f"{len(cf.records)} bytes without a complete batch; raise max_partition_fetch_bytes")
