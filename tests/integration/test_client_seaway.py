@@ -21,11 +21,6 @@ class TestSeaway(ClientScenarios):
     def bootstrap(self, seaway_broker):
         return seaway_broker
 
-    @pytest.mark.xfail(reason="Seaway answers ListOffsets by timestamp per batch (base offset, batch "
-                       "max timestamp), not per record as Kafka does")
-    async def test_admin_offsets_for_timestamps(self, bootstrap):
-        await super().test_admin_offsets_for_timestamps(bootstrap)
-
 
 @pytest.fixture
 def own_node(tmp_path):

@@ -59,6 +59,8 @@ class SeawayNode:
     def start(self, timeout: float = 30.0) -> "SeawayNode":
         if self.proc is not None and self.proc.poll() is None:
             raise NodeError("node already running")
+        if self.proc is not None and self.proc.stdout:
+            self.proc.stdout.close()
         log = open(self.log_path, "ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(

@@ -1,15 +1,18 @@
 """ListOffsets (key 2), v1-10.
 
 Timestamp -2 asks for the log start offset, -1 for the end (the high watermark, which is
-also the last stable offset while we have no transactions), -3 (v7+) for the batch with the
-largest timestamp. A real timestamp finds the first batch whose max timestamp is at or after
-it; since batches are never decoded, the answer is that batch's base offset, which is what a
-consumer that seeks there would read first. No match answers offset -1.
+also the last stable offset while we have no transactions), -3 (v7+) for the record with the
+largest timestamp. A real timestamp finds the first record whose timestamp is at or after it,
+with that record's own timestamp; no match answers offset -1.
+
+The log's indexes find the candidate batch; that one batch is then decoded to pick the exact
+record, as Kafka does. This is an admin lookup, never on the produce or fetch path.
 """
 from __future__ import annotations
 
 from core.protocol import messages as m
-from core.protocol.errors import ErrorCode
+from core.protocol.errors import DecodeError, ErrorCode
+from core.protocol.records import ATTR_LOG_APPEND_TIME, Record, decode_batch, iter_batch_headers
 from core.security.authorizer import Operation, ResourceType
 
 R = m.ListOffsetsResponse
@@ -18,21 +21,45 @@ PR = R.ListOffsetsPartitionResponse
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
 
 
+def _first_record_at(p, batch_offset: int, wanted) -> tuple[int, int] | None:
+    """Decode the batch holding `batch_offset`; the first record (at or after the log start)
+    for which wanted(timestamp) holds, as (offset, timestamp)."""
+    data = p.log.read(batch_offset, 1, min_one_batch=True).data
+    for info in iter_batch_headers(data):
+        if info.last_offset < batch_offset:
+            continue
+        if info.attributes & ATTR_LOG_APPEND_TIME:
+            return (max(info.base_offset, p.log_start_offset), info.max_timestamp) if wanted(info.max_timestamp) else None
+        try:
+            records = decode_batch(data, info)
+        except DecodeError:
+            return None
+        for r in records:
+            if isinstance(r, Record) and r.offset >= p.log_start_offset and wanted(r.timestamp):
+                return r.offset, r.timestamp
+        return None
+    return None
+
+
 def _lookup(p, timestamp: int) -> tuple[int, int]:
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return p.log_start_offset, -1
     if timestamp in (LATEST, LATEST_TIERED):
         return p.high_watermark, -1
     if timestamp == MAX_TIMESTAMP:
-        ts, off = p.log.max_timestamp_and_offset()
-        return off, ts
+        max_ts, batch_offset = p.log.max_timestamp_and_offset()
+        if batch_offset < 0:
+            return -1, -1
+        found = _first_record_at(p, batch_offset, lambda ts: ts == max_ts)
+        return found if found else (batch_offset, max_ts)
     if timestamp < 0:
         raise ValueError
-    found = p.log.offset_for_timestamp(timestamp)
-    if found is None:
+    candidate = p.log.offset_for_timestamp(timestamp)
+    if candidate is None:
         return -1, -1
-    offset, ts = found
-    return offset, ts
+    batch_offset, batch_max_ts = candidate
+    found = _first_record_at(p, batch_offset, lambda ts: ts >= timestamp)
+    return found if found else (batch_offset, batch_max_ts)
 
 
 async def handle(ctx, req):
