@@ -176,14 +176,17 @@ class Broker:
         log.info("created topic %s with %d partitions", name, num_partitions)
         return topic
 
-    def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str) -> None:
+        """Forget the topic first (a crash cannot bring it back), then remove its files in a
+        worker thread: gigabytes of segments must not stall the event loop."""
         topic = self.topics.pop(name)
         self.topics_by_id.pop(topic.topic_id, None)
         self.catalog.topics.pop(name, None)
         self.catalog.save()
         for p in topic.partitions:
             p.wake_waiters()
-            p.log.delete()
+        for p in topic.partitions:
+            await anyio.to_thread.run_sync(p.log.delete)
         log.info("deleted topic %s", name)
 
     def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:

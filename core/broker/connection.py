@@ -20,6 +20,7 @@ from anyio.abc import ByteStream
 from core.protocol import messages as m
 from core.protocol.codegen import Writer
 from core.protocol.errors import DecodeError, EncodeError, ErrorCode
+from core.protocol.framing import FrameReader, FrameTooLarge
 
 from .context import RequestContext
 from .handlers import HANDLERS
@@ -43,10 +44,8 @@ def encode_response(api_key: int, version: int, correlation_id: int, header_vers
     m.RESPONSE_HEADER.encode_into(header_version, m.ResponseHeader(correlation_id=correlation_id), w)
     m.API[api_key].response.encode_into(version, response, w)
     parts = w.finish()
-    total = sum(len(p) for p in parts) - 4
-    first = bytearray(parts[0])
-    _SIZE.pack_into(first, 0, total)
-    parts[0] = bytes(first)
+    total = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts) - 4
+    _SIZE.pack_into(parts[0], 0, total)  # parts[0] is the writer's own bytearray
     return parts
 
 
@@ -60,46 +59,35 @@ class Connection:
         self.max_request = broker.config["socket.request.max.bytes"]
 
     async def run(self) -> None:
-        buf = bytearray()
-        pos = 0
+        reader = FrameReader(self.max_request)
         try:
             while True:
                 try:
                     data = await self.stream.receive(RECEIVE_SIZE)
                 except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
-                    if len(buf) > pos:
-                        log.info("%s: connection closed inside a frame (%d bytes pending)",
-                                 self.peer, len(buf) - pos)
+                    if reader.pending:
+                        log.info("%s: connection closed inside a frame (%d bytes pending)", self.peer, reader.pending)
                     return
-                buf += data
-                while len(buf) - pos >= 4:
-                    (size,) = _SIZE.unpack_from(buf, pos)
-                    if size < 0 or size > self.max_request:
-                        log.warning("%s: request size %d is outside 0..socket.request.max.bytes (%d); "
-                                    "closing connection", self.peer, size, self.max_request)
-                        return
-                    if len(buf) - pos - 4 < size:
-                        break
-                    frame = bytes(buf[pos + 4:pos + 4 + size])
-                    pos += 4 + size
+                try:
+                    frames = reader.feed(data)
+                except FrameTooLarge as exc:
+                    log.warning("%s: request size %d is outside 0..socket.request.max.bytes (%d); "
+                                "closing connection", self.peer, exc.size, exc.limit)
+                    return
+                for frame in frames:
                     try:
                         parts = await self.dispatch(frame)
                     except CloseConnection:
                         return
-                    if parts:
-                        await self.stream.send(b"".join(parts) if len(parts) > 1 else parts[0])
-                if pos == len(buf):
-                    buf.clear()
-                    pos = 0
-                elif pos > RECEIVE_SIZE:
-                    del buf[:pos]
-                    pos = 0
+                    # Parts go out separately: joining would copy fetched log data once more.
+                    for part in parts or ():
+                        await self.stream.send(part)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
             pass
         finally:
             await self.stream.aclose()
 
-    async def dispatch(self, frame: bytes) -> list | None:
+    async def dispatch(self, frame: bytearray) -> list | None:
         if len(frame) < 8:
             log.warning("%s: %d-byte frame is too short for a request header; closing connection",
                         self.peer, len(frame))

@@ -53,15 +53,17 @@ class Writer:
         self.parts: list = []
 
     def add_large(self, data) -> None:
+        # Hand over the bytearray itself rather than a copy; encoders always reach the
+        # buffer through `w.buf`, so replacing it here is safe.
         if self.buf:
-            self.parts.append(bytes(self.buf))
-            self.buf.clear()
+            self.parts.append(self.buf)
+            self.buf = bytearray()
         self.parts.append(data)
 
     def finish(self) -> list:
         if self.buf:
-            self.parts.append(bytes(self.buf))
-            self.buf.clear()
+            self.parts.append(self.buf)
+            self.buf = bytearray()
         return self.parts
 
     def getvalue(self) -> bytes:

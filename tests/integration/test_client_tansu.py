@@ -47,10 +47,9 @@ class TestTansu(ClientScenarios):
     async def test_admin_create_partitions(self, bootstrap):
         await super().test_admin_create_partitions(bootstrap)
 
-    async def test_admin_delete_records(self, bootstrap):
-        pytest.skip("tansu's memory storage panics on DeleteRecords ('not yet implemented', "
-                    "dynostore.rs:641) and drops the connection")
-
-    async def test_admin_offsets_for_timestamps(self, bootstrap):
-        pytest.skip("tansu drops the connection on ListOffsets(MAX_TIMESTAMP) "
-                    "(Storage(SansIo(TryFromInt))) and answers timestamp lookups per batch")
+    # Not run against tansu at all (None hides the inherited test from collection): its memory
+    # storage panics on DeleteRecords ('not yet implemented', dynostore.rs:641), and it drops
+    # the connection on ListOffsets(MAX_TIMESTAMP) (Storage(SansIo(TryFromInt))); either would
+    # disturb the broker the other tests share. Seaway runs both scenarios.
+    test_admin_delete_records = None
+    test_admin_offsets_for_timestamps = None

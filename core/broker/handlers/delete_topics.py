@@ -32,7 +32,7 @@ async def handle(ctx, req):
             res.error_code = ErrorCode.TOPIC_DELETION_DISABLED
         else:
             res.name, res.topic_id = topic.name, topic.topic_id
-            b.delete_topic(topic.name)
+            await b.delete_topic(topic.name)
         results.append(res)
     return R(throttle_time_ms=0, responses=results)
 

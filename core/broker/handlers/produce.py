@@ -51,7 +51,8 @@ async def _produce_partition(ctx, topic, index: int, records) -> PR:
     if any(b.is_transactional for b in batches):
         return _error(index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported")
     _check_timestamps(ctx, topic, batches)
-    data = bytearray(records)  # the log patches offsets in place
+    # `records` is a writable view into the request frame: the log patches offsets in place.
+    data = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
     codec = target_codec(topic.configs.get("compression.type"))
     if codec is not None:
         try:
