@@ -64,6 +64,9 @@ class Topic:
     def internal(self) -> bool:
         return self.name.startswith("__")
 
+    def partition(self, index: int) -> Partition | None:
+        return self.partitions[index] if 0 <= index < len(self.partitions) else None
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -132,9 +135,7 @@ class Broker:
 
     def partition(self, topic: str, index: int) -> Partition | None:
         t = self.topics.get(topic)
-        if t is None or not 0 <= index < len(t.partitions):
-            return None
-        return t.partitions[index]
+        return t.partition(index) if t is not None else None
 
     def check_new_topic(self, name: str, num_partitions: int, replication_factor: int,
                         configs: dict[str, str | None]) -> tuple[int, int, dict[str, Any]]:

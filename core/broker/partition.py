@@ -9,6 +9,7 @@ import anyio
 
 from core.config.defs import LONG_MAX
 from core.log import Log, LogConfig
+from core.protocol.errors import ErrorCode
 from core.protocol.records import BatchInfo
 
 
@@ -23,6 +24,15 @@ class Partition:
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:
+        """KIP-320: a client that names an older epoch is fenced; a newer one means this
+        replica has not heard of the new leader yet. -1 skips the check."""
+        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
+            return ErrorCode.NONE
+        if current_leader_epoch < self.leader_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        return ErrorCode.UNKNOWN_LEADER_EPOCH
 
     @property
     def high_watermark(self) -> int:

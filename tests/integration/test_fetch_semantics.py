@@ -118,3 +118,14 @@ def test_fetch_by_topic_id(node):
     resp = call(node, 1, 16, req)
     assert resp.responses[0].topic_id == topic_id
     assert [h.records_count for h in iter_batch_headers(bytes(resp.responses[0].partitions[0].records))] == [2]
+
+
+@pytest.mark.parametrize("epoch, code", [(-1, 0), (0, 0), (3, 75)])  # 75 UNKNOWN_LEADER_EPOCH
+def test_current_leader_epoch_is_checked(node, epoch, code):
+    create_topic(node, "epochs")
+    req = F(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=10**6, topics=[F.FetchTopic(topic="epochs", partitions=[
+        F.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=10**6, current_leader_epoch=epoch)])])
+    assert call(node, 1, 12, req).responses[0].partitions[0].error_code == code
+    lo = m.ListOffsetsRequest(replica_id=-1, topics=[m.ListOffsetsRequest.ListOffsetsTopic(name="epochs", partitions=[
+        m.ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1, current_leader_epoch=epoch)])])
+    assert call(node, 2, 7, lo).topics[0].partitions[0].error_code == code

@@ -17,11 +17,10 @@ async def handle(ctx, req):
     b = ctx.broker
     topics = []
     for t in req.topics:
-        topic = b.topics.get(t.name)
         parts = []
         for tp in t.partitions:
             res = R.DeleteRecordsPartitionResult(partition_index=tp.partition_index, low_watermark=-1, error_code=0)
-            p = topic.partitions[tp.partition_index] if topic and 0 <= tp.partition_index < len(topic.partitions) else None
+            p = b.partition(t.name, tp.partition_index)
             if not ctx.authorize(Operation.DELETE, ResourceType.TOPIC, t.name):
                 res.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif p is None:

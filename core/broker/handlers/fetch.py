@@ -57,15 +57,14 @@ def _read_all(ctx, req) -> tuple[object, int, bool]:
                 parts.append(_partition_error(fp.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 any_error = True
                 continue
-            p = topic.partitions[fp.partition] if 0 <= fp.partition < len(topic.partitions) else None
+            p = topic.partition(fp.partition)
             if p is None:
                 parts.append(_partition_error(fp.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 any_error = True
                 continue
             hw, start = p.high_watermark, p.log_start_offset
-            if fp.current_leader_epoch >= 0 and fp.current_leader_epoch != p.leader_epoch:
-                code = (ErrorCode.FENCED_LEADER_EPOCH if fp.current_leader_epoch < p.leader_epoch
-                        else ErrorCode.UNKNOWN_LEADER_EPOCH)
+            code = p.check_leader_epoch(fp.current_leader_epoch)
+            if code:
                 parts.append(_partition_error(fp.partition, code, hw, hw, start))
                 any_error = True
                 continue
@@ -98,8 +97,9 @@ def _partitions_of(ctx, req):
         if topic is None:
             continue
         for fp in ft.partitions:
-            if 0 <= fp.partition < len(topic.partitions):
-                yield topic.partitions[fp.partition]
+            p = topic.partition(fp.partition)
+            if p is not None:
+                yield p
 
 
 async def handle(ctx, req):

@@ -66,18 +66,16 @@ async def handle(ctx, req):
     b = ctx.broker
     topics = []
     for t in req.topics:
-        topic = b.topics.get(t.name)
         parts = []
         for tp in t.partitions:
             pr = PR(partition_index=tp.partition_index, error_code=0, timestamp=-1, offset=-1, leader_epoch=-1)
-            p = topic.partitions[tp.partition_index] if topic and 0 <= tp.partition_index < len(topic.partitions) else None
+            p = b.partition(t.name, tp.partition_index)
             if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, t.name):
                 pr.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif p is None:
                 pr.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif tp.current_leader_epoch >= 0 and tp.current_leader_epoch != p.leader_epoch:
-                pr.error_code = (ErrorCode.FENCED_LEADER_EPOCH if tp.current_leader_epoch < p.leader_epoch
-                                 else ErrorCode.UNKNOWN_LEADER_EPOCH)
+            elif epoch_error := p.check_leader_epoch(tp.current_leader_epoch):
+                pr.error_code = epoch_error
             else:
                 try:
                     pr.offset, pr.timestamp = _lookup(p, tp.timestamp)

@@ -34,7 +34,7 @@ def _error(index: int, code: ErrorCode, message: str | None = None) -> PR:
 
 
 async def _produce_partition(ctx, topic, index: int, records) -> PR:
-    partition = topic.partitions[index] if 0 <= index < len(topic.partitions) else None
+    partition = topic.partition(index)
     if partition is None:
         return _error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     if records is None or len(records) == 0:
