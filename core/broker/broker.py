@@ -82,6 +82,8 @@ class Broker:
         self.topics_by_id: dict[bytes, Topic] = {}
         self.catalog: Catalog | None = None
         self.started_at = 0
+        self.connections: set = set()   # open client connections (connection.Connection)
+        self.draining = False           # set at shutdown: finish current requests, take no more
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -57,13 +57,24 @@ class Connection:
         self.stream = stream
         self.peer = peer
         self.max_request = broker.config["socket.request.max.bytes"]
+        self._idle_scope: anyio.CancelScope | None = None
+
+    def close_when_idle(self) -> None:
+        """Shutdown: close now if waiting for a request, else after the current one."""
+        if self._idle_scope is not None:
+            self._idle_scope.cancel()
 
     async def run(self) -> None:
         reader = FrameReader(self.max_request)
+        self.broker.connections.add(self)
         try:
-            while True:
+            while not self.broker.draining:
                 try:
-                    data = await self.stream.receive(RECEIVE_SIZE)
+                    with anyio.CancelScope() as self._idle_scope:
+                        data = await self.stream.receive(RECEIVE_SIZE)
+                    self._idle_scope = None
+                    if self.broker.draining:
+                        return
                 except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
                     if reader.pending:
                         log.info("%s: connection closed inside a frame (%d bytes pending)", self.peer, reader.pending)
@@ -82,10 +93,14 @@ class Connection:
                     # Parts go out separately: joining would copy fetched log data once more.
                     for part in parts or ():
                         await self.stream.send(part)
+                    if self.broker.draining:
+                        return
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
             pass
         finally:
-            await self.stream.aclose()
+            self.broker.connections.discard(self)
+            with anyio.CancelScope(shield=True):
+                await self.stream.aclose()
 
     async def dispatch(self, frame: bytearray) -> list | None:
         if len(frame) < 8:

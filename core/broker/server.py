@@ -2,8 +2,9 @@
 
 `run_node` opens storage (recovering logs in a worker thread), binds every listener, reports
 readiness through `task_status.started()` with the bound addresses, and serves until
-cancelled. Shutdown closes the listeners, gives in-flight requests up to
-`shutdown.timeout.ms`, then flushes and closes every log so the next start is clean.
+`NodeHandle.shutdown()` or cancellation. Shutdown stops accepting, closes idle connections,
+lets requests in progress finish for up to `shutdown.timeout.ms`, then cancels what is left
+and flushes and closes every log, so the next start has nothing to recover.
 """
 from __future__ import annotations
 
@@ -29,13 +30,35 @@ class NodeHandle:
     broker: Broker
     bound: dict[str, tuple[str, int]] = field(default_factory=dict)  # listener -> (host, port)
     cancel_scope: anyio.CancelScope | None = None
+    listener_scopes: list[anyio.CancelScope] = field(default_factory=list)
+    stopped: anyio.Event = field(default_factory=anyio.Event)  # set once logs are closed
+
+    async def shutdown(self) -> None:
+        broker = self.broker
+        broker.draining = True
+        for scope in self.listener_scopes:
+            scope.cancel()
+        for conn in list(broker.connections):
+            conn.close_when_idle()
+        for p in broker.all_partitions():
+            p.wake_waiters()  # long polls answer now
+        with anyio.move_on_after(broker.config["shutdown.timeout.ms"] / 1000):
+            while broker.connections:
+                await anyio.sleep(0.01)
+        if broker.connections:
+            log.warning("%d connections still busy after shutdown.timeout.ms; cancelling them",
+                        len(broker.connections))
+        self.stop()
 
     def stop(self) -> None:
         if self.cancel_scope is not None:
             self.cancel_scope.cancel()
 
 
-async def _serve_listener(listener_cfg: Listener, tcp_listener, broker: Broker, authorizer) -> None:
+async def _serve_listener(listener_cfg: Listener, tcp_listener, broker: Broker, authorizer,
+                          accepting: anyio.CancelScope) -> None:
+    """Accept until `accepting` is cancelled; the connections live in their own task group
+    outside that scope, so that they can drain after the listener has closed."""
     async def on_connection(stream):
         try:
             peer = stream.extra(SocketAttribute.remote_address)
@@ -46,8 +69,10 @@ async def _serve_listener(listener_cfg: Listener, tcp_listener, broker: Broker, 
             peer_text = "?"
         await Connection(broker, authorizer, listener_cfg, stream, peer_text).run()
 
-    async with tcp_listener:
-        await tcp_listener.serve(on_connection)
+    async with anyio.create_task_group() as connections:
+        async with tcp_listener:
+            with accepting:
+                await tcp_listener.serve(on_connection, task_group=connections)
 
 
 def _fix_advertised(config: BrokerConfig, bound: dict[str, tuple[str, int]]) -> None:
@@ -73,7 +98,9 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
                                                       reuse_port=False)
                 addr = tcp.extra(SocketAttribute.local_address)
                 handle.bound[lc.name] = (addr[0], addr[1])
-                tg.start_soon(_serve_listener, lc, tcp, broker, authorizer)
+                scope = anyio.CancelScope()
+                handle.listener_scopes.append(scope)
+                tg.start_soon(_serve_listener, lc, tcp, broker, authorizer, scope)
             _fix_advertised(config, handle.bound)
             tg.start_soon(broker.run_flush_scheduler)
             tg.start_soon(broker.run_retention)
@@ -84,3 +111,4 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(broker.close)
             log.info("node %d stopped; logs flushed and closed", broker.node_id)
+            handle.stopped.set()

@@ -53,8 +53,20 @@ async def _serve(config) -> None:
         for name, (host, port) in handle.bound.items():
             # One line per listener on stdout: scripts and tests wait for it.
             print(f"seaway node {config.node_id} listening on {name}://{host}:{port}", flush=True)
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        tg.start_soon(_on_signals, handle)
+        await handle.stopped.wait()
+        tg.cancel_scope.cancel()
+
+
+async def _on_signals(handle) -> None:
+    """The first SIGTERM/SIGINT drains gracefully; a second one stops at once."""
+    log = logging.getLogger("seaway")
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with anyio.create_task_group() as tg:
             async for signum in signals:
-                logging.getLogger("seaway").info("received %s; shutting down", signal.Signals(signum).name)
-                tg.cancel_scope.cancel()
-                break
+                if not handle.broker.draining:
+                    log.info("received %s; shutting down", signal.Signals(signum).name)
+                    tg.start_soon(handle.shutdown)
+                else:
+                    log.info("received %s again; stopping now", signal.Signals(signum).name)
+                    handle.stop()

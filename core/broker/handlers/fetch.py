@@ -109,7 +109,7 @@ async def handle(ctx, req):
     while True:
         response, size, any_error = _read_all(ctx, req)
         remaining = deadline - time.monotonic()
-        if size >= req.min_bytes or any_error or remaining <= 0 or not req.topics:
+        if size >= req.min_bytes or any_error or remaining <= 0 or not req.topics or ctx.broker.draining:
             return response
         event = anyio.Event()
         partitions = list(_partitions_of(ctx, req))
