@@ -22,6 +22,7 @@ from core.log import Log, LogConfig
 from core.protocol.errors import ErrorCode
 
 from .catalog import Catalog, TopicRecord, ensure_meta
+from .metrics import BrokerMetrics
 from .partition import Partition
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,8 @@ class Broker:
         self.started_at = 0
         self.connections: set = set()   # open client connections (connection.Connection)
         self.draining = False           # set at shutdown: finish current requests, take no more
+        self.metrics = BrokerMetrics()
+        self.metrics.watch_broker(self)
 
     # ------------------------------------------------------------------ lifecycle
 

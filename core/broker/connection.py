@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
 
 import anyio
 from anyio.abc import ByteStream
@@ -67,6 +68,7 @@ class Connection:
     async def run(self) -> None:
         reader = FrameReader(self.max_request)
         self.broker.connections.add(self)
+        self.broker.metrics.connections.inc()
         try:
             while not self.broker.draining:
                 try:
@@ -82,6 +84,7 @@ class Connection:
                 try:
                     frames = reader.feed(data)
                 except FrameTooLarge as exc:
+                    self.broker.metrics.bad_requests.labels("size").inc()
                     log.warning("%s: request size %d is outside 0..socket.request.max.bytes (%d); "
                                 "closing connection", self.peer, exc.size, exc.limit)
                     return
@@ -99,17 +102,21 @@ class Connection:
             pass
         finally:
             self.broker.connections.discard(self)
+            self.broker.metrics.connections.dec()
             with anyio.CancelScope(shield=True):
                 await self.stream.aclose()
 
     async def dispatch(self, frame: bytearray) -> list | None:
+        bad = self.broker.metrics.bad_requests
         if len(frame) < 8:
+            bad.labels("short").inc()
             log.warning("%s: %d-byte frame is too short for a request header; closing connection",
                         self.peer, len(frame))
             raise CloseConnection
         api_key, version = _KEY_VERSION.unpack_from(frame)
         api = m.API.get(api_key)
         if api is None or api_key not in HANDLERS:
+            bad.labels("unknown_api").inc()
             log.warning("%s: unknown API key %d; closing connection", self.peer, api_key)
             raise CloseConnection
         (correlation_id,) = _SIZE.unpack_from(frame, 4)
@@ -118,6 +125,7 @@ class Connection:
                 # KIP-511: answer in v0 with our ranges so the client can retry with one of them.
                 resp = api_versions_response(ErrorCode.UNSUPPORTED_VERSION)
                 return encode_response(18, 0, correlation_id, 0, resp)
+            bad.labels("unsupported_version").inc()
             log.warning("%s: %s version %d is not supported (%d-%d); closing connection",
                         self.peer, api.name, version, api.min_version, api.max_version)
             raise CloseConnection
@@ -125,10 +133,14 @@ class Connection:
             header, body_at = m.REQUEST_HEADER.decode(api.request_header_version(version), frame, whole=False)
             request = api.request.decode(version, frame, body_at)
         except DecodeError as exc:
+            bad.labels("malformed").inc()
             log.warning("%s: malformed %s v%d request: %s; closing connection", self.peer, api.name, version, exc)
             raise CloseConnection from None
         ctx = RequestContext(self.broker, self.authorizer, self.listener, self.peer, api_key, version,
                              correlation_id, header.client_id)
+        requests, latency = self.broker.metrics.for_api(api.name)
+        requests.inc()
+        started = time.perf_counter()
         try:
             response = await HANDLERS[api_key](ctx, request)
         except CloseConnection:
@@ -136,6 +148,7 @@ class Connection:
         except Exception:
             log.exception("%s: %s v%d failed", self.peer, api.name, version)
             raise CloseConnection from None
+        latency.observe(time.perf_counter() - started)
         if response is None:
             if ctx.close_after_response:
                 raise CloseConnection

@@ -32,6 +32,7 @@ class NodeHandle:
     cancel_scope: anyio.CancelScope | None = None
     listener_scopes: list[anyio.CancelScope] = field(default_factory=list)
     stopped: anyio.Event = field(default_factory=anyio.Event)  # set once logs are closed
+    metrics_port: int | None = None
 
     async def shutdown(self) -> None:
         broker = self.broker
@@ -90,6 +91,9 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
     await anyio.to_thread.run_sync(broker.open)
     authorizer = AllowAll()
     handle = NodeHandle(broker)
+    if config["metrics.port"] is not None:
+        handle.metrics_port = broker.metrics.serve(config["metrics.port"], config.listeners[0].host or "0.0.0.0")
+        log.info("metrics on http://%s:%d/metrics", config.listeners[0].host or "0.0.0.0", handle.metrics_port)
     try:
         async with anyio.create_task_group() as tg:
             handle.cancel_scope = tg.cancel_scope

@@ -53,6 +53,8 @@ async def _serve(config) -> None:
         for name, (host, port) in handle.bound.items():
             # One line per listener on stdout: scripts and tests wait for it.
             print(f"seaway node {config.node_id} listening on {name}://{host}:{port}", flush=True)
+        if handle.metrics_port is not None:
+            print(f"seaway node {config.node_id} metrics on port {handle.metrics_port}", flush=True)
         tg.start_soon(_on_signals, handle)
         await handle.stopped.wait()
         tg.cancel_scope.cancel()

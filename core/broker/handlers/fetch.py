@@ -89,6 +89,16 @@ def _read_all(ctx, req) -> tuple[object, int, bool]:
     return R(throttle_time_ms=0, error_code=0, session_id=0, responses=responses), used, any_error
 
 
+def _count(metrics, response) -> None:
+    for t in response.responses:
+        served = sum(len(p.records) for p in t.partitions if p.records)
+        if served:
+            metrics.bytes_out.labels(t.topic).inc(served)
+        for p in t.partitions:
+            if p.error_code:
+                metrics.partition_errors.labels("Fetch", ErrorCode(p.error_code).name).inc()
+
+
 def _partitions_of(ctx, req):
     b = ctx.broker
     by_id = ctx.api_version >= 13
@@ -110,6 +120,7 @@ async def handle(ctx, req):
         response, size, any_error = _read_all(ctx, req)
         remaining = deadline - time.monotonic()
         if size >= req.min_bytes or any_error or remaining <= 0 or not req.topics or ctx.broker.draining:
+            _count(ctx.broker.metrics, response)
             return response
         event = anyio.Event()
         partitions = list(_partitions_of(ctx, req))

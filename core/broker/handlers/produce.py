@@ -60,6 +60,9 @@ async def _produce_partition(ctx, topic, index: int, records) -> PR:
         except DecodeError as exc:
             return _error(index, ErrorCode.CORRUPT_MESSAGE, f"cannot recompress: {exc}")
     result = await partition.append(data, batches)
+    metrics = ctx.broker.metrics
+    metrics.bytes_in.labels(topic.name).inc(len(data))
+    metrics.records_in.labels(topic.name).inc(result.records)
     return PR(index=index, error_code=0, base_offset=result.base_offset,
               log_append_time_ms=result.log_append_time, log_start_offset=partition.log_start_offset)
 
@@ -102,7 +105,9 @@ async def handle(ctx, req):
                 except OSError as exc:
                     log.error("%s-%d: append failed: %s", td.name, pd.index, exc)
                     pr = _error(pd.index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
-            failed |= pr.error_code != 0
+            if pr.error_code:
+                failed = True
+                b.metrics.partition_errors.labels("Produce", ErrorCode(pr.error_code).name).inc()
             parts.append(pr)
         responses.append(R.TopicProduceResponse(name=td.name, partition_responses=parts))
     if req.acks == 0:

@@ -1,0 +1,74 @@
+"""Prometheus metrics of a node, served over HTTP on `metrics.port`.
+
+Counters are bumped once per request or per partition of a request, never per record: the
+record count comes from batch headers. Partition gauges (offsets, sizes) are read only when
+Prometheus scrapes, by a collector, so the hot path pays nothing for them.
+"""
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+
+log = logging.getLogger(__name__)
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class BrokerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("seaway_requests", "Requests handled, by API", ["api"], registry=r)
+        self.request_seconds = Histogram("seaway_request_duration_seconds", "Time from a request's arrival "
+                                         "to its response being queued, by API", ["api"],
+                                         buckets=_LATENCY_BUCKETS, registry=r)
+        self.partition_errors = Counter("seaway_partition_errors", "Partition-level error codes answered, "
+                                        "by API and error", ["api", "error"], registry=r)
+        self.bad_requests = Counter("seaway_bad_requests", "Connections closed for bad input, by reason",
+                                    ["reason"], registry=r)
+        self.bytes_in = Counter("seaway_bytes_in", "Record batch bytes appended, by topic", ["topic"], registry=r)
+        self.records_in = Counter("seaway_records_in", "Records appended, by topic", ["topic"], registry=r)
+        self.bytes_out = Counter("seaway_bytes_out", "Record batch bytes served by Fetch, by topic", ["topic"],
+                                 registry=r)
+        self.connections = Gauge("seaway_connections", "Open client connections", registry=r)
+        self._request_children: dict[str, tuple] = {}
+
+    def for_api(self, api: str):
+        """(requests counter, latency histogram) children, cached: labels() is not free."""
+        children = self._request_children.get(api)
+        if children is None:
+            children = self._request_children[api] = (self.requests.labels(api), self.request_seconds.labels(api))
+        return children
+
+    def watch_broker(self, broker) -> None:
+        self.registry.register(_PartitionCollector(broker))
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> int:
+        """Start the /metrics HTTP endpoint in a daemon thread; returns the bound port."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return server.server_address[1]
+
+
+class _PartitionCollector:
+    def __init__(self, broker):
+        self.broker = broker
+
+    def collect(self):
+        leo = GaugeMetricFamily("seaway_partition_log_end_offset", "Next offset to be written",
+                                labels=["topic", "partition"])
+        start = GaugeMetricFamily("seaway_partition_log_start_offset", "First offset still stored",
+                                  labels=["topic", "partition"])
+        hw = GaugeMetricFamily("seaway_partition_high_watermark", "Offset up to which records are committed",
+                               labels=["topic", "partition"])
+        size = GaugeMetricFamily("seaway_partition_size_bytes", "Bytes of segment files",
+                                 labels=["topic", "partition"])
+        for topic in list(self.broker.topics.values()):
+            for p in list(topic.partitions):
+                labels = [topic.name, str(p.index)]
+                leo.add_metric(labels, p.log.log_end_offset)
+                start.add_metric(labels, p.log_start_offset)
+                hw.add_metric(labels, p.high_watermark)
+                size.add_metric(labels, p.log.size_bytes)
+        yield from (leo, start, hw, size)
