@@ -4,8 +4,8 @@ The codec id lives in the low three bits of a batch's attributes. Snappy is writ
 the xerial framing the Java client uses (every client can read it) and read in both framed
 and raw form, because librdkafka writes raw snappy.
 
-Decompression is bounded: `max_size` caps the output so that a small hostile batch cannot
-expand into an unbounded allocation.
+Decompression is bounded: `max_size` caps the output, and no codec is allowed to allocate
+more than that, so that a small hostile batch cannot expand into a huge allocation.
 """
 from __future__ import annotations
 
@@ -58,24 +58,35 @@ def compress(codec: Compression, data: bytes) -> bytes:
             out += block
         return bytes(out)
     if codec == Compression.LZ4:
-        return bytes(cramjam.lz4.compress(data))
+        # Independent blocks: Kafka's Java client rejects linked-block frames ("Dependent block
+        # stream is unsupported"), and linked is what cramjam.lz4.compress writes.
+        lz4 = cramjam.lz4.Compressor(block_linked=False)
+        lz4.compress(bytes(data))  # the streaming API takes bytes only; no copy when it is bytes
+        return bytes(lz4.finish())
     if codec == Compression.ZSTD:
         return bytes(cramjam.zstd.compress(data))
     raise ValueError(f"unsupported compression codec {codec}")
 
 
-def decompress(codec: int, data: bytes, max_size: int = 1 << 30) -> bytes:
+def decompress(codec: int, data, max_size: int = 1 << 30) -> bytes | bytearray:
+    """Decompress into a buffer never larger than max_size + 1 bytes.
+
+    Codecs write into a preallocated buffer: sized from the size the format declares when it
+    declares one (snappy always, zstd and lz4 frames often, gzip's trailer), else from a guess
+    that grows fourfold. A batch that claims or needs more than `max_size` fails with
+    DecodeError before more than that is allocated.
+    """
     try:
         if codec == Compression.NONE:
             out = bytes(data)
         elif codec == Compression.GZIP:
-            out = bytes(cramjam.gzip.decompress(data))
+            out = _bounded(cramjam.gzip.decompress_into, data, max_size, _gzip_size_hint(data))
         elif codec == Compression.SNAPPY:
             out = _snappy_decompress(data, max_size)
         elif codec == Compression.LZ4:
-            out = bytes(cramjam.lz4.decompress(data))
+            out = _bounded(cramjam.lz4.decompress_into, data, max_size, _lz4_size_hint(data))
         elif codec == Compression.ZSTD:
-            out = bytes(cramjam.zstd.decompress(data))
+            out = _bounded(cramjam.zstd.decompress_into, data, max_size, _zstd_size_hint(data))
         else:
             raise DecodeError(f"unknown compression codec {codec}")
     except DecodeError:
@@ -87,10 +98,65 @@ def decompress(codec: int, data: bytes, max_size: int = 1 << 30) -> bytes:
     return out
 
 
-def _snappy_decompress(data: bytes, max_size: int) -> bytes:
+_OUTPUT_TOO_SMALL = ("failed to write whole buffer", "smaller than required")
+_MIN_GUESS = 64 * 1024
+
+
+def _bounded(decompress_into, data, max_size: int, hint: int | None) -> bytearray:
+    if hint is not None and hint > max_size:
+        raise DecodeError(f"declared decompressed size {hint} exceeds the limit of {max_size}")
+    size = min(hint + 1 if hint is not None else max(4 * len(data), _MIN_GUESS), max_size + 1)
+    while True:
+        out = bytearray(size)
+        try:
+            n = decompress_into(data, out)
+        except cramjam.DecompressionError as exc:
+            if not any(s in str(exc) for s in _OUTPUT_TOO_SMALL):
+                raise DecodeError(f"corrupt compressed data: {exc}") from None
+            if size > max_size:
+                raise DecodeError(f"decompressed size exceeds the limit of {max_size}") from None
+            size = min(size * 4, max_size + 1)
+            continue
+        if n > max_size:
+            raise DecodeError(f"decompressed size exceeds the limit of {max_size}")
+        del out[n:]
+        return out
+
+
+def _gzip_size_hint(data) -> int | None:
+    # ISIZE, the last member's size mod 2**32: right for the single-member gzip Kafka writes.
+    if len(data) < 18:
+        return None
+    return int.from_bytes(bytes(data[-4:]), "little")
+
+
+def _lz4_size_hint(data) -> int | None:
+    view = memoryview(data)
+    if len(view) < 15 or bytes(view[:4]) != b"\x04\x22\x4d\x18" or not view[4] & 0x08:
+        return None
+    return int.from_bytes(view[6:14], "little")
+
+
+def _zstd_size_hint(data) -> int | None:
+    """Frame_Content_Size from the first frame header, when present (RFC 8878 3.1.1.1)."""
+    view = memoryview(data)
+    if len(view) < 6 or bytes(view[:4]) != b"\x28\xb5\x2f\xfd":
+        return None
+    fhd = view[4]
+    fcs_flag, single_segment, dict_flag = fhd >> 6, (fhd >> 5) & 1, fhd & 3
+    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
+    width = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
+    if width == 0 or pos + width > len(view):
+        return None
+    value = int.from_bytes(view[pos:pos + width], "little")
+    return value + 256 if width == 2 else value
+
+
+def _snappy_decompress(data, max_size: int) -> bytearray:
     view = memoryview(data)
     if bytes(view[:8]) != _XERIAL_MAGIC:
-        return bytes(cramjam.snappy.decompress_raw(data))
+        return _bounded(cramjam.snappy.decompress_raw_into, data, max_size,
+                        cramjam.snappy.decompress_raw_len(data))
     pos = 16
     out = bytearray()
     while pos < len(view):
@@ -100,8 +166,8 @@ def _snappy_decompress(data: bytes, max_size: int) -> bytes:
         pos += 4
         if size < 0 or pos + size > len(view):
             raise DecodeError("xerial snappy block runs past the end")
-        out += cramjam.snappy.decompress_raw(view[pos:pos + size])
+        block = view[pos:pos + size]
+        out += _bounded(cramjam.snappy.decompress_raw_into, block, max_size - len(out),
+                        cramjam.snappy.decompress_raw_len(block))
         pos += size
-        if len(out) > max_size:
-            raise DecodeError("decompressed size exceeds limit")
-    return bytes(out)
+    return out
