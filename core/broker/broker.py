@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import time
 import uuid
 from dataclasses import dataclass
@@ -29,7 +30,9 @@ log = logging.getLogger(__name__)
 
 MAX_TOPIC_NAME = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+_PARTITION_DIR = re.compile(r"^[a-zA-Z0-9._-]+-\d+$")
 MAX_PARTITIONS = 100_000
+DELETE_SUFFIX = "-delete"  # Kafka's: <topic>-<partition>.<id>-delete, removed after the rename
 
 
 class BrokerError(Exception):
@@ -87,24 +90,52 @@ class Broker:
         self.draining = False           # set at shutdown: finish current requests, take no more
         self.metrics = BrokerMetrics()
         self.metrics.watch_broker(self)
+        # Topic creation, deletion and alteration take turns: each checks, then does I/O in
+        # a worker thread, and must not interleave with another on the same catalog.
+        self.admin_lock = anyio.Lock()
 
     # ------------------------------------------------------------------ lifecycle
 
     def open(self) -> None:
-        """Check storage identity, then open (and recover) every partition log."""
+        """Check storage identity, clear leftovers, then open (and recover) every partition log.
+        Runs in a worker thread before the node serves anything."""
         dirs = self.config.log_dirs
         self.cluster_id = ensure_meta(dirs, self.node_id, self.config["cluster.id"])
         self.catalog = Catalog(dirs[0])
+        self._sweep_leftovers()
         t0 = time.monotonic()
-        for rec in self.catalog.topics.values():
-            self._open_topic(rec)
+        try:
+            for rec in self.catalog.topics.values():
+                self._register(self._open_topic_files(rec))
+        except BaseException:
+            self.close()
+            raise
         self.started_at = self.clock()
         log.info("opened %d topics in %.2fs", len(self.topics), time.monotonic() - t0)
 
+    def _sweep_leftovers(self) -> None:
+        """Remove what a crash can leave behind: directories renamed for deletion, and
+        partition directories of topics the catalog does not hold (a creation that never
+        reached the catalog, so it was never acknowledged)."""
+        known = {f"{t.name}-{i}" for t in self.catalog.topics.values() for i in range(t.partitions)}
+        for d in self.config.log_dirs:
+            for entry in os.scandir(d):
+                if not entry.is_dir():
+                    continue
+                if entry.name.endswith(DELETE_SUFFIX):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                elif _PARTITION_DIR.match(entry.name) and entry.name not in known:
+                    log.warning("removing %s: its topic is not in the catalog", entry.path)
+                    shutil.rmtree(entry.path, ignore_errors=True)
+
     def close(self) -> None:
-        for topic in self.topics.values():
+        """Flush and close every log; one failure does not keep the others from closing."""
+        for topic in list(self.topics.values()):
             for p in topic.partitions:
-                p.log.close()
+                try:
+                    p.log.close()
+                except Exception as exc:  # noqa: BLE001 — keep closing the rest
+                    log.error("%r: close failed: %s", p, exc)
 
     # ------------------------------------------------------------------ topics
 
@@ -129,14 +160,36 @@ class Broker:
                         topic, index, plog.recovered_truncated_bytes)
         return Partition(topic, index, plog)
 
-    def _open_topic(self, rec: TopicRecord) -> Topic:
+    def _open_partitions(self, topic: str, indexes: range, lc: LogConfig) -> list[Partition]:
+        """Open (creating if needed) the given partitions; all or none (worker thread)."""
+        opened: list[Partition] = []
+        try:
+            for i in indexes:
+                opened.append(self._open_partition(topic, i, lc))
+        except BaseException:
+            for p in opened:
+                p.log.close()
+            raise
+        return opened
+
+    def _open_topic_files(self, rec: TopicRecord) -> Topic:
         configs = TopicConfigs(TopicConfigs.validate(rec.configs), self.config.topic_defaults())
-        lc = self._log_config(configs)
-        parts = [self._open_partition(rec.name, i, lc) for i in range(rec.partitions)]
-        topic = Topic(rec.name, rec.topic_id, parts, configs)
-        self.topics[rec.name] = topic
-        self.topics_by_id[rec.topic_id] = topic
-        return topic
+        parts = self._open_partitions(rec.name, range(rec.partitions), self._log_config(configs))
+        return Topic(rec.name, rec.topic_id, parts, configs)
+
+    def _register(self, topic: Topic) -> None:
+        self.topics[topic.name] = topic
+        self.topics_by_id[topic.topic_id] = topic
+
+    async def _save_catalog(self) -> None:
+        data = self.catalog.serialize()
+        await anyio.to_thread.run_sync(self.catalog.write, data)
+
+    @staticmethod
+    def _discard_files(partitions: list[Partition]) -> None:
+        for p in partitions:
+            p.log.close()
+            p.log.delete()
 
     def partition(self, topic: str, index: int) -> Partition | None:
         t = self.topics.get(topic)
@@ -170,32 +223,56 @@ class Broker:
             raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         return num_partitions, replication_factor, overrides
 
-    def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
-                     configs: dict[str, str | None] | None = None) -> Topic:
-        num_partitions, _, overrides = self.check_new_topic(name, num_partitions, replication_factor,
-                                                            configs or {})
-        rendered = {k: TOPIC_CONFIGS[k].render(v) for k, v in overrides.items()}
-        rec = TopicRecord(name, uuid.uuid4().bytes, num_partitions, rendered)
-        self.catalog.topics[name] = rec
-        self.catalog.save()
-        topic = self._open_topic(rec)
+    async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
+                           configs: dict[str, str | None] | None = None) -> Topic:
+        """Open the partitions first, then record the topic in the catalog: a crash in
+        between leaves directories that the next start sweeps away, never a catalog entry
+        without its partitions. File work runs in a worker thread."""
+        async with self.admin_lock:
+            num_partitions, _, overrides = self.check_new_topic(name, num_partitions, replication_factor,
+                                                                configs or {})
+            rendered = {k: TOPIC_CONFIGS[k].render(v) for k, v in overrides.items()}
+            rec = TopicRecord(name, uuid.uuid4().bytes, num_partitions, rendered)
+            topic = await anyio.to_thread.run_sync(self._open_topic_files, rec)
+            self.catalog.topics[name] = rec
+            try:
+                await self._save_catalog()
+            except BaseException:
+                del self.catalog.topics[name]
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(self._discard_files, topic.partitions)
+                raise
+            self._register(topic)
         log.info("created topic %s with %d partitions", name, num_partitions)
         return topic
 
     async def delete_topic(self, name: str) -> None:
-        """Forget the topic first (a crash cannot bring it back), then remove its files in a
-        worker thread: gigabytes of segments must not stall the event loop."""
-        topic = self.topics.pop(name)
-        self.topics_by_id.pop(topic.topic_id, None)
-        self.catalog.topics.pop(name, None)
-        self.catalog.save()
-        for p in topic.partitions:
-            p.wake_waiters()
-        for p in topic.partitions:
-            await anyio.to_thread.run_sync(p.log.delete)
+        """Forget the topic (catalog first, so a crash cannot bring it back), then move each
+        partition directory aside under a -delete name before answering, so that a topic
+        created again under the same name starts empty, and remove the files in a thread."""
+        async with self.admin_lock:
+            topic = self.topics.get(name)
+            if topic is None:
+                raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            rec = self.catalog.topics.pop(name)
+            try:
+                await self._save_catalog()
+            except BaseException:
+                self.catalog.topics[name] = rec
+                raise
+            del self.topics[name]
+            self.topics_by_id.pop(topic.topic_id, None)
+            for p in topic.partitions:
+                p.wake_waiters()
+            moved = [await p.retire(DELETE_SUFFIX) for p in topic.partitions]
+        await anyio.to_thread.run_sync(lambda: [shutil.rmtree(d, ignore_errors=True) for d in moved])
         log.info("deleted topic %s", name)
 
-    def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+    async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+        async with self.admin_lock:
+            await self._create_partitions(name, count, validate_only)
+
+    async def _create_partitions(self, name: str, count: int, validate_only: bool) -> None:
         topic = self.topics.get(name)
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
@@ -208,20 +285,37 @@ class Broker:
         if validate_only:
             return
         lc = self._log_config(topic.configs)
-        for i in range(current, count):
-            topic.partitions.append(self._open_partition(name, i, lc))
-        self.catalog.topics[name].partitions = count
-        self.catalog.save()
+        new = await anyio.to_thread.run_sync(self._open_partitions, name, range(current, count), lc)
+        rec = self.catalog.topics[name]
+        rec.partitions = count
+        try:
+            await self._save_catalog()
+        except BaseException:
+            rec.partitions = current
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._discard_files, new)
+            raise
+        topic.partitions.extend(new)
 
-    def set_topic_configs(self, name: str, overrides: dict[str, Any]) -> None:
+    async def set_topic_configs(self, name: str, overrides: dict[str, Any]) -> None:
         """Replace a topic's overrides (already validated) and apply them to its logs."""
-        topic = self.topics[name]
-        topic.configs = TopicConfigs(overrides, self.config.topic_defaults())
-        self.catalog.topics[name].configs = topic.configs.rendered_overrides()
-        self.catalog.save()
-        lc = self._log_config(topic.configs)
-        for p in topic.partitions:
-            p.update_config(lc)
+        async with self.admin_lock:
+            topic = self.topics.get(name)
+            if topic is None:
+                raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            configs = TopicConfigs(overrides, self.config.topic_defaults())
+            rec = self.catalog.topics[name]
+            previous = rec.configs
+            rec.configs = configs.rendered_overrides()
+            try:
+                await self._save_catalog()
+            except BaseException:
+                rec.configs = previous
+                raise
+            topic.configs = configs
+            lc = self._log_config(configs)
+            for p in topic.partitions:
+                p.update_config(lc)
 
     def auto_create_allowed(self, name: str) -> bool:
         return self.config["auto.create.topics.enable"] and not name.startswith("__")
@@ -233,16 +327,17 @@ class Broker:
             yield from topic.partitions
 
     async def run_flush_scheduler(self) -> None:
-        """Apply flush.ms: Kafka checks it every log.flush.scheduler.interval.ms."""
+        """Every log.flush.scheduler.interval.ms, fsync what is due: flush.ms ages and
+        segments that have rolled (Kafka flushes a rolled segment whatever the policy)."""
         interval = self.config["log.flush.scheduler.interval.ms"] / 1000
         while True:
             await anyio.sleep(interval)
             for p in list(self.all_partitions()):
-                if p.flush_policy_active or p.log.flush_due():
-                    try:
+                try:
+                    if not p.offline and p.log.flush_pending():
                         await p.flush()
-                    except OSError as exc:
-                        log.error("%r: flush failed: %s", p, exc)
+                except Exception as exc:  # noqa: BLE001 — one partition must not stop the node
+                    p.fail(exc)
 
     async def run_retention(self) -> None:
         interval = self.config["log.retention.check.interval.ms"] / 1000
@@ -253,8 +348,10 @@ class Broker:
     async def apply_retention(self) -> int:
         deleted = 0
         for p in list(self.all_partitions()):
+            if p.offline:
+                continue
             try:
                 deleted += await p.apply_retention()
-            except OSError as exc:
-                log.error("%r: retention failed: %s", p, exc)
+            except Exception as exc:  # noqa: BLE001 — one partition must not stop the node
+                p.fail(exc)
         return deleted

@@ -94,6 +94,13 @@ class Catalog:
                 rec = TopicRecord.from_json(obj)
                 self.topics[rec.name] = rec
 
-    def save(self) -> None:
+    def serialize(self) -> bytes:
+        """Taken on the event loop, so the thread that writes sees one consistent state."""
         data = {"version": 1, "topics": [t.to_json() for t in self.topics.values()]}
-        write_atomically(self.path, json.dumps(data, indent=1).encode())
+        return json.dumps(data, indent=1).encode()
+
+    def write(self, data: bytes) -> None:
+        write_atomically(self.path, data)
+
+    def save(self) -> None:
+        self.write(self.serialize())

@@ -58,6 +58,7 @@ class Connection:
         self.stream = stream
         self.peer = peer
         self.max_request = broker.config["socket.request.max.bytes"]
+        self.max_idle = broker.config["connections.max.idle.ms"] / 1000
         self._idle_scope: anyio.CancelScope | None = None
 
     def close_when_idle(self) -> None:
@@ -72,10 +73,13 @@ class Connection:
         try:
             while not self.broker.draining:
                 try:
-                    with anyio.CancelScope() as self._idle_scope:
+                    data = None
+                    with anyio.CancelScope(deadline=anyio.current_time() + self.max_idle) as self._idle_scope:
                         data = await self.stream.receive(RECEIVE_SIZE)
                     self._idle_scope = None
-                    if self.broker.draining:
+                    if data is None:
+                        if not self.broker.draining:
+                            log.info("%s: idle for connections.max.idle.ms; closing connection", self.peer)
                         return
                 except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
                     if reader.pending:

@@ -5,12 +5,19 @@ the partition's lock, so that a flush never races an append or a segment deletio
 """
 from __future__ import annotations
 
+import logging
+import os
+import uuid
+from pathlib import Path
+
 import anyio
 
 from core.config.defs import LONG_MAX
-from core.log import Log, LogConfig
+from core.log import Log, LogConfig, LogCorrupted
 from core.protocol.errors import ErrorCode
 from core.protocol.records import BatchInfo
+
+log = logging.getLogger(__name__)
 
 
 class Partition:
@@ -21,6 +28,20 @@ class Partition:
         self.leader_epoch = 0
         self._waiters: set[anyio.Event] = set()
         self._lock = anyio.Lock()
+        self.failure: str | None = None  # why the partition went offline, if it did
+
+    @property
+    def offline(self) -> bool:
+        """After an I/O error the log can no longer be trusted in memory; Kafka takes the
+        log directory offline. Requests get KAFKA_STORAGE_ERROR until a restart recovers it."""
+        return self.failure is not None or self.log.failed
+
+    def fail(self, exc: BaseException) -> None:
+        if self.failure is None:
+            self.failure = str(exc) or type(exc).__name__
+            log.error("%r is offline after an I/O error: %s; fix the disk and restart the node to recover it",
+                      self, self.failure)
+        self.wake_waiters()
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"
@@ -51,11 +72,32 @@ class Partition:
     async def append(self, data, batches: list[BatchInfo]):
         """Append validated client batches; returns once the flush policy is satisfied."""
         async with self._lock:
-            result = self.log.append(data, batches, apply_flush_policy=False)
-            if self.log.flush_due():
-                await anyio.to_thread.run_sync(self.log.maybe_flush)
+            if self.offline:
+                raise OSError(f"partition is offline: {self.failure}")
+            try:
+                result = self.log.append(data, batches, apply_flush_policy=False)
+                if self.log.flush_due():
+                    await anyio.to_thread.run_sync(self.log.maybe_flush)
+            except OSError as exc:
+                self.fail(exc)
+                raise
         self.wake_waiters()
         return result
+
+    async def retire(self, suffix: str) -> Path:
+        """Close the log and rename its directory aside (topic deletion); returns the new path."""
+        async with self._lock:
+            return await anyio.to_thread.run_sync(self._move_aside, suffix)
+
+    def _move_aside(self, suffix: str) -> Path:
+        directory = self.log.directory
+        try:
+            self.log.close()
+        except Exception as exc:  # noqa: BLE001 — the files are going away regardless
+            log.warning("%r: close before deletion failed: %s", self, exc)
+        target = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{suffix}")
+        os.rename(directory, target)
+        return target
 
     async def flush(self) -> None:
         async with self._lock:
@@ -73,7 +115,14 @@ class Partition:
         self.log.update_config(config)
 
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True):
-        return self.log.read(offset, max_bytes, max_offset=self.high_watermark, min_one_batch=min_one_batch)
+        """Raises OffsetOutOfRange, or OSError (and the partition goes offline)."""
+        if self.offline:
+            raise OSError(f"partition is offline: {self.failure}")
+        try:
+            return self.log.read(offset, max_bytes, max_offset=self.high_watermark, min_one_batch=min_one_batch)
+        except (OSError, LogCorrupted) as exc:
+            self.fail(exc)
+            raise OSError(str(exc)) from exc
 
     def add_waiter(self, event: anyio.Event) -> None:
         self._waiters.add(event)

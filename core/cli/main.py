@@ -37,7 +37,22 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 — the one place that turns errors into a line
         from core.config.defs import ConfigError
         from core.protocol.errors import KafkaError
-        if isinstance(exc, (CliError, ConfigError, KafkaError, OSError, TimeoutError)):
-            print(f"seaway: error: {exc}", file=sys.stderr)
+        known = (CliError, ConfigError, KafkaError, OSError, TimeoutError)
+        leaf = _first_leaf(exc)
+        if isinstance(leaf, known):
+            print(f"seaway: error: {_describe(leaf)}", file=sys.stderr)
             return 1
         raise
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    """Task groups wrap errors in ExceptionGroups; the user needs the error inside."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.filename and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc)

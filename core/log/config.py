@@ -10,6 +10,7 @@ INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
 
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+CLEANUP_POLICIES = ("delete", "compact")
 
 
 def now_ms() -> int:
@@ -42,6 +43,10 @@ class LogConfig:
     index_interval_bytes: int = 4096
     segment_index_bytes: int = 10 * 1024 * 1024
     message_timestamp_type: str = "CreateTime"
+    # Kafka's cleanup.policy. Without "delete", retention.ms and retention.bytes delete
+    # nothing (only DeleteRecords moves the log start). Compaction is not implemented:
+    # "compact" only stops time and size retention, as it does in Kafka. Empty: neither.
+    cleanup_policy: tuple[str, ...] = ("delete",)
     # Kept for config compatibility; segments are unlinked at once because no reader holds
     # a segment's descriptor across calls (see Log.delete_records).
     file_delete_delay_ms: int = 60000
@@ -50,8 +55,8 @@ class LogConfig:
     def from_properties(cls, props: dict[str, str], base: "LogConfig | None" = None) -> "LogConfig":
         """Overlay Kafka topic properties on `base` (defaults if None).
 
-        Keys this module does not own (cleanup.policy, min.insync.replicas, ...) are ignored
-        so callers can pass a topic's whole config. A bad value raises ValueError naming the key.
+        Keys this module does not own (min.insync.replicas, ...) are ignored so callers can
+        pass a topic's whole config. A bad value raises ValueError naming the key.
         """
         changes: dict[str, object] = {}
         for key, raw in props.items():
@@ -64,11 +69,36 @@ class LogConfig:
                     raise ValueError(f"Invalid value {raw!r} for configuration {key}: "
                                      f"must be one of {', '.join(TIMESTAMP_TYPES)}")
                 changes["message_timestamp_type"] = value
+            elif key == "cleanup.policy":
+                changes["cleanup_policy"] = _parse_cleanup_policy(key, raw)
         return dataclasses.replace(base or cls(), **changes)
 
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def delete_enabled(self) -> bool:
+        """cleanup.policy holds "delete": retention.ms and retention.bytes apply."""
+        return "delete" in self.cleanup_policy
+
+
+def _parse_cleanup_policy(key: str, raw: object) -> tuple[str, ...]:
+    """Kafka's LIST syntax: comma-separated, blanks around items ignored; each item one of
+    CLEANUP_POLICIES (repeats collapse). An empty value is an empty list, as in Kafka."""
+    if isinstance(raw, (list, tuple)):
+        items = [str(x).strip() for x in raw]
+    else:
+        text = str(raw).strip()
+        items = [x.strip() for x in text.split(",")] if text else []
+    policy: list[str] = []
+    for item in items:
+        if item not in CLEANUP_POLICIES:
+            raise ValueError(f"Invalid value {raw!r} for configuration {key}: "
+                             f"each item must be one of {', '.join(CLEANUP_POLICIES)}")
+        if item not in policy:
+            policy.append(item)
+    return tuple(policy)
 
 
 def _parse_int(key: str, raw: object, low: int, high: int) -> int:

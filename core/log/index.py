@@ -12,14 +12,26 @@ zeros after a crash, so `load` accepts an all-zero tail (and cuts it off); any o
 that breaks the ordering raises IndexCorrupt and the segment rebuilds the index from its log.
 
 The entries stay in memory as the file's bytes (0.2-0.3% of the log's size) and are searched
-with `bisect` through a key function, so there are no per-entry Python objects.
+with `bisect` through a key function, so there are no per-entry Python objects. Lookups
+never touch the file.
+
+Descriptors. Only the active segment's indexes keep a writer open (`keep_open`), opened by
+the first write. Every other index opens its file for one write or one fsync and closes it
+again, so a closed segment costs one descriptor, its `.log`. Loading reads the file whole.
+
+Threads. Every call that opens, writes, truncates, fsyncs or closes the file holds the lock
+the segment passes in, because a flush thread and the event loop (a read that rebuilds an
+index) may both get here; lookups and `load`'s read take no lock.
 """
 from __future__ import annotations
 
 import bisect
 import os
 import struct
+import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 
 class IndexCorrupt(Exception):
@@ -34,17 +46,23 @@ class _SparseIndex:
     ENTRY: struct.Struct
     SUFFIX: str
 
-    def __init__(self, log_path: Path):
+    def __init__(self, log_path: Path, lock: "threading.RLock | None" = None):
         self.path = log_path.with_suffix(self.SUFFIX)
         self._buf: bytearray | None = None   # None until loaded: closed segments load lazily
-        self._fd: int | None = None          # opened on first write
-        self._dirty = False
+        self._fd: int | None = None          # the kept writer (keep_open only)
+        self._dirty = False                  # written since the last fsync
+        self._lock = lock if lock is not None else threading.RLock()
+        self.keep_open = False               # the active segment's: keep the writer
 
     # ----------------------------------------------------------------- state
 
     @property
     def loaded(self) -> bool:
         return self._buf is not None
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
 
     def __len__(self) -> int:
         return len(self._buf) // self.ENTRY.size
@@ -59,23 +77,25 @@ class _SparseIndex:
             raise IndexCorrupt(f"{self.path.name}: entry {valid} breaks the index order")
         if tail:
             del data[valid * size:]
-            os.truncate(self.path, len(data))
+            with self._lock:
+                os.truncate(self.path, len(data))
         self._buf = data
 
     def reset(self, raw: bytes | bytearray = b"") -> None:
         """Replace the whole file (new segment, or an index rebuilt from the log)."""
-        fd = self._writer()
-        os.ftruncate(fd, 0)
-        if raw:
-            write_all(fd, raw)
-        self._buf = bytearray(raw)
-        self._dirty = True
+        with self._writing() as fd:
+            os.ftruncate(fd, 0)
+            self._buf = bytearray()
+            self._dirty = True
+            if raw:
+                self._write(fd, raw)
 
     def extend(self, raw: bytes | bytearray) -> None:
+        """Append entries; if the write fails the file is cut back (best effort) and the
+        in-memory entries stay as they were."""
         if raw:
-            write_all(self._writer(), raw)
-            self._buf += raw
-            self._dirty = True
+            with self._writing() as fd:
+                self._write(fd, raw)
 
     def entry(self, i: int) -> tuple[int, int]:
         return self.ENTRY.unpack_from(self._buf, i * self.ENTRY.size)
@@ -91,31 +111,76 @@ class _SparseIndex:
         """Drop entries whose relative offset is >= rel_offset."""
         keep = self._count_below(rel_offset)
         if keep < len(self):
-            del self._buf[keep * self.ENTRY.size:]
-            os.ftruncate(self._writer(), len(self._buf))
+            self.truncate_entries(keep)
+
+    def truncate_entries(self, count: int) -> None:
+        """Keep only the first `count` entries."""
+        with self._writing() as fd:
+            os.ftruncate(fd, count * self.ENTRY.size)
+            del self._buf[count * self.ENTRY.size:]
             self._dirty = True
 
     def flush(self) -> None:
-        if self._dirty and self._fd is not None:
-            datasync(self._fd)
-        self._dirty = False
+        """fsync what was written since the last flush (through a short-lived descriptor
+        when no writer is kept). A missing file has nothing to sync; the segment rebuilds it."""
+        with self._lock:
+            if not self._dirty:
+                return
+            fd = self._fd
+            if fd is None:
+                try:
+                    fd = os.open(self.path, os.O_RDONLY)
+                except FileNotFoundError:
+                    self._dirty = False
+                    return
+            try:
+                datasync(fd)
+            finally:
+                if fd != self._fd:
+                    os.close(fd)
+            self._dirty = False
 
     def close(self) -> None:
         """Close the writer; the in-memory entries stay usable for lookups."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        with self._lock:
+            fd, self._fd = self._fd, None
+            if fd is not None:
+                os.close(fd)
 
     def delete(self) -> None:
-        self.close()
-        self.path.unlink(missing_ok=True)
+        with self._lock:
+            self.close()
+            self.path.unlink(missing_ok=True)
 
     # -------------------------------------------------------------- internals
 
-    def _writer(self) -> int:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        return self._fd
+    @contextmanager
+    def _writing(self) -> Iterator[int]:
+        """A descriptor to write through, under the lock: the kept writer, or one opened for
+        this call alone (closed on the way out) when the index is not the active one's."""
+        with self._lock:
+            fd = self._fd
+            if fd is None:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+                if self.keep_open:
+                    self._fd = fd
+            try:
+                yield fd
+            finally:
+                if fd != self._fd:
+                    os.close(fd)
+
+    def _write(self, fd: int, raw) -> None:
+        try:
+            write_all(fd, raw)
+        except OSError:
+            try:
+                os.ftruncate(fd, len(self._buf))   # no partial entry left behind
+            except OSError:
+                pass   # a torn tail fails load's check and the index is rebuilt
+            raise
+        self._buf += raw
+        self._dirty = True
 
     def _valid_prefix(self, data: bytearray, n: int, max_position: int) -> int:
         raise NotImplementedError

@@ -16,34 +16,69 @@ position at or before the target, walk batch headers to the batch holding the of
 return whole batches read with one pread.
 
 Durability. Data is fsynced by `flush` only, which `maybe_flush` calls when flush.messages
-or flush.ms says so, and for rolled segments (Kafka flushes a segment when it rolls). On
-`close` everything is flushed and the clean-shutdown marker written. `open` without the
+or flush.ms says so, and for rolled segments whatever the policy (Kafka's roll schedules a
+flush of everything below the new segment). `flush_pending()` says, without I/O, whether
+`maybe_flush` has work: the policy is due, a rolled segment awaits its fsync, or the
+recovery-point checkpoint is stale. The owner polls it and runs `maybe_flush` in a thread.
+`recovery-point-offset` is rewritten when a flush covers a rolled segment, and otherwise at
+most every RECOVERY_CHECKPOINT_INTERVAL_MS (Kafka's log.flush.offset.checkpoint.interval.ms)
+while it lags the flushed offset; truncation and close write it at once. On `close`
+everything is flushed and the clean-shutdown marker written. `open` without the
 marker re-checks, CRC and all, every segment from the one holding the recovery point to the
 end, cuts the log at the first torn or corrupt batch (dropping later segments, whose order
 can no longer be trusted, as Kafka does) and rebuilds those indexes. With the marker only
 the active segment's tail framing is checked. Indexes of other segments are loaded lazily
 and rebuilt from the log if they are missing or do not match it.
 
-Concurrency. A Log is not thread-safe. The owner serializes append, truncate_to,
-delete_records, apply_retention, roll and close. `flush`/`maybe_flush` may run in a worker
-thread (fsync must not block an event loop) while reads go on, but not while any of the
-mutating calls run.
+Descriptors. A segment holds one descriptor, its `.log` (reads pread it); the active
+segment also keeps writers for its `.index` and `.timeindex`, opened by its first index
+entry and closed when it rolls. Indexes of other segments are read whole into memory and
+opened only for the moment of a write (a rebuild) or an fsync.
+
+Failures. `append` is all or nothing: on OSError the segment's files are cut back to where
+they were (best effort) and the error re-raised, so a retry reuses the same offsets safely.
+Any OSError in flush/maybe_flush (an fsync that failed may have dropped dirty pages), in
+roll, truncation, retention, DeleteRecords or close, or an append whose cut-back did not
+work, marks the Log `failed` (Kafka takes the log directory offline): from then on append,
+flush, maybe_flush, roll, truncate_to, truncate_fully_and_start_at, delete_records and
+apply_retention raise OSError("log failed: ..."), flush_due and flush_pending say False,
+flushed_offset never moves, and close only closes descriptors (no clean-shutdown marker, so
+the next open recovers). Reads keep working. Reopen the directory to recover.
+
+Concurrency. A Log is not thread-safe except as follows.
+- The owner serializes, with each other and with flush/maybe_flush, every call that
+  changes the log: append, roll, truncate_to, truncate_fully_and_start_at, delete_records,
+  apply_retention, close and delete (the broker's per-partition lock). update_config only
+  swaps settings and may be called any time.
+- `flush` and `maybe_flush` may run in one worker thread at a time, concurrently with the
+  read-only calls made from the owner's thread: read, offset_for_timestamp,
+  max_timestamp_and_offset, segments, and the I/O-free properties and checks
+  (log_start_offset, log_end_offset, flushed_offset, size_bytes, failed, flush_due,
+  flush_pending; these may be momentarily stale). Reads never wait for an fsync: a flush
+  never closes a `.log` descriptor or touches in-memory index entries. A read may still
+  write: when an index entry does not point at its batch, the read rebuilds that index. Each
+  segment's lock serializes all index file I/O (open, write, truncate, fsync, close) and the
+  segment's sync bookkeeping between the two threads; such a read may wait for that
+  segment's index fsync, never for a `.log` fsync. Lookups take no lock.
+- The read-only calls themselves come from one thread at a time (the event loop).
 """
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import shutil
 import struct
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from core.protocol.records import (HEADER_SIZE, LOG_OVERHEAD, BatchInfo, assign_offsets as _assign,
                                    scan_batches, set_log_append_time)
 
 from . import recovery, retention
 from .checkpoint import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE,
-                         fsync_dir, write_durably, write_offset)
+                         fsync_dir, read_offset, write_durably, write_offset)
 from .config import INT32_MAX, LogConfig, now_ms
 from .results import AppendResult, OffsetOutOfRange, OffsetsOutOfOrder, ReadResult
 from .segment import Segment, SegmentInfo
@@ -73,8 +108,11 @@ class Log:
         self._rolled_unflushed = False    # a rolled segment awaits its fsync
         self._rolled_since_checkpoint = False
         self._dir_dirty = False           # segment files created or removed since the last fsync
-        self._checkpoint_ms = 0
+        self._checkpoint_ms = 0           # when recovery-point-offset was last written
+        self._checkpointed_offset = -1    # what it holds (-1: unknown)
         self._closed = False
+        self.failed = False               # an I/O error made the files untrustworthy
+        self._failure = ""
 
     # ------------------------------------------------------------------ open
 
@@ -110,15 +148,18 @@ class Log:
         self._delete_segments_below_start()
         self._flushed_offset = self._leo
         self._checkpoint_ms = self._clock()
+        stored = read_offset(d / RECOVERY_POINT_FILE)
+        self._checkpointed_offset = -1 if stored is None else stored
         if loaded.clean:
             # Gone before the first append, or a crash would be mistaken for a clean stop.
             (d / CLEAN_SHUTDOWN_FILE).unlink()
             fsync_dir(d)
         elif recover:
             self._flush(len(self._segments))   # what recovery kept is now durable
-            write_offset(d / RECOVERY_POINT_FILE, self._flushed_offset)
+            self._write_recovery_point(self._flushed_offset)
 
     def _activate(self, seg: Segment) -> None:
+        seg.activate()
         seg.ensure_state()
         now = self._clock()
         first_ts = seg.first_batch_timestamp()
@@ -164,7 +205,11 @@ class Log:
         Without it (replication), the batches keep their offsets and their timestamps, and
         must start at or after the log end and run forward.
         apply_flush_policy=False leaves fsyncs to the caller's maybe_flush (in a thread).
+
+        On OSError nothing of the append remains (see Failures in the module docstring);
+        with apply_flush_policy a failed fsync after the write fails the log instead.
         """
+        self._check_usable()
         if batches is None:
             batches = scan_batches(data)
         if not batches:
@@ -189,9 +234,16 @@ class Log:
                                             f"offset {expected - 1}")
                 expected = b.base_offset + b.last_offset_delta + 1
             last = expected - 1
-        seg = self._maybe_roll(len(data), first, last, now)
-        seg.append(data, batches, first if assign_offsets else None, now,
-                   append_time if append_time >= 0 else None)
+        try:
+            seg = self._maybe_roll(len(data), first, last, now)
+            seg.append(data, batches, first if assign_offsets else None, now,
+                       append_time if append_time >= 0 else None)
+        except OSError as exc:
+            # Segment.append cut its files back; if that did not work, or a roll failed
+            # halfway, the files no longer match what the log believes.
+            if not self._segments[-1].on_disk_matches():
+                self._fail(exc)
+            raise
         self._leo = last + 1
         records = sum(b.records_count for b in batches)
         self._unflushed_records += records
@@ -218,26 +270,35 @@ class Log:
 
     def roll(self) -> None:
         """Start a new segment at the log end (no-op if the active one is empty)."""
-        if self._segments[-1].size:
-            self._roll(self._leo)
+        with self._io():
+            if self._segments[-1].size:
+                self._roll(self._leo)
 
     def _roll(self, base_offset: int) -> None:
+        """The new segment is created before the old one changes role, so a failure leaves
+        the old one active (perhaps with its closing time index entry, which is harmless)."""
         old = self._segments[-1]
-        if old.size == 0:
-            if old.base_offset == base_offset:
-                return
-            old.delete()
-            self._segments.pop()
-            self._bases.pop()
-        else:
+        if old.size == 0 and old.base_offset == base_offset:
+            return
+        if old.size:
             old.seal()
-            self._rolled_unflushed = True
-            self._rolled_since_checkpoint = True
         seg = Segment.create(self.directory, base_offset, self.config.index_interval_bytes,
                              self._clock())
+        seg.activate()
+        self._dir_dirty = True
+        if old.size == 0:
+            self._segments.pop()
+            self._bases.pop()
+            try:
+                old.delete()
+            except OSError as exc:   # an empty file left behind holds no offsets
+                log.error("%s: cannot delete empty segment: %s", old.log_path, exc)
+        else:
+            old.deactivate()
+            self._rolled_unflushed = True
+            self._rolled_since_checkpoint = True
         self._segments.append(seg)
         self._bases.append(base_offset)
-        self._dir_dirty = True
 
     # ------------------------------------------------------------------ read
 
@@ -315,44 +376,97 @@ class Log:
 
     def flush_due(self) -> bool:
         """Whether flush.messages or flush.ms asks for an fsync now (no I/O)."""
-        if not self._unflushed_records:
+        if not self._unflushed_records or self.failed:
             return False
         return (self._unflushed_records >= self.config.flush_messages
                 or self._clock() - self._first_unflushed_ms >= self.config.flush_ms)
 
+    def flush_pending(self) -> bool:
+        """Whether maybe_flush has work now (no I/O): the flush policy is due, a rolled
+        segment awaits its fsync, or the recovery-point checkpoint lags the flushed offset
+        and is RECOVERY_CHECKPOINT_INTERVAL_MS old. False once the log failed or closed."""
+        if self.failed or self._closed:
+            return False
+        if self._rolled_unflushed or self.flush_due():
+            return True
+        return (self._flushed_offset != self._checkpointed_offset
+                and self._clock() - self._checkpoint_ms >= RECOVERY_CHECKPOINT_INTERVAL_MS)
+
     def maybe_flush(self) -> bool:
-        """Apply the flush policy, and fsync rolled segments as Kafka does. True if it fsynced."""
-        if self.flush_due():
-            self.flush()
-            return True
-        if self._rolled_unflushed:
-            self._flush(len(self._segments) - 1)
-            return True
-        return False
+        """Do what flush_pending() asks: apply the flush policy, fsync rolled segments (as
+        Kafka does on roll) and rewrite the recovery-point checkpoint when a rolled segment
+        got flushed or the checkpoint is stale. True if it fsynced or wrote anything."""
+        with self._io():
+            done = False
+            if self.flush_due():
+                self._flush(len(self._segments))
+                done = True
+            elif self._rolled_unflushed:
+                self._flush(len(self._segments) - 1)
+                done = True
+            return self._maybe_checkpoint() or done
 
     def flush(self) -> None:
         """fsync every segment with unflushed data, and the directory if files came or went."""
-        self._flush(len(self._segments))
+        with self._io():
+            self._flush(len(self._segments))
+            self._maybe_checkpoint()
 
     def _flush(self, count: int) -> None:
+        """fsync the first `count` segments. Raises OSError before moving flushed_offset."""
         segs = self._segments
         upto = self._leo if count >= len(segs) else segs[count].base_offset
-        for i, seg in enumerate(segs[:count]):
+        for seg in segs[:count]:
             if seg.dirty:
-                seg.flush(close_index_writers=i < len(segs) - 1)
+                seg.flush()
         if self._dir_dirty:
             fsync_dir(self.directory)
             self._dir_dirty = False
         self._flushed_offset = max(self._flushed_offset, upto)
-        self._rolled_unflushed = False
+        if count >= len(segs) - 1:
+            self._rolled_unflushed = False
         if count >= len(segs):
             self._unflushed_records = 0
             self._first_unflushed_ms = None
-        now = self._clock()
-        if self._rolled_since_checkpoint or now - self._checkpoint_ms >= RECOVERY_CHECKPOINT_INTERVAL_MS:
-            write_offset(self.directory / RECOVERY_POINT_FILE, self._flushed_offset)
-            self._checkpoint_ms = now
-            self._rolled_since_checkpoint = False
+
+    def _maybe_checkpoint(self) -> bool:
+        """Rewrite recovery-point-offset if it lags the flushed offset and a rolled segment
+        was flushed since it was written, or it is RECOVERY_CHECKPOINT_INTERVAL_MS old."""
+        if self._flushed_offset == self._checkpointed_offset:
+            return False
+        if (not self._rolled_since_checkpoint
+                and self._clock() - self._checkpoint_ms < RECOVERY_CHECKPOINT_INTERVAL_MS):
+            return False
+        self._write_recovery_point(self._flushed_offset)
+        return True
+
+    def _write_recovery_point(self, offset: int) -> None:
+        write_offset(self.directory / RECOVERY_POINT_FILE, offset)
+        self._checkpointed_offset = offset
+        self._checkpoint_ms = self._clock()
+        self._rolled_since_checkpoint = False
+
+    # --------------------------------------------------------------- failure
+
+    def _check_usable(self) -> None:
+        if self.failed:
+            raise OSError(errno.EIO, f"log failed: {self._failure}")
+
+    def _fail(self, exc: OSError) -> None:
+        if not self.failed:
+            log.error("%s: I/O error, log marked failed until reopened: %s", self.directory, exc)
+            self.failed = True
+            self._failure = str(exc)
+
+    @contextmanager
+    def _io(self) -> Iterator[None]:
+        """Refuse if failed; mark failed on OSError (the files may not match our state)."""
+        self._check_usable()
+        try:
+            yield
+        except OSError as exc:
+            self._fail(exc)
+            raise
 
     # ------------------------------------------------------------- deletion
 
@@ -362,21 +476,24 @@ class Log:
             before_offset = self._leo
         if before_offset < 0 or before_offset > self._leo:
             raise OffsetOutOfRange(before_offset, self._log_start_offset, self._leo)
-        if before_offset > self._log_start_offset:
-            self._set_log_start(before_offset)
-            self._delete_segments_below_start()
+        with self._io():
+            if before_offset > self._log_start_offset:
+                self._set_log_start(before_offset)
+                self._delete_segments_below_start()
         return self._log_start_offset
 
     def apply_retention(self, *, high_watermark: int | None = None) -> int:
         """Delete the oldest closed segments that retention.ms or retention.bytes condemn, or
         that lie wholly below the log start. A segment is deleted only if every offset in
-        it is below high_watermark (default: the log end). Returns how many were deleted."""
-        limit = self._leo if high_watermark is None else min(high_watermark, self._leo)
-        n = retention.condemned(self._segments, self.config, self._clock(), limit,
-                                self._log_start_offset)
-        if n:
-            self._delete_oldest(n)
-        return n
+        it is below high_watermark (default: the log end). Time and size retention apply
+        only when cleanup.policy holds "delete". Returns how many were deleted."""
+        with self._io():
+            limit = self._leo if high_watermark is None else min(high_watermark, self._leo)
+            n = retention.condemned(self._segments, self.config, self._clock(), limit,
+                                    self._log_start_offset)
+            if n:
+                self._delete_oldest(n)
+            return n
 
     def _delete_segments_below_start(self) -> None:
         segs = self._segments
@@ -390,15 +507,23 @@ class Log:
         new_start = self._segments[n].base_offset
         if new_start > self._log_start_offset:
             self._set_log_start(new_start)   # persisted before the files go
-        for seg in self._segments[:n]:
-            seg.delete()
+        doomed = self._segments[:n]
         del self._segments[:n]
         del self._bases[:n]
         self._dir_dirty = True
+        # Files that fail to go lie below the log start; the next open deletes them.
+        error: OSError | None = None
+        for seg in doomed:
+            try:
+                seg.delete()
+            except OSError as exc:
+                error = error or exc
+        if error is not None:
+            raise error
 
     def _set_log_start(self, offset: int) -> None:
-        self._log_start_offset = offset
         write_offset(self.directory / LOG_START_OFFSET_FILE, offset)
+        self._log_start_offset = offset
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch at or after `offset` (a batch holding it goes whole); the log
@@ -408,35 +533,41 @@ class Log:
         if offset < self._log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return
-        segs = self._segments
-        while len(segs) > 1 and segs[-1].base_offset >= offset:
-            segs.pop().delete()
-            self._bases.pop()
-            self._dir_dirty = True
-        seg = segs[-1]
-        seg.truncate_to(offset)
-        self._activate(seg)
-        self._leo = offset
-        # Durable at once, so a crash cannot bring back batches a follower discarded.
-        self._flushed_offset = min(self._flushed_offset, offset)
-        self._flush(len(segs))
-        write_offset(self.directory / RECOVERY_POINT_FILE, self._flushed_offset)
+        with self._io():
+            segs = self._segments
+            while len(segs) > 1 and segs[-1].base_offset >= offset:
+                self._bases.pop()
+                self._dir_dirty = True
+                segs.pop().delete()
+            seg = segs[-1]
+            seg.truncate_to(offset)
+            self._activate(seg)
+            self._leo = offset
+            # Durable at once, so a crash cannot bring back batches a follower discarded.
+            self._flushed_offset = min(self._flushed_offset, offset)
+            self._flush(len(segs))
+            self._write_recovery_point(self._flushed_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and continue empty at `offset` (a follower far behind)."""
-        for seg in self._segments:
-            seg.delete()
-        seg = Segment.create(self.directory, offset, self.config.index_interval_bytes,
-                             self._clock())
-        self._segments = [seg]
-        self._bases = [offset]
-        self._leo = offset
-        self._flushed_offset = offset
-        self._unflushed_records = 0
-        self._first_unflushed_ms = None
-        self._set_log_start(offset)
-        self._dir_dirty = True
-        self._flush(1)
+        with self._io():
+            old, self._segments, self._bases = self._segments, [], []
+            self._dir_dirty = True
+            for seg in old:
+                seg.delete()
+            seg = Segment.create(self.directory, offset, self.config.index_interval_bytes,
+                                 self._clock())
+            seg.activate()
+            self._segments = [seg]
+            self._bases = [offset]
+            self._leo = offset
+            self._flushed_offset = offset
+            self._unflushed_records = 0
+            self._first_unflushed_ms = None
+            self._rolled_unflushed = False
+            self._set_log_start(offset)
+            self._flush(1)
+            self._write_recovery_point(offset)
 
     # ----------------------------------------------------------------- close
 
@@ -444,11 +575,18 @@ class Log:
         """Flush, then mark the shutdown clean so the next open skips recovery."""
         if self._closed:
             return
-        self._segments[-1].seal()
-        self._flush(len(self._segments))
-        write_offset(self.directory / RECOVERY_POINT_FILE, self._leo)
-        write_durably(self.directory / CLEAN_SHUTDOWN_FILE, b"")
-        self._close_files()
+        try:
+            if not self.failed:   # a failed log must be recovered on the next open
+                try:
+                    self._segments[-1].seal()
+                    self._flush(len(self._segments))
+                    self._write_recovery_point(self._leo)
+                    write_durably(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+                except OSError as exc:
+                    self._fail(exc)
+                    raise
+        finally:
+            self._close_files()
 
     def delete(self) -> None:
         """Remove the whole partition directory (topic deletion)."""
@@ -456,9 +594,12 @@ class Log:
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def _close_files(self) -> None:
-        for seg in self._segments:
-            seg.close()
         self._closed = True
+        for seg in self._segments:
+            try:
+                seg.close()
+            except OSError as exc:
+                log.error("%s: close failed: %s", seg.log_path, exc)
 
     def _abandon(self) -> None:
         """Close descriptors without flushing or marking: what a crash leaves (for tests)."""

@@ -14,17 +14,19 @@ def condemned(segs: Sequence[Segment], config: LogConfig, now: int, limit: int,
     Only a prefix can go, and never the active (last) segment or one holding an offset at
     or above `limit` (the high watermark). retention.ms is checked first, then
     retention.bytes on what is left, then segments wholly below the log start; as in Kafka,
-    the first segment a rule spares stops that rule.
+    the first segment a rule spares stops that rule. The first two apply only when
+    cleanup.policy holds "delete" (Kafka's deleteOldSegments); the log start always does.
     """
     def deletable(i: int) -> bool:
         return i < len(segs) - 1 and segs[i + 1].base_offset <= limit
 
     n = 0
-    if config.retention_ms >= 0:
+    delete = config.delete_enabled
+    if delete and config.retention_ms >= 0:
         cutoff = now - config.retention_ms
         while deletable(n) and largest_timestamp(segs[n]) < cutoff:
             n += 1
-    if config.retention_bytes >= 0:
+    if delete and config.retention_bytes >= 0:
         excess = sum(s.size for s in segs[n:]) - config.retention_bytes
         while deletable(n) and excess - segs[n].size >= 0:
             excess -= segs[n].size

@@ -9,11 +9,21 @@ A segment loaded from disk knows nothing about its contents until something asks
 (`ensure_state`): then it loads its indexes and walks the few batches after the last index
 entry to learn its next offset and largest timestamp. Closed segments of a long log are
 therefore never read at startup.
+
+Descriptors: a segment keeps its `.log` open (reads pread it); only the active segment
+keeps writers for its indexes too, opened by its first index write and closed when it is
+rolled (`deactivate`). See index.py.
+
+Threads: `flush` may run in a worker thread while the event loop reads, and a read may
+rebuild a stale index (`_indexed_seek`). `_lock` (shared with both indexes) serializes every
+index file operation and the segment's own sync bookkeeping; the `.log` fsync itself runs
+outside it, and lookups take no lock.
 """
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -101,11 +111,12 @@ class Segment:
         self.fd = fd
         self.size = size
         self.index_interval = index_interval
-        self.index = OffsetIndex(self.log_path)
-        self.time_index = TimeIndex(self.log_path)
+        self._lock = threading.RLock()  # index file I/O and sync bookkeeping (see above)
+        self.index = OffsetIndex(self.log_path, self._lock)
+        self.time_index = TimeIndex(self.log_path, self._lock)
         self.created_ms = 0            # segment.ms counts from here
         self.flushed_size = size       # bytes known to be fsynced
-        self._needs_sync = False       # truncation or rewritten indexes await an fsync
+        self._needs_sync = False       # a truncation of the .log awaits an fsync
         self._next_offset: int | None = None   # None: state not loaded yet
         self._max_ts = -1
         self._offset_of_max = -1       # last offset of the batch holding _max_ts
@@ -116,8 +127,12 @@ class Segment:
         path = directory / f"{file_stem(base_offset)}.log"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         seg = cls(directory, base_offset, fd, 0, index_interval)
-        seg.index.reset()
-        seg.time_index.reset()
+        try:
+            seg.index.reset()          # empty files now; writers open on the first entry
+            seg.time_index.reset()
+        except OSError:
+            seg.delete()
+            raise
         seg._next_offset = base_offset
         seg.created_ms = now
         return seg
@@ -206,19 +221,20 @@ class Segment:
             next_offset = last + 1
             end = pos + info.size
         cut = self.size - end
-        if cut:
-            os.ftruncate(self.fd, end)
-            self.size = end
-            self.flushed_size = min(self.flushed_size, end)
         # Kafka appends this closing entry when a segment rolls; it makes the last time
         # index entry carry the segment's largest timestamp.
         tracker.time_entry()
-        self.index.reset(tracker.idx)
-        self.time_index.reset(tracker.tidx)
+        with self._lock:   # a read may get here while a flush thread syncs this segment
+            if cut:
+                os.ftruncate(self.fd, end)
+                self.size = end
+                self.flushed_size = min(self.flushed_size, end)
+                self._needs_sync = True
+            self.index.reset(tracker.idx)
+            self.time_index.reset(tracker.tidx)
         self._next_offset = next_offset
         self._max_ts, self._offset_of_max = tracker.max_ts, tracker.offset_of_max
         self._bytes_since_index = tracker.bytes_since
-        self._needs_sync = True
         return cut
 
     def first_batch_timestamp(self) -> int:
@@ -256,10 +272,13 @@ class Segment:
                         b.max_timestamp if append_time is None else append_time, b.size)
             if offset is not None:
                 offset = last + 1
+        entries = len(self.index), len(self.time_index)
         try:
             write_all(self.fd, data)
+            self.index.extend(tracker.idx)
+            self.time_index.extend(tracker.tidx)
         except OSError:
-            os.ftruncate(self.fd, start)  # leave no partial batch behind a failed write
+            self._undo_append(start, *entries)
             raise
         if start == 0:
             self.created_ms = now
@@ -267,8 +286,25 @@ class Segment:
         self._next_offset = last + 1
         self._max_ts, self._offset_of_max = tracker.max_ts, tracker.offset_of_max
         self._bytes_since_index = tracker.bytes_since
-        self.index.extend(tracker.idx)
-        self.time_index.extend(tracker.tidx)
+
+    def _undo_append(self, size: int, index_entries: int, time_entries: int) -> None:
+        """Best effort: cut the files back to where a failed append found them, so nothing
+        of it survives to be recovered. The in-memory state was not touched yet; the caller
+        checks with `on_disk_matches` whether the cut worked."""
+        for undo in (lambda: os.ftruncate(self.fd, size),
+                     lambda: self.index.truncate_entries(index_entries),
+                     lambda: self.time_index.truncate_entries(time_entries)):
+            try:
+                undo()
+            except OSError as exc:
+                log.error("%s: cannot undo a failed append: %s", self.log_path, exc)
+
+    def on_disk_matches(self) -> bool:
+        """Whether the .log file is exactly as long as the segment thinks."""
+        try:
+            return os.fstat(self.fd).st_size == self.size
+        except OSError:
+            return False
 
     def seal(self) -> None:
         """Add the closing time index entry (on roll and close), like Kafka."""
@@ -279,6 +315,22 @@ class Segment:
             self.time_index.extend(_TIME_ENTRY.pack(self._max_ts,
                                                     self._offset_of_max - self.base_offset))
 
+    def activate(self) -> None:
+        """This is now the log's active segment: its indexes keep their writers."""
+        with self._lock:
+            self.index.keep_open = self.time_index.keep_open = True
+
+    def deactivate(self) -> None:
+        """Rolled: close the index writers; later index I/O opens the file per call."""
+        with self._lock:
+            self.index.keep_open = self.time_index.keep_open = False
+            self.index.close()
+            self.time_index.close()
+
+    @property
+    def active(self) -> bool:
+        return self.index.keep_open
+
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset is >= offset; returns the bytes removed."""
         found = self.find_batch(offset)
@@ -286,43 +338,56 @@ class Segment:
             return 0
         pos = found[0]
         removed = self.size - pos
-        os.ftruncate(self.fd, pos)
-        self.size = pos
-        self.flushed_size = min(self.flushed_size, pos)
-        self._needs_sync = True
+        with self._lock:
+            os.ftruncate(self.fd, pos)
+            self.size = pos
+            self.flushed_size = min(self.flushed_size, pos)
+            self._needs_sync = True
         self.index.truncate_before_offset(offset - self.base_offset)
         self.time_index.truncate_before_offset(offset - self.base_offset)
         self._next_offset = None
         self.ensure_state()
         return removed
 
-    def flush(self, *, close_index_writers: bool = False) -> None:
-        if self.flushed_size != self.size or self._needs_sync:
-            datasync(self.fd)
-        self.index.flush()
-        self.time_index.flush()
-        self.flushed_size = self.size
-        self._needs_sync = False
-        if close_index_writers:
-            self.index.close()
-            self.time_index.close()
+    def flush(self) -> None:
+        """fsync the .log if it changed, then the indexes; on OSError nothing counts as
+        flushed. The .log fsync runs outside the lock so a read's index rebuild need not
+        wait for it; a rebuild that cuts the file meanwhile sets _needs_sync again."""
+        with self._lock:
+            size = self.size
+            log_dirty = self.flushed_size != size or self._needs_sync
+            self._needs_sync = False
+        if log_dirty:
+            try:
+                datasync(self.fd)
+            except OSError:
+                self._needs_sync = True
+                raise
+        with self._lock:
+            self.index.flush()
+            self.time_index.flush()
+            self.flushed_size = min(size, self.size)
 
     @property
     def dirty(self) -> bool:
-        return self.flushed_size != self.size or self._needs_sync
+        return (self.flushed_size != self.size or self._needs_sync
+                or self.index.dirty or self.time_index.dirty)
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        self.index.close()
-        self.time_index.close()
+        with self._lock:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
+            self.index.keep_open = self.time_index.keep_open = False
+            self.index.close()
+            self.time_index.close()
 
     def delete(self) -> None:
-        self.close()
-        self.log_path.unlink(missing_ok=True)
-        self.index.delete()
-        self.time_index.delete()
+        with self._lock:
+            self.close()
+            self.log_path.unlink(missing_ok=True)
+            self.index.delete()
+            self.time_index.delete()
 
     # ------------------------------------------------------------------ reads
 

@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from core.log import Log, LogConfig, OffsetOutOfRange
+from core.log import Log, LogConfig, OffsetOutOfRange, retention
+from core.log.checkpoint import read_offset
 from core.protocol.records import build_batch
 
 T0 = 1_700_000_000_000
@@ -171,6 +172,37 @@ def test_retention_survives_reopen(tmp_path):
     assert log.log_start_offset == start and bases(log)[0] == start
 
 
+@pytest.mark.parametrize("policy", [("compact",), ()])
+def test_retention_by_time_and_size_needs_delete_in_cleanup_policy(tmp_path, policy):
+    clock = Clock()
+    one = len(batch())
+    cfg = LogConfig(segment_bytes=2 * one, retention_ms=HOUR, retention_bytes=2 * one,
+                    cleanup_policy=policy)
+    log = Log.open(tmp_path / "t-0", cfg, clock=clock)
+    for _ in range(7):
+        log.append(batch(ts=T0))
+    assert bases(log) == [0, 2, 4, 6]
+    clock.now = T0 + 10 * HOUR             # old and too big, but nothing says "delete"
+    assert log.apply_retention() == 0 and bases(log) == [0, 2, 4, 6]
+    assert log.delete_records(3) == 3      # DeleteRecords still removes what lies below it
+    assert bases(log) == [2, 4, 6] and log.log_start_offset == 3
+    log.update_config(LogConfig.from_properties({"cleanup.policy": "compact,delete"}, cfg))
+    assert log.apply_retention() == 2 and bases(log) == [6]
+
+
+def test_retention_below_log_start_ignores_cleanup_policy(tmp_path):
+    one = len(batch())
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=2 * one))
+    for _ in range(7):
+        log.append(batch())
+    segs = log._segments
+    compact = LogConfig(cleanup_policy=("compact",), retention_ms=0, retention_bytes=0)
+    assert retention.condemned(segs, compact, T0 * 2, 7, 0) == 0
+    assert retention.condemned(segs, compact, T0 * 2, 7, 4) == 2     # [0, 2) and [2, 4)
+    assert retention.condemned(segs, compact, T0 * 2, 3, 4) == 1     # never past the limit
+    assert retention.condemned(segs, LogConfig(retention_bytes=0), T0, 7, 0) == 3
+
+
 # -------------------------------------------------------------------- flush
 
 
@@ -251,6 +283,51 @@ def test_rolled_segments_are_flushed_by_maybe_flush(tmp_path, syncs):
     assert log.flushed_offset == 5
 
 
+def test_rolled_segments_are_flushed_and_checkpointed_under_the_default_policy(tmp_path, syncs):
+    clock = Clock()
+    one = len(batch())
+    d = tmp_path / "t-0"
+    log = Log.open(d, LogConfig(segment_bytes=2 * one), clock=clock)
+    assert not log.flush_pending()
+    for _ in range(3):
+        log.append(batch(), apply_flush_policy=False)
+    assert bases(log) == [0, 2]
+    # The default policy never asks for an fsync, but the rolled segment needs one.
+    assert not log.flush_due() and log.flush_pending()
+    rolled_fd = log._segments[0].fd
+    syncs.clear()
+    assert log.maybe_flush()
+    assert rolled_fd in syncs and log._segments[1].fd not in syncs
+    assert log.flushed_offset == 2 and read_offset(d / "recovery-point-offset") == 2
+    assert not log.flush_pending()
+    syncs.clear()
+    assert not log.maybe_flush() and syncs == []
+    clock.now += 3600_000                  # the active segment's data is left to the policy
+    assert not log.flush_pending() and not log.maybe_flush() and syncs == []
+
+
+def test_recovery_point_checkpoint_written_at_most_every_minute(tmp_path, syncs):
+    clock = Clock()
+    d = tmp_path / "t-0"
+    log = Log.open(d, LogConfig(flush_ms=1000), clock=clock)   # checkpoint written at T0
+    log.append(batch(), apply_flush_policy=False)
+    clock.now += 1000
+    assert log.flush_pending() and log.maybe_flush()
+    assert log.flushed_offset == 1 and read_offset(d / "recovery-point-offset") == 0
+    assert not log.flush_pending()
+    clock.now = T0 + 59_999
+    assert not log.flush_pending()
+    clock.now = T0 + 60_000                # a minute after the last write, and it moved
+    assert log.flush_pending()
+    syncs.clear()
+    assert log.maybe_flush() and syncs
+    assert read_offset(d / "recovery-point-offset") == 1
+    assert not log.flush_pending()
+    clock.now += 10 * 60_000               # stale, but nothing moved: nothing to write
+    syncs.clear()
+    assert not log.flush_pending() and not log.maybe_flush() and syncs == []
+
+
 def test_close_flushes(tmp_path, syncs):
     log = Log.open(tmp_path / "t-0", LogConfig())
     log.append(batch())
@@ -269,6 +346,7 @@ def test_config_from_kafka_properties():
         "index.interval.bytes": "128", "segment.index.bytes": "4096",
         "message.timestamp.type": "LogAppendTime", "cleanup.policy": "delete",
     })
+    assert cfg.cleanup_policy == ("delete",) == LogConfig().cleanup_policy
     assert (cfg.segment_bytes, cfg.segment_ms, cfg.retention_bytes, cfg.retention_ms) == (
         1048576, 60000, -1, -1)
     assert (cfg.flush_messages, cfg.flush_ms, cfg.index_interval_bytes,
@@ -279,11 +357,23 @@ def test_config_from_kafka_properties():
     assert LogConfig.from_properties({}) == LogConfig()
 
 
+@pytest.mark.parametrize("raw,policy", [
+    ("delete", ("delete",)), ("compact", ("compact",)), (" compact , delete ", ("compact", "delete")),
+    ("delete,compact,delete", ("delete", "compact")), ("", ()),
+])
+def test_cleanup_policy_property(raw, policy):
+    cfg = LogConfig.from_properties({"cleanup.policy": raw})
+    assert cfg.cleanup_policy == policy
+    assert cfg.delete_enabled == ("delete" in policy)
+
+
 @pytest.mark.parametrize("key,value", [
     ("segment.bytes", "abc"), ("segment.bytes", "13"), ("segment.bytes", str(2**31)),
     ("segment.ms", "0"), ("retention.ms", "-2"), ("flush.messages", "0"),
     ("flush.ms", "-1"), ("index.interval.bytes", "1.5"), ("segment.index.bytes", "3"),
     ("message.timestamp.type", "WallClock"), ("retention.bytes", ""),
+    ("cleanup.policy", "remove"), ("cleanup.policy", "delete,"), ("cleanup.policy", "Delete"),
+    ("cleanup.policy", "delete;compact"),
 ])
 def test_config_rejects_bad_values_naming_the_key(key, value):
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):

@@ -17,6 +17,7 @@ from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.security.authorizer import Operation, ResourceType
 
+from ..broker import BrokerError
 from .describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -93,10 +94,16 @@ async def _handle(ctx, req, incremental: bool):
             else:
                 overrides = _validated({c.name: c.value for c in res.configs})
             if not req.validate_only:
-                ctx.broker.set_topic_configs(topic.name, overrides)
+                await ctx.broker.set_topic_configs(topic.name, overrides)
         except _Refused as exc:
             out.error_code = exc.code
             out.error_message = exc.message
+        except BrokerError as exc:
+            out.error_code = exc.code
+            out.error_message = exc.message
+        except OSError as exc:
+            out.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+            out.error_message = str(exc)
         responses.append(out)
     return R(throttle_time_ms=0, responses=responses)
 

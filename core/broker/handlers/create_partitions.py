@@ -37,10 +37,13 @@ async def handle(ctx, req):
                     if any(bid != b.node_id for bid in a.broker_ids) or len(a.broker_ids) != 1:
                         raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                           f"assignment {a.broker_ids} names unknown brokers or the wrong replica count")
-            b.create_partitions(t.name, t.count, validate_only=req.validate_only)
+            await b.create_partitions(t.name, t.count, validate_only=req.validate_only)
         except BrokerError as exc:
             res.error_code = exc.code
             res.error_message = exc.message
+        except OSError as exc:
+            res.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+            res.error_message = str(exc)
         results.append(res)
     return R(throttle_time_ms=0, results=results)
 

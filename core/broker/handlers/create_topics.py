@@ -71,7 +71,7 @@ async def handle(ctx, req):
             if req.validate_only:
                 topic_configs = None
             else:
-                topic = b.create_topic(ct.name, partitions, rf, configs)
+                topic = await b.create_topic(ct.name, partitions, rf, configs)
                 res.topic_id = topic.topic_id
                 topic_configs = topic.configs
             res.num_partitions, res.replication_factor = partitions, rf

@@ -1,7 +1,8 @@
 """DeleteRecords (key 21), v0-2.
 
 Moves a partition's log start offset forward; whole segments below it are deleted. An offset
-of -1 means the high watermark. An offset past the high watermark is OFFSET_OUT_OF_RANGE.
+of -1 means the high watermark. An offset past the high watermark is OFFSET_OUT_OF_RANGE, and
+a topic whose cleanup.policy lacks "delete" answers POLICY_VIOLATION, as Kafka does.
 """
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ async def handle(ctx, req):
                 res.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif p is None:
                 res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif p.offline:
+                res.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+            elif "delete" not in b.topics[t.name].configs.get("cleanup.policy"):
+                res.error_code = ErrorCode.POLICY_VIOLATION  # as Kafka: records of compacted topics stay
             else:
                 target = p.high_watermark if tp.offset == -1 else tp.offset
                 if target < 0 or target > p.high_watermark:
@@ -34,6 +39,9 @@ async def handle(ctx, req):
                         res.low_watermark = await p.delete_records(target)
                     except OffsetOutOfRange:
                         res.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                    except OSError as exc:
+                        p.fail(exc)
+                        res.error_code = ErrorCode.KAFKA_STORAGE_ERROR
             parts.append(res)
         topics.append(R.DeleteRecordsTopicResult(name=t.name, partitions=parts))
     return R(throttle_time_ms=0, topics=topics)

@@ -5,9 +5,15 @@ catalog first (so a crash cannot resurrect it) and then its partition directorie
 """
 from __future__ import annotations
 
+import logging
+
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.security.authorizer import Operation, ResourceType
+
+from ..broker import BrokerError
+
+log = logging.getLogger(__name__)
 
 R = m.DeleteTopicsResponse
 ZERO_UUID = bytes(16)
@@ -32,7 +38,14 @@ async def handle(ctx, req):
             res.error_code = ErrorCode.TOPIC_DELETION_DISABLED
         else:
             res.name, res.topic_id = topic.name, topic.topic_id
-            await b.delete_topic(topic.name)
+            try:
+                await b.delete_topic(topic.name)
+            except BrokerError as exc:  # deleted by another request meanwhile
+                res.error_code = exc.code
+            except OSError as exc:
+                log.error("deleting topic %s failed: %s", topic.name, exc)
+                res.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                res.error_message = str(exc)
         results.append(res)
     return R(throttle_time_ms=0, responses=results)
 

@@ -38,7 +38,9 @@ def _read_all(ctx, req) -> tuple[object, int, bool]:
     """One pass over the request; returns (response, bytes of records, any error)."""
     b = ctx.broker
     by_id = ctx.api_version >= 13
-    budget = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+    # fetch.max.bytes caps what one response may hold, whatever the client asks for.
+    cap = b.config["fetch.max.bytes"]
+    budget = min(req.max_bytes, cap) if req.max_bytes > 0 else cap
     used = 0
     first_data = True
     any_error = False
@@ -75,6 +77,10 @@ def _read_all(ctx, req) -> tuple[object, int, bool]:
                     result = p.read(fp.fetch_offset, max(limit, 0), min_one_batch=first_data)
                 except OffsetOutOfRange:
                     parts.append(_partition_error(fp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, hw, hw, start))
+                    any_error = True
+                    continue
+                except OSError:
+                    parts.append(_partition_error(fp.partition, ErrorCode.KAFKA_STORAGE_ERROR))
                     any_error = True
                     continue
                 data = result.data

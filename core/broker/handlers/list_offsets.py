@@ -24,7 +24,7 @@ EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4,
 def _first_record_at(p, batch_offset: int, wanted) -> tuple[int, int] | None:
     """Decode the batch holding `batch_offset`; the first record (at or after the log start)
     for which wanted(timestamp) holds, as (offset, timestamp)."""
-    data = p.log.read(batch_offset, 1, min_one_batch=True).data
+    data = p.read(batch_offset, 1, min_one_batch=True).data
     for info in iter_batch_headers(data):
         if info.last_offset < batch_offset:
             continue
@@ -74,6 +74,8 @@ async def handle(ctx, req):
                 pr.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif p is None:
                 pr.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif p.offline:
+                pr.error_code = ErrorCode.KAFKA_STORAGE_ERROR
             elif epoch_error := p.check_leader_epoch(tp.current_leader_epoch):
                 pr.error_code = epoch_error
             else:
@@ -82,6 +84,8 @@ async def handle(ctx, req):
                     pr.leader_epoch = p.leader_epoch
                 except ValueError:
                     pr.error_code = ErrorCode.INVALID_REQUEST
+                except OSError:
+                    pr.error_code = ErrorCode.KAFKA_STORAGE_ERROR
             parts.append(pr)
         topics.append(R.ListOffsetsTopicResponse(name=t.name, partitions=parts))
     return R(throttle_time_ms=0, topics=topics)

@@ -35,6 +35,11 @@ def topic_entry(ctx, topic, include_ops: bool) -> "R.MetadataResponseTopic":
     parts = [R.MetadataResponsePartition(error_code=0, partition_index=p.index, leader_id=b.node_id,
                                          leader_epoch=p.leader_epoch, replica_nodes=[b.node_id],
                                          isr_nodes=[b.node_id], offline_replicas=[])
+             if not p.offline else
+             # A replica whose log failed is offline: no leader, as Kafka reports it.
+             R.MetadataResponsePartition(error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=p.index,
+                                         leader_id=-1, leader_epoch=p.leader_epoch, replica_nodes=[b.node_id],
+                                         isr_nodes=[], offline_replicas=[b.node_id])
              for p in topic.partitions]
     ops = (ctx.authorizer.authorized_operations(ctx.principal, ResourceType.TOPIC, topic.name)
            if include_ops else UNKNOWN_OPS)
@@ -72,10 +77,17 @@ async def handle(ctx, req):
                 topics.append(error_topic(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, rt.name))
                 continue
             try:
-                t = b.create_topic(rt.name)
+                t = await b.create_topic(rt.name)
             except BrokerError as exc:
+                if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS and rt.name in b.topics:  # created meanwhile
+                    topics.append(topic_entry(ctx, b.topics[rt.name], include_ops))
+                    continue
                 code = exc.code if exc.code == ErrorCode.INVALID_TOPIC_EXCEPTION else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 topics.append(error_topic(code, rt.name))
+                continue
+            except OSError as exc:
+                log.error("auto-creating topic %s failed: %s", rt.name, exc)
+                topics.append(error_topic(ErrorCode.LEADER_NOT_AVAILABLE, rt.name))
                 continue
             topics.append(topic_entry(ctx, t, include_ops))
     cluster_ops = UNKNOWN_OPS

@@ -25,6 +25,7 @@ from ..recompress import recompress, target_codec
 
 log = logging.getLogger(__name__)
 R = m.ProduceResponse
+ISR_SIZE = 1
 PR = R.PartitionProduceResponse
 
 
@@ -38,7 +39,10 @@ async def _produce_partition(ctx, topic, index: int, records) -> PR:
     if partition is None:
         return _error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     if records is None or len(records) == 0:
-        return _error(index, ErrorCode.CORRUPT_MESSAGE, "produce request has no records")
+        # Kafka's ProduceRequest.validateRecords: INVALID_RECORD, which is not retriable.
+        return _error(index, ErrorCode.INVALID_RECORD, "produce request has no records")
+    if partition.offline:
+        return _error(index, ErrorCode.KAFKA_STORAGE_ERROR, f"partition is offline: {partition.failure}")
     max_batch = topic.configs.get("max.message.bytes")
     try:
         batches = scan_batches(records, max_batch_size=max_batch, from_client=True)
@@ -48,6 +52,8 @@ async def _produce_partition(ctx, topic, index: int, records) -> PR:
     if len(records) > topic.configs.get("segment.bytes"):
         return _error(index, ErrorCode.RECORD_LIST_TOO_LARGE,
                       f"{len(records)} bytes of records exceed segment.bytes")
+    if any(b.is_control for b in batches):
+        return _error(index, ErrorCode.INVALID_RECORD, "clients may not write control batches")
     if any(b.is_transactional for b in batches):
         return _error(index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported")
     _check_timestamps(ctx, topic, batches)
@@ -97,6 +103,11 @@ async def handle(ctx, req):
                 pr = _error(pd.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             elif topic is None:
                 pr = _error(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            elif req.acks == -1 and topic.configs.get("min.insync.replicas") > ISR_SIZE:
+                # The ISR of a single node is the node itself: one replica.
+                pr = _error(pd.index, ErrorCode.NOT_ENOUGH_REPLICAS,
+                            f"min.insync.replicas is {topic.configs.get('min.insync.replicas')} "
+                            f"but the in-sync replica set has {ISR_SIZE}")
             else:
                 try:
                     pr = await _produce_partition(ctx, topic, pd.index, pd.records)
