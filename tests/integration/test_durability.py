@@ -154,3 +154,27 @@ def test_kill_9_with_flush_policy_then_torn_tail_is_truncated(tmp_path, damage):
                          on_delivery=lambda err, msg: offsets.append(msg.offset()))
         producer.flush(10)
         assert offsets == [next_offset]
+
+
+@pytest.mark.parametrize("fault", ["graceful", "kill-9"])
+@pytest.mark.parametrize("client_name", ["confluent", "kafka-python", "kcat", "kafkajs"])
+def test_every_client_reads_back_what_it_wrote_across_a_restart(tmp_path, client_name, fault):
+    from tests.support.clients import CLIENTS, Record, by_partition
+    client = CLIENTS[client_name]
+    with SeawayNode(tmp_path) as node:
+        create_topic(node.bootstrap, "restart", PARTITIONS)
+        sent = [Record(key=b"k%d" % i, value=b"value-%d" % i, headers=[("n", b"%d" % i)], partition=i % PARTITIONS,
+                       timestamp=1_700_000_000_000 + i if client.sets_timestamps else None) for i in range(30)]
+        client.produce(node.bootstrap, "restart", sent)
+        if fault == "graceful":
+            assert node.stop() == 0
+        else:
+            node.kill()
+        node.start()
+        got = client.consume(node.bootstrap, "restart", range(PARTITIONS), count=len(sent), timeout=20)
+        want, have = by_partition(sent), by_partition(got)
+        for p in range(PARTITIONS):
+            assert [r.offset for r in have[p]] == list(range(len(want[p])))
+            assert [(r.key, r.value, r.headers) for r in have[p]] == [(r.key, r.value, r.headers) for r in want[p]]
+            if client.sets_timestamps:
+                assert [r.timestamp for r in have[p]] == [r.timestamp for r in want[p]]
