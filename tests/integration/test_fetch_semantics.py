@@ -129,3 +129,22 @@ def test_current_leader_epoch_is_checked(node, epoch, code):
     lo = m.ListOffsetsRequest(replica_id=-1, topics=[m.ListOffsetsRequest.ListOffsetsTopic(name="epochs", partitions=[
         m.ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1, current_leader_epoch=epoch)])])
     assert call(node, 2, 7, lo).topics[0].partitions[0].error_code == code
+
+
+def test_long_poll_gathers_each_append_once_in_order(node):
+    """While a long poll waits for min_bytes, every append is added to what it has, once."""
+    create_topic(node, "gather")
+    produce(node, "gather", batch(1, 100))
+
+    def trickle():
+        for _ in range(5):
+            time.sleep(0.15)
+            produce(node, "gather", batch(1, 100))
+
+    t = threading.Thread(target=trickle)
+    t.start()
+    resp = fetch(node, [("gather", 0, 0, 10**6)], max_wait_ms=3000, min_bytes=10**6)
+    t.join()
+    headers = list(iter_batch_headers(bytes(resp.responses[0].partitions[0].records)))
+    assert [h.base_offset for h in headers] == list(range(6))
+    assert resp.responses[0].partitions[0].high_watermark == 6
