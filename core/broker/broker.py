@@ -143,18 +143,29 @@ class Broker:
         props = {name: TOPIC_CONFIGS[name].render(value) for name, value in configs.items()}
         return LogConfig.from_properties(props)
 
-    def _partition_dir(self, topic: str, index: int) -> Path:
+    def _partition_dir(self, topic: str, index: int, counts: dict[Path, int] | None = None) -> Path:
+        """An existing directory for the partition, else one in the log dir holding the fewest
+        partitions, as Kafka places them. `counts` carries those tallies across one batch of
+        new partitions so that each placement does not rescan the directories."""
         name = f"{topic}-{index}"
-        for d in self.config.log_dirs:
+        dirs = self.config.log_dirs
+        for d in dirs:
             if (d / name).exists():
                 return d / name
-        # New partitions go to the directory holding the fewest, as Kafka places them.
-        counts = {d: sum(1 for e in os.scandir(d) if e.is_dir()) if d.exists() else 0
-                  for d in self.config.log_dirs}
-        return min(self.config.log_dirs, key=lambda d: counts[d]) / name
+        if len(dirs) == 1:
+            return dirs[0] / name
+        if counts is None:
+            counts = {}
+        for d in dirs:
+            if d not in counts:
+                counts[d] = sum(1 for e in os.scandir(d) if e.is_dir()) if d.exists() else 0
+        chosen = min(dirs, key=lambda d: counts[d])
+        counts[chosen] += 1
+        return chosen / name
 
-    def _open_partition(self, topic: str, index: int, log_config: LogConfig) -> Partition:
-        plog = Log.open(self._partition_dir(topic, index), log_config, clock=self.clock)
+    def _open_partition(self, topic: str, index: int, log_config: LogConfig,
+                        counts: dict[Path, int] | None = None) -> Partition:
+        plog = Log.open(self._partition_dir(topic, index, counts), log_config, clock=self.clock)
         if getattr(plog, "recovered_truncated_bytes", 0):
             log.warning("%s-%d: recovery truncated %d bytes of torn or corrupt tail",
                         topic, index, plog.recovered_truncated_bytes)
@@ -163,9 +174,10 @@ class Broker:
     def _open_partitions(self, topic: str, indexes: range, lc: LogConfig) -> list[Partition]:
         """Open (creating if needed) the given partitions; all or none (worker thread)."""
         opened: list[Partition] = []
+        counts: dict[Path, int] = {}
         try:
             for i in indexes:
-                opened.append(self._open_partition(topic, i, lc))
+                opened.append(self._open_partition(topic, i, lc, counts))
         except BaseException:
             for p in opened:
                 p.log.close()

@@ -134,3 +134,17 @@ def test_compact_only_topic_keeps_records_past_retention_and_refuses_delete_reco
         dr = call(n, 21, 2, m.DeleteRecordsRequest(timeout_ms=5000, topics=[m.DeleteRecordsRequest.DeleteRecordsTopic(
             name="compacted", partitions=[m.DeleteRecordsRequest.DeleteRecordsPartition(partition_index=0, offset=2)])]))
         assert dr.topics[0].partitions[0].error_code == ErrorCode.POLICY_VIOLATION
+
+
+def test_partitions_spread_over_log_dirs_and_survive_restart(tmp_path):
+    dirs = [tmp_path / "d1", tmp_path / "d2"]
+    with SeawayNode(tmp_path / "node", {"log.dirs": ",".join(map(str, dirs))}) as n:
+        create_topic(n, "spread", partitions=4)
+        for p in range(4):
+            produce(n, "spread", build_batch([(None, b"v", [], 1)]), partition=p)
+        placed = {d.name: sorted(e.name for e in d.iterdir() if e.is_dir()) for d in dirs}
+        assert sorted(len(v) for v in placed.values()) == [2, 2], placed
+        assert all((d / "meta.properties").exists() for d in dirs)
+        n.stop()
+        n.start()
+        assert end_offsets(n, "spread", 4) == [1, 1, 1, 1]

@@ -45,6 +45,14 @@ class KafkaProxy:
             threading.Thread(target=self._pump_requests, args=(client, server), daemon=True).start()
             threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
 
+    @staticmethod
+    def _shut(*socks: socket.socket) -> None:
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while True:
@@ -55,11 +63,7 @@ class KafkaProxy:
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            self._shut(src, dst)
 
     def _pump_requests(self, src: socket.socket, dst: socket.socket) -> None:
         """Like _pump, and notes the (api key, version) of each request frame."""
@@ -82,11 +86,7 @@ class KafkaProxy:
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            self._shut(src, dst)
 
     def versions(self) -> dict[int, set[int]]:
         with self._lock:
@@ -97,11 +97,7 @@ class KafkaProxy:
 
     def cut_all(self) -> None:
         with self._lock:
-            for s in self._sockets:
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            self._shut(*self._sockets)
             self._sockets.clear()
 
     def close(self) -> None:
