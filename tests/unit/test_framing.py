@@ -60,3 +60,4 @@ def test_any_split_gives_the_same_frames(payloads, data):
         prev = cut
     assert [bytes(f) for f in got] == payloads
     assert reader.pending == 0
+
