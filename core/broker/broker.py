@@ -24,6 +24,9 @@ from core.protocol.errors import ErrorCode
 
 from .catalog import Catalog, TopicRecord, ensure_meta
 from .metrics import BrokerMetrics
+from .producer_state import ProducerIdAllocator, read_allocator_state, write_allocator_state
+
+PRODUCER_ID_FILE = "producer-id-block"
 from .partition import Partition
 
 log = logging.getLogger(__name__)
@@ -102,6 +105,7 @@ class Broker:
         dirs = self.config.log_dirs
         self.cluster_id = ensure_meta(dirs, self.node_id, self.config["cluster.id"])
         self.catalog = Catalog(dirs[0])
+        self.producer_ids = ProducerIdAllocator.from_bytes(read_allocator_state(dirs[0] / PRODUCER_ID_FILE))
         self._sweep_leftovers()
         t0 = time.monotonic()
         try:
@@ -129,10 +133,13 @@ class Broker:
                     shutil.rmtree(entry.path, ignore_errors=True)
 
     def close(self) -> None:
-        """Flush and close every log; one failure does not keep the others from closing."""
+        """Snapshot producer state, flush and close every log; one failure does not keep the
+        others from closing."""
         for topic in list(self.topics.values()):
             for p in topic.partitions:
                 try:
+                    if not p.offline and p.log.log_end_offset != p.snapshot_offset and len(p.producers):
+                        p.producers.write_snapshot(p.log.directory, p.log.log_end_offset)
                     p.log.close()
                 except Exception as exc:  # noqa: BLE001 — keep closing the rest
                     log.error("%r: close failed: %s", p, exc)
@@ -169,7 +176,14 @@ class Broker:
         if getattr(plog, "recovered_truncated_bytes", 0):
             log.warning("%s-%d: recovery truncated %d bytes of torn or corrupt tail",
                         topic, index, plog.recovered_truncated_bytes)
-        return Partition(topic, index, plog)
+        try:
+            producers, snapshot_offset = Partition.load_producer_state(plog)
+        except BaseException:
+            plog.close()
+            raise
+        partition = Partition(topic, index, plog, producers)
+        partition.snapshot_offset = snapshot_offset
+        return partition
 
     def _open_partitions(self, topic: str, indexes: range, lc: LogConfig) -> list[Partition]:
         """Open (creating if needed) the given partitions; all or none (worker thread)."""
@@ -329,6 +343,17 @@ class Broker:
             for p in topic.partitions:
                 p.update_config(lc)
 
+    async def allocate_producer_id(self) -> int:
+        """A producer id never handed out before, even across restarts: blocks of ids are
+        recorded on disk before any id of theirs is used."""
+        async with self.admin_lock:
+            if self.producer_ids.needs_block():
+                data = self.producer_ids.reserve_block()
+                path = self.config.log_dirs[0] / PRODUCER_ID_FILE
+                await anyio.to_thread.run_sync(write_allocator_state, path, data)
+                self.producer_ids.block_persisted()
+            return self.producer_ids.allocate()
+
     def auto_create_allowed(self, name: str) -> bool:
         return self.config["auto.create.topics.enable"] and not name.startswith("__")
 
@@ -356,6 +381,21 @@ class Broker:
         while True:
             await anyio.sleep(interval)
             await self.apply_retention()
+
+    async def run_producer_snapshots(self) -> None:
+        """Expire idle producers (producer.id.expiration.ms) and snapshot producer state, so
+        that a restart after a crash replays at most this interval of batch headers."""
+        interval = self.config["producer.snapshot.interval.ms"] / 1000
+        while True:
+            await anyio.sleep(interval)
+            now = self.clock()
+            for p in list(self.all_partitions()):
+                try:
+                    p.producers.expire(now, self.config["producer.id.expiration.ms"])
+                    if len(p.producers) or p.snapshot_offset >= 0:
+                        await p.write_producer_snapshot()
+                except Exception as exc:  # noqa: BLE001 — one partition must not stop the node
+                    p.fail(exc)
 
     async def apply_retention(self) -> int:
         deleted = 0

@@ -5,6 +5,7 @@ the partition's lock, so that a flush never races an append or a segment deletio
 """
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import uuid
@@ -15,17 +16,22 @@ import anyio
 from core.config.defs import LONG_MAX
 from core.log import Log, LogConfig, LogCorrupted
 from core.protocol.errors import ErrorCode
-from core.protocol.records import BatchInfo
+from core.log.checkpoint import write_durably
+from core.protocol.records import BatchInfo, iter_batch_headers
+
+from .producer_state import ProducerState, Verdict, delete_snapshots, latest_snapshot, snapshot_path
 
 log = logging.getLogger(__name__)
 
 
 class Partition:
-    def __init__(self, topic: str, index: int, log: Log):
+    def __init__(self, topic: str, index: int, log: Log, producers: ProducerState | None = None):
         self.topic = topic
         self.index = index
         self.log = log
         self.leader_epoch = 0
+        self.producers = producers if producers is not None else ProducerState()
+        self.snapshot_offset = -1  # log end offset of the latest producer snapshot written
         self._waiters: set[anyio.Event] = set()
         self._lock = anyio.Lock()
         self.failure: str | None = None  # why the partition went offline, if it did
@@ -45,6 +51,25 @@ class Partition:
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"
+
+    @staticmethod
+    def load_producer_state(plog: Log) -> tuple[ProducerState, int]:
+        """Latest snapshot at or below the log end, then the batch headers after it (worker
+        thread, at open). Snapshots above the end (recovery cut the log) are dropped."""
+        directory, end = plog.directory, plog.log_end_offset
+        delete_snapshots(directory, above=end)
+        found = latest_snapshot(directory, max_offset=end)
+        state, offset = (found[1], found[0]) if found else (ProducerState(), plog.log_start_offset)
+        snapshot_offset = found[0] if found else -1
+        offset = max(offset, plog.log_start_offset)
+        while offset < end:
+            data = plog.read(offset, 8 << 20, min_one_batch=True).data
+            headers = [h for h in iter_batch_headers(data) if h.last_offset >= offset]
+            if not headers:
+                break
+            state.replay(headers)
+            offset = headers[-1].next_offset
+        return state, snapshot_offset
 
     def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:
         """KIP-320: a client that names an older epoch is fenced; a newer one means this
@@ -69,11 +94,19 @@ class Partition:
         cfg = self.log.config
         return cfg.flush_messages < LONG_MAX or cfg.flush_ms < LONG_MAX
 
-    async def append(self, data, batches: list[BatchInfo]):
-        """Append validated client batches; returns once the flush policy is satisfied."""
+    async def append(self, data, batches: list[BatchInfo], now_ms: int):
+        """Append validated client batches; returns once the flush policy is satisfied.
+
+        Returns the AppendResult, or a Verdict when the idempotent-producer check refuses the
+        batches or finds them already appended (a duplicate carries the original offset).
+        Check, append and state update happen under the lock, so no other append to this
+        partition can slip between them."""
         async with self._lock:
             if self.offline:
                 raise OSError(f"partition is offline: {self.failure}")
+            verdict = self._check_producers(batches)
+            if verdict is not None:
+                return verdict
             try:
                 result = self.log.append(data, batches, apply_flush_policy=False)
                 if self.log.flush_due():
@@ -81,8 +114,55 @@ class Partition:
             except OSError as exc:
                 self.fail(exc)
                 raise
+            offset = result.base_offset
+            for b in batches:
+                if b.producer_id >= 0:
+                    self.producers.update(b, offset, timestamp_ms=now_ms)
+                offset += b.last_offset_delta + 1
         self.wake_waiters()
         return result
+
+    def _check_producers(self, batches: list[BatchInfo]) -> Verdict | None:
+        """None to append; else the verdict to answer with (an error or a duplicate)."""
+        idempotent = [b for b in batches if b.producer_id >= 0]
+        if not idempotent:
+            return None
+        if len(batches) == 1:
+            verdict = self.producers.validate(batches[0])
+            return None if verdict.ok else verdict
+        # Several batches in one request: each is checked against the state the ones before
+        # it would leave, on a copy of just the producers concerned.
+        staged = ProducerState()
+        for pid in {b.producer_id for b in idempotent}:
+            entry = self.producers.entry(pid)
+            if entry is not None:
+                staged.producers[pid] = copy.deepcopy(entry)
+        offset = self.log.log_end_offset
+        for b in batches:
+            verdict = staged.validate(b)
+            if not verdict.ok:
+                return verdict
+            staged.update(b, offset)
+            offset += b.last_offset_delta + 1
+        return None
+
+    async def write_producer_snapshot(self) -> None:
+        """Persist the producer state at the log end, so a restart replays only what follows."""
+        async with self._lock:
+            offset = self.log.log_end_offset
+            if offset == self.snapshot_offset or self.offline:
+                return
+            data = self.producers.snapshot_bytes()
+            directory = self.log.directory
+            previous = self.snapshot_offset
+
+            def write():
+                write_durably(snapshot_path(directory, offset), data)
+                if previous >= 0:
+                    delete_snapshots(directory, below=previous)  # keep the last two
+
+            await anyio.to_thread.run_sync(write)
+            self.snapshot_offset = offset
 
     async def retire(self, suffix: str) -> Path:
         """Close the log and rename its directory aside (topic deletion); returns the new path."""

@@ -224,9 +224,7 @@ class KafkaPython:
         if any(v is None for r in records for _, v in r.headers):
             raise Unsupported("kafka-python cannot send a null header value")
         acks_ = _acks(acks)
-        # kafka-python 3 turns idempotence on by default and then refuses to produce to a
-        # broker without InitProducerId; Seaway gains idempotence with consumer groups (issue 3).
-        conf = {"enable_idempotence": False, **(config or {})}
+        conf = dict(config or {})  # kafka-python 3 produces idempotently by default
         producer = KafkaProducer(
             bootstrap_servers=bootstrap, acks="all" if acks_ == -1 else acks_,
             compression_type=None if compression == "none" else compression, linger_ms=5,

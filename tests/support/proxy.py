@@ -23,6 +23,9 @@ class KafkaProxy:
         self.listener.listen(64)
         self.port = self.listener.getsockname()[1]
         self.requests: list[tuple[int, int]] = []
+        # While set, responses are swallowed: the broker has done the work, the client never
+        # hears of it (what a connection lost at the wrong moment looks like to a client).
+        self.drop_responses = False
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         self._closed = False
@@ -43,7 +46,7 @@ class KafkaProxy:
             with self._lock:
                 self._sockets += [client, server]
             threading.Thread(target=self._pump_requests, args=(client, server), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
 
     @staticmethod
     def _shut(*socks: socket.socket) -> None:
@@ -53,12 +56,14 @@ class KafkaProxy:
             except OSError:
                 pass
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, responses: bool = False) -> None:
         try:
             while True:
                 data = src.recv(1 << 16)
                 if not data:
                     break
+                if responses and self.drop_responses:
+                    continue
                 dst.sendall(data)
         except OSError:
             pass

@@ -4,10 +4,12 @@ A handler is `async def handle(ctx, request) -> response | None`; None means "se
 (acks=0 produce).
 """
 from . import (alter_configs, api_versions, create_partitions, create_topics, delete_records,
-               delete_topics, describe_cluster, describe_configs, fetch, list_offsets, metadata, produce)
+               delete_topics, describe_cluster, describe_configs, fetch, init_producer_id, list_offsets, metadata,
+               produce)
 
 _MODULES = (produce, fetch, list_offsets, metadata, api_versions, create_topics, delete_topics,
-            delete_records, describe_configs, alter_configs, create_partitions, describe_cluster)
+            delete_records, describe_configs, alter_configs, create_partitions, describe_cluster,
+            init_producer_id)
 
 HANDLERS = {}
 for _mod in _MODULES:

@@ -10,6 +10,11 @@ acks: 0 sends no response (and an error closes the connection, as Kafka does, so
 learns of it); 1 and -1 answer after the append and after the flush policy is met. On a single
 node the ISR is the leader alone, so -1 waits for nothing more. Transactions are not
 supported yet: a transactional produce gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+
+Idempotent producers (producer id set): the partition checks each batch's epoch and
+sequence against the producer's last five batches (producer_state.py). A retry of a batch
+already appended is answered with its original offset and nothing is appended; a gap is
+OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EPOCH.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from core.protocol.errors import DecodeError
 from core.protocol.records import InvalidBatch, scan_batches
 from core.security.authorizer import Operation, ResourceType
 
+from ..producer_state import Verdict
 from ..recompress import recompress, target_codec
 
 log = logging.getLogger(__name__)
@@ -65,7 +71,12 @@ async def _produce_partition(ctx, topic, index: int, records) -> PR:
             data, batches = recompress(data, batches, codec, max_decompressed=ctx.broker.config["socket.request.max.bytes"])
         except DecodeError as exc:
             return _error(index, ErrorCode.CORRUPT_MESSAGE, f"cannot recompress: {exc}")
-    result = await partition.append(data, batches)
+    result = await partition.append(data, batches, ctx.broker.clock())
+    if isinstance(result, Verdict):
+        if result.is_duplicate:  # already appended: answer as the first time, append nothing
+            return PR(index=index, error_code=0, base_offset=result.base_offset, log_append_time_ms=-1,
+                      log_start_offset=partition.log_start_offset)
+        return _error(index, result.code, result.message)
     metrics = ctx.broker.metrics
     metrics.bytes_in.labels(topic.name).inc(len(data))
     metrics.records_in.labels(topic.name).inc(result.records)

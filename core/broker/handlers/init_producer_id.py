@@ -1,0 +1,28 @@
+"""InitProducerId (key 22), v0-5.
+
+Gives an idempotent producer its producer id, with epoch 0. As in Kafka, a producer without a
+transactional id always gets a new id, whatever id and epoch it passes (v3+, KIP-360): it
+bumps its epoch locally when it must, and partitions accept a new epoch that starts at
+sequence 0. Transactions are not supported yet, so a transactional id is refused.
+"""
+from __future__ import annotations
+
+from core.protocol import messages as m
+from core.protocol.errors import ErrorCode
+from core.security.authorizer import Operation, ResourceType
+
+R = m.InitProducerIdResponse
+
+
+async def handle(ctx, req):
+    if req.transactional_id is not None:
+        code = ErrorCode.INVALID_REQUEST if req.transactional_id == "" else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        return R(throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1)
+    if not ctx.authorize(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, "kafka-cluster"):
+        return R(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1,
+                 producer_epoch=-1)
+    producer_id = await ctx.broker.allocate_producer_id()
+    return R(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)
+
+
+HANDLES = {22: handle}
