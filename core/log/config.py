@@ -29,6 +29,9 @@ _NUMERIC: dict[str, tuple[str, int, int]] = {
     "index.interval.bytes": ("index_interval_bytes", 0, INT32_MAX),
     "segment.index.bytes": ("segment_index_bytes", 4, INT32_MAX),
     "file.delete.delay.ms": ("file_delete_delay_ms", 0, INT64_MAX),
+    "delete.retention.ms": ("delete_retention_ms", 0, INT64_MAX),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", 0, INT64_MAX),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", 1, INT64_MAX),
 }
 
 
@@ -44,9 +47,14 @@ class LogConfig:
     segment_index_bytes: int = 10 * 1024 * 1024
     message_timestamp_type: str = "CreateTime"
     # Kafka's cleanup.policy. Without "delete", retention.ms and retention.bytes delete
-    # nothing (only DeleteRecords moves the log start). Compaction is not implemented:
-    # "compact" only stops time and size retention, as it does in Kafka. Empty: neither.
+    # nothing (only DeleteRecords moves the log start). With "compact", cleaner.py keeps
+    # the last record of every key. Empty: neither.
     cleanup_policy: tuple[str, ...] = ("delete",)
+    # Compaction (cleaner.py), Kafka's names and defaults.
+    delete_retention_ms: int = 24 * 3600 * 1000   # how long tombstones stay readable
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = INT64_MAX
     # Kept for config compatibility; segments are unlinked at once because no reader holds
     # a segment's descriptor across calls (see Log.delete_records).
     file_delete_delay_ms: int = 60000
@@ -69,6 +77,8 @@ class LogConfig:
                     raise ValueError(f"Invalid value {raw!r} for configuration {key}: "
                                      f"must be one of {', '.join(TIMESTAMP_TYPES)}")
                 changes["message_timestamp_type"] = value
+            elif key == "min.cleanable.dirty.ratio":
+                changes["min_cleanable_dirty_ratio"] = _parse_ratio(key, raw)
             elif key == "cleanup.policy":
                 changes["cleanup_policy"] = _parse_cleanup_policy(key, raw)
         return dataclasses.replace(base or cls(), **changes)
@@ -76,6 +86,11 @@ class LogConfig:
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def compact_enabled(self) -> bool:
+        """cleanup.policy holds "compact": the cleaner may rewrite closed segments."""
+        return "compact" in self.cleanup_policy
 
     @property
     def delete_enabled(self) -> bool:
@@ -99,6 +114,20 @@ def _parse_cleanup_policy(key: str, raw: object) -> tuple[str, ...]:
         if item not in policy:
             policy.append(item)
     return tuple(policy)
+
+
+def _parse_ratio(key: str, raw: object) -> float:
+    """Kafka's DOUBLE in [0, 1]."""
+    if isinstance(raw, bool):
+        raise ValueError(f"Invalid value {raw!r} for configuration {key}: not a number")
+    try:
+        value = float(str(raw).strip()) if not isinstance(raw, (int, float)) else float(raw)
+    except ValueError:
+        raise ValueError(f"Invalid value {raw!r} for configuration {key}: not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"Invalid value {raw!r} for configuration {key}: "
+                         f"must be between 0 and 1")
+    return value
 
 
 def _parse_int(key: str, raw: object, low: int, high: int) -> int:

@@ -30,6 +30,11 @@ can no longer be trusted, as Kafka does) and rebuilds those indexes. With the ma
 the active segment's tail framing is checked. Indexes of other segments are loaded lazily
 and rebuilt from the log if they are missing or do not match it.
 
+Compaction (cleanup.policy=compact) is cleaner.py's: it writes cleaned copies of closed
+segments and `replace_segments` swaps them in (`.cleaned` -> `.swap` -> `.log`); `open`
+completes or discards a swap a crash interrupted (recovery.finish_cleaner_swaps). Cleaned
+segments have offset gaps, and may be empty. Truncation lowers the cleaner checkpoint.
+
 Descriptors. A segment holds one descriptor, its `.log` (reads pread it); the active
 segment also keeps writers for its `.index` and `.timeindex`, opened by its first index
 entry and closed when it rolls. Indexes of other segments are read whole into memory and
@@ -48,7 +53,8 @@ the next open recovers). Reads keep working. Reopen the directory to recover.
 Concurrency. A Log is not thread-safe except as follows.
 - The owner serializes, with each other and with flush/maybe_flush, every call that
   changes the log: append, roll, truncate_to, truncate_fully_and_start_at, delete_records,
-  apply_retention, close and delete (the broker's per-partition lock). update_config only
+  apply_retention, replace_segments (cleaner.commit), close and delete (the broker's
+  per-partition lock); replace_segments also on the thread that reads. update_config only
   swaps settings and may be called any time.
 - `flush` and `maybe_flush` may run in one worker thread at a time, concurrently with the
   read-only calls made from the owner's thread: read, offset_for_timestamp,
@@ -113,6 +119,7 @@ class Log:
         self._closed = False
         self.failed = False               # an I/O error made the files untrustworthy
         self._failure = ""
+        self.truncations = 0              # bumped by truncate_to/_fully (cleaner.commit checks)
 
     # ------------------------------------------------------------------ open
 
@@ -533,6 +540,7 @@ class Log:
         if offset < self._log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return
+        self.truncations += 1
         with self._io():
             segs = self._segments
             while len(segs) > 1 and segs[-1].base_offset >= offset:
@@ -543,6 +551,7 @@ class Log:
             seg.truncate_to(offset)
             self._activate(seg)
             self._leo = offset
+            self._lower_cleaner_checkpoint(offset)
             # Durable at once, so a crash cannot bring back batches a follower discarded.
             self._flushed_offset = min(self._flushed_offset, offset)
             self._flush(len(segs))
@@ -550,6 +559,7 @@ class Log:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and continue empty at `offset` (a follower far behind)."""
+        self.truncations += 1
         with self._io():
             old, self._segments, self._bases = self._segments, [], []
             self._dir_dirty = True
@@ -566,8 +576,63 @@ class Log:
             self._first_unflushed_ms = None
             self._rolled_unflushed = False
             self._set_log_start(offset)
+            self._lower_cleaner_checkpoint(offset)
             self._flush(1)
             self._write_recovery_point(offset)
+
+    # ------------------------------------------------------------ compaction
+
+    def _lower_cleaner_checkpoint(self, offset: int) -> None:
+        """After a truncation, data the cleaner checkpoint calls clean may be replaced by new
+        data: move it down (Kafka's LogCleanerManager.maybeTruncateCheckpoint)."""
+        path = self.directory / recovery.CLEANER_CHECKPOINT_FILE
+        stored = read_offset(path)
+        if stored is not None and stored > offset:
+            write_offset(path, offset)
+
+    def replace_segments(self, old: list[Segment], hook: Callable[[str], None] | None = None
+                         ) -> Segment:
+        """Swap in the cleaned segment the cleaner wrote for `old` (see cleaner.py).
+
+        `old` are consecutive closed segments of this log; `<old[0] base>.log.cleaned` and
+        its `.index.cleaned`/`.timeindex.cleaned` are complete and fsynced. Kafka's
+        replaceSegments order: rename the three to `.swap` (indexes first, the log last,
+        which marks the swap as decided), fsync the directory; delete the old segments
+        (the first one's files are replaced by the rename that follows); rename the
+        `.swap` files to their final names (indexes first, the log last), fsync the
+        directory. recovery.finish_cleaner_swaps completes a swap a crash interrupted.
+        `hook(step)` is called after "swap", "deleted" and "renamed" (crash tests).
+        Serialized with appends and reads like apply_retention (owner's thread)."""
+        with self._io():
+            i = next((k for k, s in enumerate(self._segments) if s is old[0]), None)
+            if (i is None or self._segments[i:i + len(old)] != old
+                    or i + len(old) >= len(self._segments)):
+                raise ValueError("segments to replace are not consecutive closed segments")
+            d = self.directory
+            base = old[0].base_offset
+            stem = old[0].log_path.stem
+            kinds = ("index", "timeindex", "log")
+            for kind in kinds:
+                (d / f"{stem}.{kind}.cleaned").replace(d / f"{stem}.{kind}.swap")
+            fsync_dir(d)
+            if hook:
+                hook("swap")
+            for seg in old:
+                seg.close()
+            for seg in old[1:]:
+                seg.delete()
+            if hook:
+                hook("deleted")
+            for kind in kinds:
+                (d / f"{stem}.{kind}.swap").replace(d / f"{stem}.{kind}")
+            fsync_dir(d)
+            if hook:
+                hook("renamed")
+            new = Segment.open(d, base, self.config.index_interval_bytes)
+            new.ensure_state()
+            self._segments[i:i + len(old)] = [new]
+            self._bases[i:i + len(old)] = [base]
+            return new
 
     # ----------------------------------------------------------------- close
 

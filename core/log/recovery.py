@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.protocol.records import HEADER_SIZE, read_batch_header
+
 from .checkpoint import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE,
-                         TMP_SUFFIX, read_offset)
-from .segment import Segment
+                         TMP_SUFFIX, fsync_dir, read_offset)
+from .segment import Segment, file_stem
+
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+_CLEANER_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)\.(cleaned|swap)$")
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +70,14 @@ def load(directory: Path, index_interval: int, now: int, recover: bool) -> Loade
 
 def scan_directory(directory: Path) -> list[int]:
     """Base offsets of the segments present, after clearing what a crash can leave behind."""
+    finish_cleaner_swaps(directory)
     logs: set[int] = set()
     indexes: list[tuple[int, Path]] = []
     for path in directory.iterdir():
         name = path.name
         if name.endswith(".deleted") or name in (LOG_START_OFFSET_FILE + TMP_SUFFIX,
-                                                 RECOVERY_POINT_FILE + TMP_SUFFIX):
+                                                 RECOVERY_POINT_FILE + TMP_SUFFIX,
+                                                 CLEANER_CHECKPOINT_FILE + TMP_SUFFIX):
             path.unlink(missing_ok=True)
             continue
         m = _SEGMENT_FILE.match(name)
@@ -83,3 +91,63 @@ def scan_directory(directory: Path) -> list[int]:
         if base not in logs:   # a segment's .log is deleted first; we crashed before the rest
             path.unlink(missing_ok=True)
     return sorted(logs)
+
+
+def finish_cleaner_swaps(directory: Path) -> None:
+    """Complete or discard what a crash left of a cleaner swap (cleaner.py), as Kafka's
+    LogLoader does: `.cleaned` files were never part of the log and go; a `<base>.log.swap`
+    is a fsynced cleaned segment whose swap was decided, so every segment whose base offset
+    lies in [base, the swap's next offset) is deleted and the swap renamed into place.
+    A `.index.swap`/`.timeindex.swap` is installed with its log; if one is missing, the
+    segment's index file is deleted (it may belong to the replaced segment) and rebuilt on
+    load. Index swaps without a log swap are leftovers of an unfinished rename and go."""
+    found: dict[tuple[int, str, str], Path] = {}
+    for path in directory.iterdir():
+        m = _CLEANER_FILE.match(path.name)
+        if m is not None:
+            found[(int(m[1]), m[2], m[3])] = path
+    if not found:
+        return
+    for (base, kind, state), path in found.items():
+        if state == "cleaned":
+            path.unlink(missing_ok=True)
+    swaps = sorted(base for (base, kind, state) in found if kind == "log" and state == "swap")
+    for (base, kind, state), path in found.items():
+        if state == "swap" and kind != "log" and base not in swaps:
+            path.unlink(missing_ok=True)
+    for base in swaps:
+        swap_log = directory / f"{file_stem(base)}.log.swap"
+        end = _next_offset_of(swap_log, base)
+        for path in directory.iterdir():
+            m = _SEGMENT_FILE.match(path.name)
+            if m is None:
+                continue
+            b = int(m[1])
+            if b == base and m[2] != "log":
+                if (base, m[2], "swap") not in found:
+                    path.unlink(missing_ok=True)   # may describe the replaced segment
+            elif base < b < end:
+                path.unlink(missing_ok=True)
+        log.warning("%s: completing an interrupted cleaner swap at offset %d", directory, base)
+        for kind in ("index", "timeindex", "log"):   # the log last: it marks the swap done
+            swap = directory / f"{file_stem(base)}.{kind}.swap"
+            if swap.exists():
+                swap.replace(directory / f"{file_stem(base)}.{kind}")
+    fsync_dir(directory)
+
+
+def _next_offset_of(path: Path, base: int) -> int:
+    """The offset after the last whole batch of a segment file (headers only)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        pos, nxt = 0, base
+        while size - pos >= HEADER_SIZE:
+            info = read_batch_header(os.pread(fd, HEADER_SIZE, pos))
+            if info.size < HEADER_SIZE or pos + info.size > size:
+                break
+            nxt = info.base_offset + info.last_offset_delta + 1
+            pos += info.size
+        return nxt
+    finally:
+        os.close(fd)

@@ -1,0 +1,626 @@
+"""Log compaction: keep the last record of every key (Kafka's LogCleaner / Cleaner).
+
+Theory of operation
+-------------------
+Only logs whose cleanup.policy holds "compact" are cleaned, and never their active (last)
+segment. The log is split at the cleaner checkpoint (`cleaner-offset-checkpoint` in the
+partition directory, written after each clean): below it lies the *clean* section, already
+compacted once; from it the *dirty* section. A clean:
+
+1. finds the first uncleanable offset: the active segment's base, the base of the segment
+   holding `upper_bound_offset` (the broker passes its high watermark), or, when
+   min.compaction.lag.ms > 0, the base of the first dirty segment whose largest timestamp
+   is newer than now - min.compaction.lag.ms, whichever is lowest;
+2. builds an offset map over the dirty section up to there: key -> latest offset, keyed by
+   16-byte blake2b digests of the keys (as Kafka's SkimpyOffsetMap keys by MD5). The map
+   holds at most `max_map_entries(dedupe_buffer_size)` keys; when the dirty section has
+   more, only a prefix of it (whole batches) is mapped and the checkpoint moves only that
+   far, so the next clean goes on from there. The budget is counted Kafka's way (24 bytes
+   per entry, load factor 0.9); a Python dict really spends ~100+ bytes per entry, hence
+   the smaller default buffer;
+3. rewrites every closed segment from the log's first one up to the end of the mapped
+   prefix, in groups of consecutive segments whose total size stays within segment.bytes,
+   whose index files stay within segment.index.bytes and whose offsets fit int32 relative
+   offsets (Kafka's groupSegmentsBySize). A record is kept when its offset is at least the
+   map's offset for its key (or its key is not in the map). Records without a key are
+   dropped, as Kafka's cleaner does (the broker refuses them at produce time).
+   A group whose records all survive is not rewritten at all, so cleaning an already clean
+   log changes no file.
+
+Tombstones (null value). This is Kafka's pre-KIP-534 rule, made deterministic: a tombstone
+that is the latest record of its key is removed only when (a) it lies below the cleaner
+checkpoint the clean started from, i.e. an earlier clean already kept it once, and (b) the
+segment holding it has a largest timestamp older than now - delete.retention.ms. Kafka
+(KIP-534) instead stamps a delete horizon into the batch header (attribute 0x40) when it
+first cleans a tombstone; we do not write that bit. Records of a key whose tombstone went
+are gone too, because the tombstone was the key's latest record and already hid them.
+
+Batches. Offsets never change: a batch whose records all survive is copied byte for byte;
+one that loses some is rebuilt around the surviving records' own bytes, with the original
+base offset, lastOffsetDelta (so the offset range and the producer's sequence range stay),
+base timestamp, attributes, compression codec, partition leader epoch and producer fields;
+its max timestamp becomes the survivors' (CreateTime) and the CRC is recomputed. A batch
+that loses every record disappears, except that the last batch of each producer id in the
+log is kept as an empty batch (header only, zero records) so idempotent producer state can
+be rebuilt from the log; Kafka does the same (BatchRetention.RETAIN_EMPTY). Control batches
+are copied unchanged. Transactions are not looked at: aborted data is not removed here.
+
+Crash safety. A group is written as `<base>.log.cleaned` plus `.index.cleaned` and
+`.timeindex.cleaned` (base = its first segment's base offset), fsynced, then swapped in by
+Log.replace_segments: rename to `.swap`, delete the old segments, rename `.swap` to the
+final names. Log.open (recovery.finish_cleaner_swaps) deletes `.cleaned` files and
+completes a `.swap`. The checkpoint is written after every swap, so a crash before it only
+means the next clean redoes some work.
+
+Threads (the contract with the broker)
+--------------------------------------
+`prepare(log, now_ms)` is the expensive part and takes no lock: run it in a worker thread
+while the owner keeps appending and reading. It reads closed segments through descriptors
+of its own (a segment deleted meanwhile by retention stays readable until closed, and its
+absence is noticed at commit), only reads immutable attributes of the Log (segment list
+copy, base offsets, sizes of closed segments, config) and writes only `.cleaned` files.
+`commit(plan)` is short (a few renames, unlinks and three directory fsyncs per group,
+then the checkpoint) and must be called under the same serialization as append and
+apply_retention, on the thread that reads (it closes the old segments' descriptors). It
+checks that the segments cleaned are still the log's, unchanged (same objects, sizes, no
+truncation since prepare), else it drops the plan's files and cleans nothing.
+`abort(plan)` drops the plan's files. `clean(log, now_ms, lock=...)` = prepare, then
+commit under `lock`. Only one clean of a log may run at a time.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import struct
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, ContextManager, Iterator
+
+from crc32c import crc32c
+
+from core.protocol.compression import compress, decompress
+from core.protocol.records import (ATTR_COMPRESSION_MASK, ATTR_LOG_APPEND_TIME, CRC_START,
+                                   HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchInfo,
+                                   read_batch_header)
+from core.protocol.varint import read_varint, read_varlong
+
+from .checkpoint import fsync_dir, read_offset, write_offset
+from .config import INT32_MAX
+from .index import datasync, write_all
+from .log import Log
+from .recovery import CLEANER_CHECKPOINT_FILE
+from .segment import Segment, _Tracker
+
+log = logging.getLogger(__name__)
+
+# Kafka's log.cleaner.dedupe.buffer.size default is 128 MiB for all cleaner threads; a
+# Python dict entry costs far more than the 24 bytes Kafka's map does, so ours is smaller.
+DEFAULT_DEDUPE_BUFFER_SIZE = 16 * 1024 * 1024
+MAP_LOAD_FACTOR = 0.9              # log.cleaner.io.buffer.load.factor
+_MAP_ENTRY_BYTES = 24              # 16-byte digest + 8-byte offset, as Kafka counts it
+READ_CHUNK = 1 << 20
+WRITE_CHUNK = 1 << 20
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_CRC = struct.Struct(">I")
+
+
+def max_map_entries(dedupe_buffer_size: int) -> int:
+    return max(1, int(dedupe_buffer_size * MAP_LOAD_FACTOR) // _MAP_ENTRY_BYTES)
+
+
+def key_digest(key: bytes) -> bytes:
+    return hashlib.blake2b(key, digest_size=16).digest()
+
+
+@dataclass
+class CleanResult:
+    cleaned: bool = False            # at least one group was swapped in
+    skipped: str | None = None       # why nothing was attempted (None if it ran)
+    aborted: bool = False            # commit found the log changed; nothing swapped
+    first_dirty_offset: int = -1     # the checkpoint the clean started from
+    end_offset: int = -1             # the new checkpoint
+    map_full: bool = False           # the dirty section did not fit the offset map
+    segments_cleaned: int = 0        # old segments replaced
+    groups_swapped: int = 0
+    bytes_before: int = 0            # of the replaced segments
+    bytes_after: int = 0
+    records_removed: int = 0
+    tombstones_removed: int = 0
+
+
+@dataclass
+class _Group:
+    segments: list[Segment]
+    sizes: list[int]
+    base: int
+    changed: bool = False
+    bytes_after: int = 0
+
+
+@dataclass
+class CleanPlan:
+    log: Log
+    groups: list[_Group] = field(default_factory=list)
+    truncations: int = 0
+    result: CleanResult = field(default_factory=CleanResult)
+
+    @property
+    def paths(self) -> list[Path]:
+        d = self.log.directory
+        return [d / f"{g.segments[0].log_path.stem}.{kind}.cleaned"
+                for g in self.groups if g.changed for kind in ("log", "index", "timeindex")]
+
+
+# ------------------------------------------------------------------- selection
+
+
+def checkpoint_path(log: Log) -> Path:
+    return log.directory / CLEANER_CHECKPOINT_FILE
+
+
+def first_dirty_offset(log: Log) -> int:
+    """The stored cleaner checkpoint, reset to the log start when out of range (Kafka)."""
+    stored = read_offset(checkpoint_path(log))
+    lso, leo = log.log_start_offset, log.log_end_offset
+    if stored is None or stored < lso or stored > leo:
+        return lso
+    return stored
+
+
+@dataclass
+class _SegScan:
+    seg: Segment
+    size: int
+    next_offset: int
+    max_ts: int
+
+
+def dirty_ratio(log: Log, now_ms: int) -> float:
+    """Dirty bytes / all bytes of the closed segments (Kafka's cleanableRatio, roughly:
+    by segment, from segment headers, without reading records)."""
+    allsegs = list(log._segments)
+    segs = allsegs[:-1]
+    if not segs:
+        return 0.0
+    first_dirty = first_dirty_offset(log)
+    total = sum(s.size for s in segs)
+    dirty = sum(s.size for i, s in enumerate(segs) if allsegs[i + 1].base_offset > first_dirty)
+    return dirty / total if total else 0.0
+
+
+def needs_cleaning(log: Log, now_ms: int) -> bool:
+    """What the broker's cleaner thread asks before `clean`: compact policy, a closed
+    segment, and min.cleanable.dirty.ratio reached, or max.compaction.lag.ms passed for the
+    oldest dirty data (the first batch timestamp of the first dirty segment)."""
+    cfg = log.config
+    if not cfg.compact_enabled or len(log._segments) < 2:
+        return False
+    if dirty_ratio(log, now_ms) >= cfg.min_cleanable_dirty_ratio:
+        return True
+    first_dirty = first_dirty_offset(log)
+    for i, seg in enumerate(list(log._segments)[:-1]):
+        if log._segments[i + 1].base_offset > first_dirty:
+            ts = seg.first_batch_timestamp()
+            return 0 <= ts < now_ms - cfg.max_compaction_lag_ms
+    return False
+
+
+# ----------------------------------------------------------------------- clean
+
+
+def clean(log: Log, now_ms: int, *, lock: ContextManager | None = None,
+          dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE,
+          upper_bound_offset: int | None = None,
+          hook: Callable[[str], None] | None = None) -> CleanResult:
+    """Clean `log` once: prepare (no lock), then commit under `lock`. The caller decides
+    when (see needs_cleaning); cleaning a clean log is a no-op that changes no file."""
+    plan = prepare(log, now_ms, dedupe_buffer_size=dedupe_buffer_size,
+                   upper_bound_offset=upper_bound_offset, hook=hook)
+    if plan.result.skipped:
+        return plan.result
+    with lock if lock is not None else nullcontext():
+        return commit(plan, hook=hook)
+
+
+def prepare(log: Log, now_ms: int, *, dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE,
+            upper_bound_offset: int | None = None,
+            hook: Callable[[str], None] | None = None) -> CleanPlan:
+    """Build the offset map and write the `.cleaned` files; takes no lock (see above).
+
+    upper_bound_offset: the high watermark (or last stable offset); no segment holding an
+    offset at or above it is mapped or rewritten (Kafka's firstUncleanableOffset)."""
+    cfg = log.config
+    plan = CleanPlan(log, truncations=log.truncations)
+    res = plan.result
+    if not cfg.compact_enabled:
+        res.skipped = "cleanup.policy has no compact"
+        return plan
+    segs = list(log._segments)
+    closed = segs[:-1]
+    if not closed:
+        res.skipped = "no closed segment"
+        return plan
+    first_dirty = first_dirty_offset(log)
+    res.first_dirty_offset = first_dirty
+    fds: dict[int, int] = {}
+    try:
+        for seg in closed:
+            try:
+                fds[id(seg)] = os.open(seg.log_path, os.O_RDONLY)
+            except FileNotFoundError:   # retention or a truncation got there first
+                res.skipped = "log changed"
+                return plan
+        scans = [_scan_headers(fds[id(s)], s) for s in closed]
+        last_batch_of_pid = _last_batches(scans, segs[-1])
+
+        # 1. the first uncleanable offset (active segment, min.compaction.lag.ms)
+        uncleanable = segs[-1].base_offset
+        if upper_bound_offset is not None:
+            for sc in scans:
+                if sc.next_offset > upper_bound_offset:
+                    uncleanable = min(uncleanable, sc.seg.base_offset)
+                    break
+        for sc in scans if cfg.min_compaction_lag_ms > 0 else ():   # as Kafka: only if > 0
+            if sc.next_offset > first_dirty and sc.max_ts > now_ms - cfg.min_compaction_lag_ms:
+                uncleanable = sc.seg.base_offset
+                break
+
+        # 2. the offset map over [first_dirty, uncleanable)
+        limit = max_map_entries(dedupe_buffer_size)
+        offsets: dict[bytes, int] = {}
+        end = first_dirty
+        full = False
+        for sc in scans:
+            if full or sc.seg.base_offset >= uncleanable:
+                break
+            if sc.next_offset <= first_dirty:
+                continue
+            for pos, info, data in _iter_batches(fds[id(sc.seg)], sc.size):
+                if info.base_offset + info.last_offset_delta < first_dirty:
+                    continue
+                if len(offsets) + info.records_count > limit:
+                    full = True
+                    break
+                if not info.is_control:
+                    for rec in _records(data, info):
+                        if rec.offset >= first_dirty and rec.key is not None:
+                            offsets[key_digest(rec.key)] = rec.offset
+                end = info.base_offset + info.last_offset_delta + 1
+        res.map_full = full
+        if full and end == first_dirty:
+            log.warning("%s: offset map of %d entries cannot hold one batch; "
+                        "raise the dedupe buffer", log.directory, limit)
+        res.end_offset = end
+
+        # 3. rewrite the closed segments below the end of the map, in groups
+        to_clean = [sc for sc in scans if sc.seg.base_offset < max(end, first_dirty)
+                    and sc.seg.base_offset < uncleanable]
+        flt = _Filter(offsets, first_dirty, now_ms - cfg.delete_retention_ms,
+                      last_batch_of_pid)
+        sizes = {id(sc.seg): flt.output_size(fds[id(sc.seg)], sc) for sc in to_clean}
+        for group in _group(to_clean, sizes, cfg.segment_bytes, cfg.segment_index_bytes):
+            g = _Group([sc.seg for sc in group], [sc.size for sc in group],
+                       group[0].seg.base_offset)
+            plan.groups.append(g)
+            _write_group(log, g, group, fds, flt, res)
+    except BaseException:
+        abort(plan)
+        raise
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    if hook:
+        hook("cleaned")   # a crash here leaves only .cleaned files
+    return plan
+
+
+def commit(plan: CleanPlan, *, hook: Callable[[str], None] | None = None) -> CleanResult:
+    """Swap the cleaned groups in and write the checkpoint; under the owner's lock."""
+    log = plan.log
+    res = plan.result
+    if res.skipped:
+        return res
+    live = {id(s): s.size for s in log._segments[:-1]}
+    for g in plan.groups:
+        if (plan.truncations != log.truncations
+                or any(live.get(id(s)) != size for s, size in zip(g.segments, g.sizes))):
+            abort(plan)
+            res.aborted = True
+            return res
+    for g in plan.groups:
+        if not g.changed:
+            continue
+        log.replace_segments(g.segments, hook)
+        g.changed = False   # its files are now the log's
+        res.groups_swapped += 1
+        res.segments_cleaned += len(g.segments)
+        res.bytes_before += sum(g.sizes)
+        res.bytes_after += g.bytes_after
+    res.cleaned = res.groups_swapped > 0
+    if res.end_offset >= 0 and read_offset(checkpoint_path(log)) != res.end_offset:
+        write_offset(checkpoint_path(log), res.end_offset)
+    if hook:
+        hook("checkpoint")
+    return res
+
+
+def abort(plan: CleanPlan) -> None:
+    """Remove the plan's `.cleaned` files (nothing was swapped)."""
+    for path in plan.paths:
+        path.unlink(missing_ok=True)
+    for g in plan.groups:
+        g.changed = False
+
+
+# --------------------------------------------------------------------- helpers
+
+
+def _scan_headers(fd: int, seg: Segment) -> _SegScan:
+    size = seg.size
+    nxt, max_ts = seg.base_offset, -1
+    for _pos, info, _data in _iter_batches(fd, size, with_data=False):
+        nxt = info.base_offset + info.last_offset_delta + 1
+        max_ts = max(max_ts, info.max_timestamp)
+    if max_ts < 0:   # no timestamps: the file's mtime, as retention does
+        max_ts = os.fstat(fd).st_mtime_ns // 1_000_000
+    return _SegScan(seg, size, nxt, max_ts)
+
+
+def _last_batches(scans: list[_SegScan], active: Segment) -> dict[int, int]:
+    """producer id -> base offset of its last batch in the log."""
+    last: dict[int, int] = {}
+    try:
+        fd = os.open(active.log_path, os.O_RDONLY)
+    except FileNotFoundError:
+        fd = -1
+    try:
+        sources = [(sc.seg, sc.size) for sc in scans]
+        if fd >= 0:
+            sources.append((active, active.size))
+        for seg, size in sources:
+            own = fd if seg is active else os.open(seg.log_path, os.O_RDONLY)
+            try:
+                for _pos, info, _d in _iter_batches(own, size, with_data=False):
+                    if info.producer_id >= 0:
+                        last[info.producer_id] = info.base_offset
+            finally:
+                if own != fd:
+                    os.close(own)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return last
+
+
+def _iter_batches(fd: int, size: int, with_data: bool = True
+                  ) -> Iterator[tuple[int, BatchInfo, memoryview | None]]:
+    """(position, header, whole batch bytes) of each well-framed batch up to `size`."""
+    pos = 0
+    buf = b""
+    buf_pos = 0
+    while size - pos >= HEADER_SIZE:
+        off = pos - buf_pos
+        if off + HEADER_SIZE > len(buf):
+            buf = os.pread(fd, min(READ_CHUNK, size - pos), pos)
+            buf_pos, off = pos, 0
+            if len(buf) < HEADER_SIZE:
+                return
+        info = read_batch_header(buf, off)
+        if info.magic != MAGIC or info.size < HEADER_SIZE or info.size > size - pos:
+            return
+        data = None
+        if with_data:
+            if off + info.size > len(buf):
+                buf = os.pread(fd, min(max(READ_CHUNK, info.size), size - pos), pos)
+                buf_pos, off = pos, 0
+                if len(buf) < info.size:
+                    return
+            data = memoryview(buf)[off:off + info.size]
+            if crc32c(data[CRC_START:]) != info.crc:
+                raise OSError(f"CRC mismatch in batch at offset {info.base_offset}")
+        yield pos, info._replace(position=0), data
+        pos += info.size
+
+
+@dataclass(slots=True)
+class _Rec:
+    offset: int
+    ts_delta: int
+    key: bytes | None
+    tombstone: bool
+    start: int   # the record's bytes within the (decompressed) payload
+    end: int
+
+
+def _records(data: memoryview, info: BatchInfo) -> list[_Rec]:
+    return _parse(data, info)[0]
+
+
+def _parse(data: memoryview, info: BatchInfo) -> tuple[list[_Rec], memoryview]:
+    payload = data[HEADER_SIZE:]
+    if info.compression:
+        payload = memoryview(decompress(info.compression, payload))
+    out: list[_Rec] = []
+    pos = 0
+    end = len(payload)
+    for _ in range(info.records_count):
+        start = pos
+        length, pos = read_varint(payload, pos)
+        rec_end = pos + length
+        if length < 0 or rec_end > end:
+            raise OSError(f"record runs past its batch at offset {info.base_offset}")
+        pos += 1
+        ts_delta, pos = read_varlong(payload, pos)
+        off_delta, pos = read_varint(payload, pos)
+        klen, pos = read_varint(payload, pos)
+        key = None if klen < 0 else bytes(payload[pos:pos + klen])
+        pos += max(klen, 0)
+        vlen, pos = read_varint(payload, pos)
+        out.append(_Rec(info.base_offset + off_delta, ts_delta, key, vlen < 0, start, rec_end))
+        pos = rec_end
+    return out, payload
+
+
+def _group(scans: list[_SegScan], sizes: dict[int, int], max_bytes: int,
+           max_index_bytes: int) -> Iterator[list[_SegScan]]:
+    """Consecutive segments whose cleaned sizes (estimated) fit segment.bytes together, and
+    their index files segment.index.bytes, with int32 relative offsets (Kafka groups by
+    the segments' current sizes; estimating the output lets one pass reach a fixpoint)."""
+    i = 0
+    while i < len(scans):
+        group = [scans[i]]
+        size = sizes[id(scans[i].seg)]
+        index = _index_size(scans[i].seg)
+        j = i + 1
+        while j < len(scans):
+            nxt = scans[j]
+            nidx = _index_size(nxt.seg)
+            nsize = sizes[id(nxt.seg)]
+            if (size + nsize > max_bytes or index + nidx > max_index_bytes
+                    or nxt.next_offset - 1 - group[0].seg.base_offset > INT32_MAX):
+                break
+            group.append(nxt)
+            size += nsize
+            index += nidx
+            j += 1
+        yield group
+        i = j
+
+
+def _index_size(seg: Segment) -> int:
+    total = 0
+    for suffix in (".index", ".timeindex"):
+        try:
+            total += os.stat(seg.log_path.with_suffix(suffix)).st_size
+        except OSError:
+            pass
+    return total
+
+
+class _Filter:
+    """Which records of a batch survive (shared by the sizing pass and the writer)."""
+
+    def __init__(self, offsets: dict[bytes, int], first_dirty: int, horizon: int,
+                 last_batch_of_pid: dict[int, int]):
+        self.offsets = offsets
+        self.first_dirty = first_dirty
+        self.horizon = horizon
+        self.last_batch_of_pid = last_batch_of_pid
+
+    def apply(self, sc: _SegScan, info: BatchInfo, data: memoryview, res: CleanResult | None
+              ) -> tuple[bool, bytes]:
+        """(changed, the batch to write: b"" for none)."""
+        if info.is_control:
+            return False, bytes(data)
+        recs, payload = _parse(data, info)
+        removable_tombstones = sc.max_ts < self.horizon
+        keep = []
+        tombstones = 0
+        for r in recs:
+            if r.key is None or r.offset < self.offsets.get(key_digest(r.key), -1):
+                continue
+            if r.tombstone and removable_tombstones and r.offset < self.first_dirty:
+                tombstones += 1
+                continue
+            keep.append(r)
+        if len(keep) == len(recs):
+            return False, bytes(data)
+        if res is not None:
+            res.records_removed += len(recs) - len(keep)
+            res.tombstones_removed += tombstones
+        if keep or (info.producer_id >= 0
+                    and self.last_batch_of_pid.get(info.producer_id) == info.base_offset):
+            return True, _rebuild(info, keep, payload)
+        return True, b""
+
+    def output_size(self, fd: int, sc: _SegScan) -> int:
+        """An upper bound of the segment's size once cleaned (compression not redone)."""
+        total = 0
+        for _pos, info, data in _iter_batches(fd, sc.size):
+            if info.is_control:
+                total += info.size
+                continue
+            recs, _payload = _parse(data, info)
+            horizon_ok = sc.max_ts < self.horizon
+            kept = [r for r in recs
+                    if r.key is not None and r.offset >= self.offsets.get(key_digest(r.key), -1)
+                    and not (r.tombstone and horizon_ok and r.offset < self.first_dirty)]
+            if len(kept) == len(recs):
+                total += info.size
+            elif kept or (info.producer_id >= 0
+                          and self.last_batch_of_pid.get(info.producer_id) == info.base_offset):
+                total += HEADER_SIZE + sum(r.end - r.start for r in kept)
+        return total
+
+
+def _write_group(log: Log, g: _Group, group: list[_SegScan], fds: dict[int, int],
+                 flt: _Filter, res: CleanResult) -> None:
+    d = log.directory
+    stem = g.segments[0].log_path.stem
+    log_path = d / f"{stem}.log.cleaned"
+    tracker = _Tracker(g.base, log.config.index_interval_bytes, 0, -1, -1, -1)
+    out = bytearray()
+    written = 0
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    g.changed = True   # from here on, abort() removes the files
+    changed = len(group) > 1   # merging segments is a change too
+    try:
+        for sc in group:
+            for _pos, info, data in _iter_batches(fds[id(sc.seg)], sc.size):
+                batch_changed, kept = flt.apply(sc, info, data, res)
+                changed = changed or batch_changed
+                if kept:
+                    last = info.base_offset + info.last_offset_delta
+                    max_ts = struct.unpack_from(">q", kept, 35)[0]
+                    tracker.add(written + len(out), last, max_ts, len(kept))
+                    out += kept
+                    if len(out) >= WRITE_CHUNK:
+                        write_all(fd, out)
+                        written += len(out)
+                        out.clear()
+        write_all(fd, out)
+        written += len(out)
+        if not changed:
+            os.close(fd)
+            fd = -1
+            log_path.unlink()
+            g.changed = False
+            return
+        datasync(fd)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    tracker.time_entry()
+    for kind, raw in (("index", tracker.idx), ("timeindex", tracker.tidx)):
+        path = d / f"{stem}.{kind}.cleaned"
+        ifd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(ifd, raw)
+            datasync(ifd)
+        finally:
+            os.close(ifd)
+    fsync_dir(d)
+    g.bytes_after = written
+
+
+def _rebuild(info: BatchInfo, keep: list[_Rec], payload: memoryview) -> bytes:
+    """The batch with only `keep`, each record's bytes unchanged (offset deltas stay)."""
+    body = b"".join(payload[r.start:r.end] for r in keep)
+    if info.compression and keep:
+        body = compress(info.compression, body)
+    if info.attributes & ATTR_LOG_APPEND_TIME or not keep:
+        max_ts = info.max_timestamp
+    else:
+        max_ts = info.base_timestamp + max(r.ts_delta for r in keep)
+    attributes = info.attributes if keep else info.attributes & ~ATTR_COMPRESSION_MASK
+    batch = bytearray(HEADER_SIZE)
+    _HEADER.pack_into(batch, 0, info.base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body),
+                      info.partition_leader_epoch, MAGIC, 0, attributes, info.last_offset_delta,
+                      info.base_timestamp, max_ts, info.producer_id, info.producer_epoch,
+                      info.base_sequence, len(keep))
+    batch += body
+    _CRC.pack_into(batch, 17, crc32c(memoryview(batch)[CRC_START:]))
+    return bytes(batch)
