@@ -19,7 +19,7 @@ import anyio
 
 from core.config import BrokerConfig, ConfigError, TopicConfigs
 from core.config.topic import TOPIC_CONFIGS
-from core.log import Log, LogConfig
+from core.log import Log, LogConfig, cleaner
 from core.protocol.errors import ErrorCode
 
 from .catalog import Catalog, TopicRecord, ensure_meta
@@ -381,6 +381,28 @@ class Broker:
         while True:
             await anyio.sleep(interval)
             await self.apply_retention()
+
+    async def run_cleaner(self) -> None:
+        """Compact partitions of compacted topics when their dirty share calls for it, one at a
+        time, every log.cleaner.backoff.ms, as Kafka's cleaner threads do."""
+        if not self.config["log.cleaner.enable"]:
+            return
+        interval = self.config["log.cleaner.backoff.ms"] / 1000
+        buffer = self.config["log.cleaner.dedupe.buffer.size"]
+        while True:
+            await anyio.sleep(interval)
+            for p in list(self.all_partitions()):
+                if p.offline or not p.log.config.compact_enabled or self.draining:
+                    continue
+                try:
+                    if cleaner.needs_cleaning(p.log, self.clock()):
+                        result = await p.compact(self.clock(), buffer)
+                        if result.cleaned:
+                            log.info("%r: compacted %d segments, %d -> %d bytes, %d records removed",
+                                     p, result.segments_cleaned, result.bytes_before, result.bytes_after,
+                                     result.records_removed)
+                except Exception as exc:  # noqa: BLE001 — a cleaner failure must not stop the node
+                    log.error("%r: cleaning failed: %s", p, exc)
 
     async def run_producer_snapshots(self) -> None:
         """Expire idle producers (producer.id.expiration.ms) and snapshot producer state, so

@@ -16,6 +16,7 @@ import anyio
 from core.config.defs import LONG_MAX
 from core.log import Log, LogConfig, LogCorrupted
 from core.protocol.errors import ErrorCode
+from core.log import cleaner
 from core.log.checkpoint import write_durably
 from core.protocol.records import BatchInfo, iter_batch_headers
 
@@ -145,6 +146,19 @@ class Partition:
             staged.update(b, offset)
             offset += b.last_offset_delta + 1
         return None
+
+    async def compact(self, now_ms: int, dedupe_buffer_size: int):
+        """One cleaner pass (cleanup.policy=compact): the long part reads and writes cleaned
+        copies in a worker thread without the lock; only the swap takes it, and runs on the
+        event loop, which owns the file descriptors that reads use."""
+        hw = self.high_watermark
+        plan = await anyio.to_thread.run_sync(
+            lambda: cleaner.prepare(self.log, now_ms, dedupe_buffer_size=dedupe_buffer_size, upper_bound_offset=hw))
+        async with self._lock:
+            if self.offline:
+                cleaner.abort(plan)
+                return plan.result
+            return cleaner.commit(plan)
 
     async def write_producer_snapshot(self) -> None:
         """Persist the producer state at the log end, so a restart replays only what follows."""

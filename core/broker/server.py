@@ -109,6 +109,7 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
             tg.start_soon(broker.run_flush_scheduler)
             tg.start_soon(broker.run_retention)
             tg.start_soon(broker.run_producer_snapshots)
+            tg.start_soon(broker.run_cleaner)
             log.info("node %d of cluster %s listening on %s", broker.node_id, broker.cluster_id,
                      ", ".join(f"{n}://{h}:{p}" for n, (h, p) in handle.bound.items()))
             task_status.started(handle)

@@ -1,0 +1,65 @@
+"""Compacted topics: the cleaner keeps the last value of every key, offsets stay consistent,
+and records without a key are refused, with a real node and real clients."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from core.protocol import messages as m
+from core.protocol.errors import ErrorCode
+from core.protocol.records import build_batch
+from tests.integration.test_bad_input import call, produce
+from tests.support.clients import CLIENTS, Record
+from tests.support.node import SeawayNode
+
+pytestmark = pytest.mark.integration
+
+
+def create_compacted(node, name: str) -> None:
+    configs = {"cleanup.policy": "compact", "segment.bytes": "4096", "min.cleanable.dirty.ratio": "0.01",
+               "delete.retention.ms": "0"}
+    req = m.CreateTopicsRequest(topics=[m.CreateTopicsRequest.CreatableTopic(
+        name=name, num_partitions=1, replication_factor=1, configs=[
+            m.CreateTopicsRequest.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()])],
+        timeout_ms=5000)
+    assert call(node, 19, 7, req).topics[0].error_code == 0
+
+
+def test_compaction_keeps_the_last_value_of_every_key(tmp_path):
+    with SeawayNode(tmp_path, {"log.cleaner.backoff.ms": "200"}) as node:
+        create_compacted(node, "table")
+        keys = [b"key-%d" % k for k in range(10)]
+        sent = [Record(key=keys[i % 10], value=b"value-%d-" % i + b"x" * 100, partition=0) for i in range(300)]
+        sent += [Record(key=keys[0], value=None, partition=0), Record(key=keys[1], value=None, partition=0)]
+        client = CLIENTS["confluent"]
+        client.produce(node.bootstrap, "table", sent, config={"batch.size": 2000, "linger.ms": 0})
+        latest = {}
+        for r in sent:
+            latest[r.key] = r.value
+
+        deadline = time.monotonic() + 30
+        while True:
+            got = client.consume(node.bootstrap, "table", {0: 0}, count=len(sent), timeout=3)
+            if len(got) < len(sent) / 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert len(got) < len(sent) / 2, "the cleaner never compacted the topic"
+        offsets = [r.offset for r in got]
+        assert offsets == sorted(set(offsets)), "offsets must stay increasing, with gaps"
+        seen = {}
+        for r in got:
+            seen[r.key] = r.value
+        for key in keys[2:]:
+            assert seen[key] == latest[key], f"{key!r} lost its latest value"
+        for key in keys[:2]:
+            assert seen.get(key) is None, "a deleted key must not come back with an old value"
+        assert got[-1].offset == len(sent) - 1, "the newest record is never cleaned away"
+        assert "compacted" in node.log_path.read_text()
+
+
+def test_compacted_topic_refuses_records_without_a_key(tmp_path):
+    with SeawayNode(tmp_path) as node:
+        create_compacted(node, "keyed")
+        assert produce(node, "keyed", build_batch([(None, b"v", [], 1)])).error_code == ErrorCode.INVALID_RECORD
+        assert produce(node, "keyed", build_batch([(b"k", b"v", [], 1)])).error_code == 0
