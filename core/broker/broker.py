@@ -24,7 +24,7 @@ from core.protocol.errors import ErrorCode
 
 from .catalog import Catalog, TopicRecord, ensure_meta
 from .metrics import BrokerMetrics
-from .producer_state import ProducerIdAllocator, read_allocator_state, write_allocator_state
+from .producer_state import ProducerIdAllocator, delete_snapshots, read_allocator_state, write_allocator_state
 
 PRODUCER_ID_FILE = "producer-id-block"
 from .partition import Partition
@@ -138,8 +138,10 @@ class Broker:
         for topic in list(self.topics.values()):
             for p in topic.partitions:
                 try:
-                    if not p.offline and p.log.log_end_offset != p.snapshot_offset and len(p.producers):
+                    if not p.offline and p.log.log_end_offset != p.snapshot_offset:
                         p.producers.write_snapshot(p.log.directory, p.log.log_end_offset)
+                        if p.snapshot_offset >= 0:
+                            delete_snapshots(p.log.directory, below=p.snapshot_offset)
                     p.log.close()
                 except Exception as exc:  # noqa: BLE001 — keep closing the rest
                     log.error("%r: close failed: %s", p, exc)
@@ -414,8 +416,9 @@ class Broker:
             for p in list(self.all_partitions()):
                 try:
                     p.producers.expire(now, self.config["producer.id.expiration.ms"])
-                    if len(p.producers) or p.snapshot_offset >= 0:
-                        await p.write_producer_snapshot()
+                    # Even an empty state is worth a (tiny) snapshot: it spares the next start
+                    # after a crash from scanning the whole log for producers.
+                    await p.write_producer_snapshot()
                 except Exception as exc:  # noqa: BLE001 — one partition must not stop the node
                     p.fail(exc)
 

@@ -100,3 +100,13 @@ def test_librdkafka_idempotence_writes_no_duplicate_when_responses_are_lost(tmp_
         assert len(values) == len(set(values)), f"{len(values) - len(set(values))} duplicates in the log"
         assert values == [b"%06d" % i for i in range(total)]
         assert any(key == 0 and v >= 7 for key, v in proxy.requests), "requests went through the proxy"
+
+
+def test_clean_stop_snapshots_every_partition_so_restart_scans_nothing(tmp_path):
+    with SeawayNode(tmp_path) as node:
+        create_topic(node, "plain", partitions=2)
+        produce(node, "plain", build_batch([(None, b"v", [], 1)] * 3), partition=1)
+        assert node.stop() == 0
+        for p, end in ((0, 0), (1, 3)):
+            snaps = sorted(x.name for x in (node.data_dir / f"plain-{p}").glob("*.snapshot"))
+            assert snaps == [f"{end:020d}.snapshot"], snaps
