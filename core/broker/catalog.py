@@ -101,6 +101,3 @@ class Catalog:
 
     def write(self, data: bytes) -> None:
         write_atomically(self.path, data)
-
-    def save(self) -> None:
-        self.write(self.serialize())

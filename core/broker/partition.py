@@ -13,7 +13,6 @@ from pathlib import Path
 
 import anyio
 
-from core.config.defs import LONG_MAX
 from core.log import Log, LogConfig, LogCorrupted
 from core.protocol.errors import ErrorCode
 from core.log import cleaner
@@ -89,11 +88,6 @@ class Partition:
     @property
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
-
-    @property
-    def flush_policy_active(self) -> bool:
-        cfg = self.log.config
-        return cfg.flush_messages < LONG_MAX or cfg.flush_ms < LONG_MAX
 
     async def append(self, data, batches: list[BatchInfo], now_ms: int):
         """Append validated client batches; returns once the flush policy is satisfied.

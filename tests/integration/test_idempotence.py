@@ -6,8 +6,6 @@ hold every record exactly once, in order.
 """
 from __future__ import annotations
 
-import threading
-import time
 
 import pytest
 from confluent_kafka import Producer

@@ -225,6 +225,7 @@ def test_partial_batch_keeps_offsets_producer_fields_and_compression(tmp_path):
     log.roll()
     put(log, b"z", b"z")
     before = next(iter_batch_headers(log.read(0, 1 << 20).data))
+    assert before.records_count == 9
     cleaner.clean(log, T0)
     data = bytes(log.read(0, 1 << 20).data)
     after = next(iter_batch_headers(data))

@@ -23,26 +23,19 @@ from .describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-class _Refused(Exception):
-    def __init__(self, code: ErrorCode, message: str | None = None):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
 def _target_topic(ctx, res):
     if res.resource_type == RESOURCE_BROKER:
-        raise _Refused(ErrorCode.INVALID_REQUEST, "dynamic broker configs are not supported yet")
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "dynamic broker configs are not supported yet")
     if res.resource_type != RESOURCE_TOPIC:
-        raise _Refused(ErrorCode.INVALID_REQUEST, f"resource type {res.resource_type} is not supported")
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"resource type {res.resource_type} is not supported")
     if not ctx.authorize(Operation.ALTER_CONFIGS, ResourceType.TOPIC, res.resource_name):
-        raise _Refused(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        raise BrokerError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     topic = ctx.broker.topics.get(res.resource_name)
     if topic is None:
-        raise _Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {res.resource_name!r} does not exist")
+        raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {res.resource_name!r} does not exist")
     dupes = [n for n, c in Counter(c.name for c in res.configs).items() if c > 1]
     if dupes:
-        raise _Refused(ErrorCode.INVALID_REQUEST, f"config {dupes[0]!r} appears more than once")
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"config {dupes[0]!r} appears more than once")
     return topic
 
 
@@ -52,7 +45,7 @@ def _validated(values: dict) -> dict:
         check_policy_combination(parsed)
         return parsed
     except ConfigError as exc:
-        raise _Refused(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
 
 
 def _incremental(topic, configs) -> dict:
@@ -60,14 +53,14 @@ def _incremental(topic, configs) -> dict:
     for c in configs:
         definition = TOPIC_CONFIGS.get(c.name)
         if definition is None:
-            raise _Refused(ErrorCode.INVALID_CONFIG, f"{c.name}: unknown topic config")
+            raise BrokerError(ErrorCode.INVALID_CONFIG, f"{c.name}: unknown topic config")
         if c.config_operation == SET:
             overrides[c.name] = _validated({c.name: c.value})[c.name]
         elif c.config_operation == DELETE:
             overrides.pop(c.name, None)
         elif c.config_operation in (APPEND, SUBTRACT):
             if definition.type != ConfigType.LIST:
-                raise _Refused(ErrorCode.INVALID_CONFIG, f"{c.name}: APPEND and SUBTRACT apply only to lists")
+                raise BrokerError(ErrorCode.INVALID_CONFIG, f"{c.name}: APPEND and SUBTRACT apply only to lists")
             current = list(topic.configs.get(c.name))
             items = _validated({c.name: c.value or ""})[c.name]
             if c.config_operation == APPEND:
@@ -76,7 +69,7 @@ def _incremental(topic, configs) -> dict:
                 current = [i for i in current if i not in items]
             overrides[c.name] = current
         else:
-            raise _Refused(ErrorCode.INVALID_REQUEST, f"{c.name}: unknown operation {c.config_operation}")
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"{c.name}: unknown operation {c.config_operation}")
     check = {k: TOPIC_CONFIGS[k].render(v) for k, v in overrides.items()}
     return _validated(check)
 
@@ -95,9 +88,6 @@ async def _handle(ctx, req, incremental: bool):
                 overrides = _validated({c.name: c.value for c in res.configs})
             if not req.validate_only:
                 await ctx.broker.set_topic_configs(topic.name, overrides)
-        except _Refused as exc:
-            out.error_code = exc.code
-            out.error_message = exc.message
         except BrokerError as exc:
             out.error_code = exc.code
             out.error_message = exc.message
