@@ -6,7 +6,9 @@ Every message Seaway speaks is declared once, in `schema/*.ks`. The codec in `co
 compiled from these declarations; nothing is hand-written per request. A test checks each
 declaration against Kafka's JSON specs for every version we advertise.
 
-A file holds one API (a request and its response) or one header:
+A file holds one API (a request and its response), one header, or one data struct (a
+versioned struct that is not a request: the consumer protocol's subscription, the records of
+`__consumer_offsets`):
 
     api Produce 0              # name and API key
     versions 3-11              # the versions we advertise
@@ -29,7 +31,8 @@ A field line is `Name Type [vN | vN+ | vN-M] [nullable[=RANGE]] [tag=N] [default
 records and uuid; `[]T` is an array of T. A type that is not primitive names a struct: its
 fields follow on deeper-indented lines, or, if none follow, the struct of that name declared
 elsewhere in the same section (Kafka's "common structs"). `header RequestHeader` starts a
-header file, whose fields sit directly under the `versions`/`flexible` lines.
+header file and `data OffsetCommitValue` a data file; their fields sit directly under the
+`versions`/`flexible` lines.
 """
 from __future__ import annotations
 
@@ -142,7 +145,7 @@ class Struct:
 @dataclass
 class MessageSpec:
     name: str                  # e.g. ProduceRequest
-    kind: str                  # request | response | header
+    kind: str                  # request | response | header | data
     api_key: int | None
     versions: VersionRange     # the versions we advertise
     flexible: VersionRange | None
@@ -256,7 +259,7 @@ def parse_schema(text: str, where: str = "<schema>") -> ApiSchema | MessageSpec:
     lines = _tokenize(text)
     head: dict[str, list[str]] = {}
     i = 0
-    while i < len(lines) and lines[i][1] == 0 and lines[i][2][0] in ("api", "header", "versions", "flexible"):
+    while i < len(lines) and lines[i][1] == 0 and lines[i][2][0] in ("api", "header", "data", "versions", "flexible"):
         head[lines[i][2][0]] = lines[i][2][1:]
         i += 1
     if "versions" not in head:
@@ -264,14 +267,16 @@ def parse_schema(text: str, where: str = "<schema>") -> ApiSchema | MessageSpec:
     versions = VersionRange.parse(head["versions"][0])
     flex_text = head.get("flexible", ["none"])[0]
     flexible = None if flex_text == "none" else VersionRange.parse(flex_text)
-    if "header" in head:
-        name = head["header"][0]
+    for kind in ("header", "data"):
+        if kind not in head:
+            continue
+        name = head[kind][0]
         root = Struct(name)
         defined: dict[str, Struct] = {}
         pending: list[Field] = []
         i = _parse_block(lines, i, lines[i][1], root, defined, pending, where)
         _resolve(pending, defined, where)
-        return MessageSpec(name, "header", None, versions, flexible, root, where)
+        return MessageSpec(name, kind, None, versions, flexible, root, where)
     if "api" not in head:
         raise SchemaError(f"{where}: missing 'api NAME KEY'")
     api_name, key = head["api"][0], int(head["api"][1])

@@ -55,4 +55,10 @@ RESPONSE_HEADER = MessageCodec(_headers["ResponseHeader"])
 RequestHeader = REQUEST_HEADER.cls
 ResponseHeader = RESPONSE_HEADER.cls
 
-del _key, _schema, _api
+# Versioned structs that are not requests: the consumer protocol and __consumer_offsets records.
+DATA: dict[str, MessageCodec] = {name: MessageCodec(spec) for name, spec in _headers.items()
+                                 if spec.kind == "data"}
+for _name, _codec in DATA.items():
+    globals()[_name] = _codec.cls
+
+del _key, _schema, _api, _name, _codec

@@ -76,7 +76,7 @@ def kafka_specs() -> dict:
 
 def kafka_spec(kind: str, api_key: int | None, name: str) -> dict:
     for (t, key, n), doc in kafka_specs().items():
-        if t == kind and key == api_key and (kind != "header" or n == name):
+        if t == kind and key == api_key and (kind not in ("header", "data") or n == name):
             return doc
     raise LookupError(f"Kafka defines no {kind} with key {api_key} / name {name}")
 
@@ -276,6 +276,16 @@ def test_header_matches_kafka(name):
     _, headers = dsl.load_all()
     spec = headers[name]
     problems = compare_message(spec, kafka_spec("header", None, name), name)
+    assert not problems, "\n".join(problems)
+
+
+@needs_kafka
+@pytest.mark.parametrize("name", ["ConsumerProtocolSubscription", "ConsumerProtocolAssignment"])
+def test_consumer_protocol_matches_kafka(name):
+    _, structs = dsl.load_all()
+    spec = structs[name]
+    assert spec.kind == "data"
+    problems = compare_message(spec, kafka_spec("data", None, name), name)
     assert not problems, "\n".join(problems)
 
 
