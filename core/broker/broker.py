@@ -23,6 +23,7 @@ from core.log import Log, LogConfig, cleaner
 from core.protocol.errors import ErrorCode
 
 from .catalog import Catalog, TopicRecord, ensure_meta
+from .groups.manager import GroupManager
 from .metrics import BrokerMetrics
 from .producer_state import ProducerIdAllocator, delete_snapshots, read_allocator_state, write_allocator_state
 
@@ -96,6 +97,7 @@ class Broker:
         # Topic creation, deletion and alteration take turns: each checks, then does I/O in
         # a worker thread, and must not interleave with another on the same catalog.
         self.admin_lock = anyio.Lock()
+        self.groups = GroupManager(self)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -111,6 +113,11 @@ class Broker:
         try:
             for rec in self.catalog.topics.values():
                 self._register(self._open_topic_files(rec))
+        except BaseException:
+            self.close()
+            raise
+        try:
+            self.groups.load()
         except BaseException:
             self.close()
             raise
@@ -295,6 +302,7 @@ class Broker:
             moved = [await p.retire(DELETE_SUFFIX) for p in topic.partitions]
         await anyio.to_thread.run_sync(lambda: [shutil.rmtree(d, ignore_errors=True) for d in moved])
         log.info("deleted topic %s", name)
+        await self.groups.on_topic_deleted(name)
 
     async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
         async with self.admin_lock:

@@ -39,6 +39,7 @@ class NodeHandle:
         broker.draining = True
         for scope in self.listener_scopes:
             scope.cancel()
+        broker.groups.unload_all()  # parked joins and syncs answer NOT_COORDINATOR now
         for conn in list(broker.connections):
             conn.close_when_idle()
         for p in broker.all_partitions():
@@ -110,6 +111,9 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
             tg.start_soon(broker.run_retention)
             tg.start_soon(broker.run_producer_snapshots)
             tg.start_soon(broker.run_cleaner)
+            tg.start_soon(broker.groups.run_writer)
+            tg.start_soon(broker.groups.run_timers)
+            tg.start_soon(broker.groups.run_expiry)
             log.info("node %d of cluster %s listening on %s", broker.node_id, broker.cluster_id,
                      ", ".join(f"{n}://{h}:{p}" for n, (h, p) in handle.bound.items()))
             task_status.started(handle)

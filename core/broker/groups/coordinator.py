@@ -557,6 +557,81 @@ class Coordinator:
                 results.append((gid, E.NONE))
         self._respond(ev.request_id, DeleteResult(tuple(results)))
 
+    # ================================================================ committed offsets
+    # Offsets live in the driver's OffsetStore; the coordinator only says whether a commit
+    # may happen, because that depends on the group's generation and members.
+    def validate_offset_commit(self, group_id: str, generation_id: int, member_id: str,
+                               instance_id: Optional[str], now_ms: int
+                               ) -> tuple[Optional[int], list[Action]]:
+        """(error or None, actions). A commit by a group member counts as its heartbeat. A
+        commit with no generation and no member (a consumer that assigns partitions itself)
+        creates an Empty group on first use, as Kafka does, so that it can be listed and
+        deleted; it is refused while the group has members."""
+        self._out = []
+        err = self._check_offset_commit(group_id, generation_id, member_id, instance_id, now_ms)
+        out, self._out = self._out, []
+        return err, out
+
+    def _check_offset_commit(self, group_id, generation_id, member_id, instance_id, now_ms):
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                return E.ILLEGAL_GENERATION   # from a generation this coordinator never had
+            self.ensure_group(group_id, now_ms)
+            return None
+        if group.is_(S.DEAD):
+            return E.COORDINATOR_NOT_AVAILABLE
+        if generation_id >= 0 or member_id or instance_id is not None:
+            err = self._validate_member(group, member_id, instance_id)
+            if err is not None:
+                return err
+            if generation_id != group.generation_id:
+                return E.ILLEGAL_GENERATION
+        elif not group.is_(S.EMPTY):
+            return E.UNKNOWN_MEMBER_ID        # only members commit for a group with members
+        if group.is_(S.COMPLETING_REBALANCE):
+            # the member has its new generation but not yet its assignment
+            return E.REBALANCE_IN_PROGRESS
+        member = group.members.get(member_id)
+        if member is not None and not member.is_new:
+            self._heartbeat_member(group, member, now_ms)
+        return None
+
+    def ensure_group(self, group_id: str, now_ms: int) -> Group:
+        """An Empty group with no protocol, for offsets committed outside group management
+        (or loaded without a metadata record). Nothing is persisted for it."""
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id, state_timestamp_ms=now_ms)
+        return group
+
+    def subscribed_topics(self, group_id: str) -> Optional[set[str]]:
+        """Topics the members of a "consumer" group subscribe to, or None when unknown (not a
+        consumer group, no protocol chosen yet, or a subscription that does not parse)."""
+        from core.protocol.consumer_protocol import PROTOCOL_TYPE, decode_subscription
+        from core.protocol.errors import DecodeError
+        group = self.groups.get(group_id)
+        if group is None or group.protocol_type != PROTOCOL_TYPE or group.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        try:
+            for m in group.members.values():
+                topics.update(decode_subscription(m.metadata_for(group.protocol_name)).topics)
+        except (DecodeError, KeyError):
+            return None
+        return topics
+
+    def remove_group_if_empty(self, group_id: str, now_ms: int) -> list[Action]:
+        """Called once a group's last offset expired: an Empty group with nothing left goes
+        away, with a tombstone so that it stays gone after a reload."""
+        self._out = []
+        group = self.groups.get(group_id)
+        if group is not None and group.is_(S.EMPTY):
+            self._drop_group(group, now_ms)
+            self._out.append(PersistGroup(group_id, None))
+        out, self._out = self._out, []
+        return out
+
     def load_group(self, group_id: str, record: Optional[GroupMetadataRecord],
                    now_ms: int) -> list[Action]:
         """Restore a group from its latest __consumer_offsets record (coordinator failover or

@@ -32,6 +32,7 @@ from ..recompress import recompress, target_codec
 log = logging.getLogger(__name__)
 R = m.ProduceResponse
 ISR_SIZE = 1
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 PR = R.PartitionProduceResponse
 
 
@@ -44,6 +45,9 @@ async def _produce_partition(ctx, topic, index: int, records) -> PR:
     partition = topic.partition(index)
     if partition is None:
         return _error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if topic.name in INTERNAL_TOPICS:
+        # only the coordinator writes there; a client record could corrupt group state
+        return _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot append to internal topic {topic.name}")
     if records is None or len(records) == 0:
         # Kafka's ProduceRequest.validateRecords: INVALID_RECORD, which is not retriable.
         return _error(index, ErrorCode.INVALID_RECORD, "produce request has no records")

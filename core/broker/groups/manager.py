@@ -1,0 +1,399 @@
+"""The group coordinator's driver: the only place where groups meet I/O and the clock.
+
+Theory of operation
+-------------------
+Request handlers turn a request into an event and `await manager.request(event)`. The event
+runs through the pure `Coordinator` at once, on the event loop, and comes back as actions.
+Timer actions only wake the timer task; every other action joins an ordered pipeline that
+one writer task executes: `PersistGroup` and `WriteOffsets` append records to the group's
+`__consumer_offsets` partition, and a `Respond` resolves the future its handler waits on. A
+response therefore never leaves before the records that precede it are in the log (the
+`Ready` contract of etcd-raft), and records reach the log in the order they were decided.
+An action batch with nothing to write, behind an empty pipeline, is answered on the spot, so
+heartbeats do not queue behind anything.
+
+Committed offsets are kept in `OffsetStore` and change only after their records are
+appended, so the store always matches what a restart loads back. Loading happens once, in a
+worker thread while the node opens: every `__consumer_offsets` partition is read from its
+start, and the latest record per key wins (tombstones remove).
+
+This node is the whole cluster for now, so it coordinates every group; the partition a group
+maps to (`storage.partition_for`) only decides where its records go. When KRaft and
+replication arrive, a node will coordinate the groups of the offsets partitions it leads.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import secrets
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+import anyio
+
+from core.protocol.codegen import DecodeError
+from core.protocol.errors import ErrorCode as E
+from core.protocol.records import build_batch, iter_records, scan_batches
+
+from . import storage
+from .coordinator import Coordinator, GroupConfig
+from .events import (CancelTimer, DeleteResult, JoinResult, LeaveResult, PersistGroup, Respond,
+                     ScheduleTimer, SyncResult)
+from .offsets import OffsetStore, TopicPartition
+from .state import GroupState
+from .storage import TOPIC, CommittedOffset, GroupKey, OffsetKey
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+log = logging.getLogger(__name__)
+
+
+class CoordinatorError(Exception):
+    """The offsets log cannot take a write; answered with `code`."""
+
+    def __init__(self, code: E, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class WriteOffsets:
+    """Append offset records (None: tombstone), then apply them to the store."""
+    group_id: str
+    offsets: dict[TopicPartition, Optional[CommittedOffset]]
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What an offset commit answers: one code for every partition of the request."""
+    error: E
+
+
+@dataclass(frozen=True)
+class Signal:
+    """Resolves a future once everything before it in the pipeline is done."""
+    request_id: object
+
+
+def _failed(result, code: E):
+    """The answer a response gets when a write before it failed."""
+    if isinstance(result, JoinResult):
+        return JoinResult(code, member_id=result.member_id)
+    if isinstance(result, SyncResult):
+        return SyncResult(code)
+    if isinstance(result, LeaveResult):
+        return LeaveResult(code)
+    if isinstance(result, DeleteResult):
+        return DeleteResult(tuple((g, code) for g, _ in result.results))
+    if isinstance(result, CommitResult):
+        return CommitResult(code)
+    return result
+
+
+class GroupManager:
+    def __init__(self, broker: "Broker"):
+        self.broker = broker
+        cfg = broker.config
+        self.num_partitions = cfg["offsets.topic.num.partitions"]
+        self.retention_ms = cfg["offsets.retention.minutes"] * 60_000
+        self.coordinator = Coordinator(GroupConfig(
+            min_session_timeout_ms=cfg["group.min.session.timeout.ms"],
+            max_session_timeout_ms=cfg["group.max.session.timeout.ms"],
+            initial_rebalance_delay_ms=cfg["group.initial.rebalance.delay.ms"],
+            max_size=cfg["group.max.size"]), seed=secrets.randbits(64))
+        self.offsets = OffsetStore()
+        self._ids = itertools.count()
+        self._futures: dict[object, asyncio.Future] = {}
+        self._pipeline: deque[list] = deque()
+        self._pipeline_ready = anyio.Event()
+        self._timers_changed = anyio.Event()
+        self._sleeping_until: Optional[int] = None
+        self._topic_lock = anyio.Lock()
+
+    # ------------------------------------------------------------------ requests
+
+    def new_request_id(self) -> int:
+        return next(self._ids)
+
+    async def request(self, event):
+        """Run one coordinator event; returns the result the coordinator answers it with
+        (possibly much later: a JoinGroup waits for the rebalance)."""
+        future = self._future(event.request_id)
+        self.submit(self.coordinator.handle(event))
+        try:
+            return await future
+        finally:
+            self._futures.pop(event.request_id, None)
+
+    async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
+                             instance_id: Optional[str],
+                             offsets: dict[TopicPartition, CommittedOffset]) -> E:
+        err, actions = self.coordinator.validate_offset_commit(
+            group_id, generation_id, member_id, instance_id, self.broker.clock())
+        self.submit(actions)
+        if err is not None:
+            return err
+        if not offsets:
+            return E.NONE
+        rid = self.new_request_id()
+        future = self._future(rid)
+        self.submit([WriteOffsets(group_id, dict(offsets)), Respond(rid, CommitResult(E.NONE))])
+        try:
+            return (await future).error
+        finally:
+            self._futures.pop(rid, None)
+
+    def fetch_offsets(self, group_id: str, tps: Optional[list[TopicPartition]]
+                      ) -> dict[TopicPartition, Optional[CommittedOffset]]:
+        if tps is None:
+            return self.offsets.all(group_id)
+        return {tp: self.offsets.get(group_id, tp) for tp in tps}
+
+    async def delete_offsets(self, group_id: str, tps: list[TopicPartition]) -> None:
+        await self._write_and_wait([WriteOffsets(group_id, {tp: None for tp in tps})])
+
+    def group_state(self, group_id: str) -> Optional[GroupState]:
+        group = self.coordinator.groups.get(group_id)
+        return None if group is None else group.state
+
+    async def on_topic_deleted(self, topic: str) -> None:
+        """Committed offsets of a deleted topic go with it (Kafka's onPartitionsDeleted)."""
+        for group_id in self.offsets.groups():
+            gone = [tp for tp in self.offsets.all(group_id) if tp[0] == topic]
+            if gone:
+                self.submit([WriteOffsets(group_id, {tp: None for tp in gone})])
+
+    def unload_all(self) -> None:
+        """Shutdown: answer every parked JoinGroup/SyncGroup with NOT_COORDINATOR, so that
+        members look for the coordinator again instead of holding the node up."""
+        now = self.broker.clock()
+        for gid in list(self.coordinator.groups):
+            self.submit(self.coordinator.unload_group(gid, now))
+
+    # ------------------------------------------------------------------ pipeline
+
+    def _future(self, request_id) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        self._futures[request_id] = future
+        return future
+
+    def _resolve(self, request_id, result) -> None:
+        future = self._futures.get(request_id)
+        if future is not None and not future.done():
+            future.set_result(result)
+        # else: the requester went away (connection closed); the coordinator moved on already
+
+    def submit(self, actions: list) -> None:
+        ordered = []
+        for action in actions:
+            if isinstance(action, ScheduleTimer):
+                if self._sleeping_until is None or action.at_ms < self._sleeping_until:
+                    self._timers_changed.set()
+            elif not isinstance(action, CancelTimer):
+                ordered.append(action)
+        if not ordered:
+            return
+        if not self._pipeline and all(isinstance(a, (Respond, Signal)) for a in ordered):
+            for a in ordered:
+                self._resolve(a.request_id, a.result if isinstance(a, Respond) else None)
+            return
+        self._pipeline.append(ordered)
+        self._pipeline_ready.set()
+
+    async def _write_and_wait(self, actions: list) -> None:
+        rid = self.new_request_id()
+        future = self._future(rid)
+        self.submit(actions + [Signal(rid)])
+        try:
+            await future
+        finally:
+            self._futures.pop(rid, None)
+
+    async def run_writer(self) -> None:
+        while True:
+            while not self._pipeline:
+                self._pipeline_ready = anyio.Event()
+                await self._pipeline_ready.wait()
+            batch = self._pipeline[0]
+            try:
+                await self._execute(batch)
+            finally:
+                self._pipeline.popleft()
+
+    async def _execute(self, batch: list) -> None:
+        failure: Optional[E] = None
+        for action in batch:
+            if isinstance(action, Respond):
+                result = action.result if failure is None else _failed(action.result, failure)
+                self._resolve(action.request_id, result)
+            elif isinstance(action, Signal):
+                self._resolve(action.request_id, None)
+            elif failure is not None:
+                continue   # later writes of a batch whose earlier write failed are not made
+            else:
+                try:
+                    if isinstance(action, PersistGroup):
+                        await self._persist_group(action)
+                    elif isinstance(action, WriteOffsets):
+                        await self._write_offsets(action)
+                except CoordinatorError as exc:
+                    log.error("group %s: cannot write to %s: %s", action.group_id, TOPIC, exc)
+                    failure = exc.code
+
+    async def _persist_group(self, action: PersistGroup) -> None:
+        gid = action.group_id
+        if action.metadata is not None:
+            await self._append(gid, [(storage.group_key(gid), storage.group_value(action.metadata))])
+            return
+        # a deleted group takes its offsets with it
+        records = [(storage.offset_key(gid, t, p), None) for t, p in self.offsets.all(gid)]
+        records.append((storage.group_key(gid), None))
+        await self._append(gid, records)
+        self.offsets.remove_group(gid)
+
+    async def _write_offsets(self, action: WriteOffsets) -> None:
+        gid = action.group_id
+        records = [(storage.offset_key(gid, t, p), None if c is None else storage.offset_value(c))
+                   for (t, p), c in action.offsets.items()]
+        await self._append(gid, records, commit=True)
+        removed = [tp for tp, c in action.offsets.items() if c is None]
+        for tp, c in action.offsets.items():
+            if c is not None:
+                self.offsets.put(gid, tp, c)
+        self.offsets.remove(gid, removed)
+
+    async def _append(self, group_id: str, records: list[tuple[bytes, Optional[bytes]]],
+                      commit: bool = False) -> None:
+        await self.ensure_topic()
+        topic = self.broker.topics.get(TOPIC)
+        partition = topic.partition(storage.partition_for(group_id, len(topic.partitions))) \
+            if topic is not None else None
+        if partition is None:
+            raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE, f"{TOPIC} is not available")
+        now = self.broker.clock()
+        data = bytearray(build_batch([(k, v, None, now) for k, v in records]))
+        limit = topic.configs.get("max.message.bytes")
+        if len(data) > limit:
+            raise CoordinatorError(E.INVALID_COMMIT_OFFSET_SIZE if commit else E.UNKNOWN_SERVER_ERROR,
+                                   f"a {len(data)}-byte batch exceeds max.message.bytes {limit}")
+        try:
+            await partition.append(data, scan_batches(data), now)
+        except OSError as exc:
+            raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
+
+    async def ensure_topic(self) -> None:
+        """Create `__consumer_offsets` on first use, as Kafka does on the first FindCoordinator."""
+        if TOPIC in self.broker.topics:
+            return
+        from ..broker import BrokerError
+        async with self._topic_lock:
+            if TOPIC in self.broker.topics:
+                return
+            cfg = self.broker.config
+            try:
+                await self.broker.create_topic(TOPIC, self.num_partitions, 1, {
+                    "cleanup.policy": "compact", "compression.type": "producer",
+                    "segment.bytes": str(cfg["offsets.topic.segment.bytes"])})
+            except BrokerError as exc:
+                if exc.code != E.TOPIC_ALREADY_EXISTS:
+                    raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
+
+    # ------------------------------------------------------------------ timers and expiry
+
+    async def run_timers(self) -> None:
+        while True:
+            self._timers_changed = anyio.Event()
+            deadline = self.coordinator.next_deadline()
+            self._sleeping_until = deadline
+            if deadline is None:
+                await self._timers_changed.wait()
+                continue
+            delay = (deadline - self.broker.clock()) / 1000
+            if delay > 0:
+                with anyio.move_on_after(delay):
+                    await self._timers_changed.wait()
+                continue
+            self._sleeping_until = None
+            self.submit(self.coordinator.tick(self.broker.clock()))
+
+    async def run_expiry(self) -> None:
+        interval = self.broker.config["offsets.retention.check.interval.ms"] / 1000
+        while True:
+            await anyio.sleep(interval)
+            await self.expire_offsets()
+
+    async def expire_offsets(self) -> int:
+        """Remove expired offsets, then Empty groups left with none; returns how many
+        offsets expired."""
+        now = self.broker.clock()
+        expired_total = 0
+        for gid in set(self.offsets.groups()) | set(self.coordinator.groups):
+            group = self.coordinator.groups.get(gid)
+            expired = self.offsets.expired(
+                gid, now, self.retention_ms,
+                has_protocol=bool(group is not None and group.protocol_type),
+                is_empty=group is None or group.state is GroupState.EMPTY,
+                empty_since_ms=group.state_timestamp_ms if group is not None else -1,
+                subscribed=self.coordinator.subscribed_topics(gid))
+            if expired:
+                expired_total += len(expired)
+                await self._write_and_wait([WriteOffsets(gid, {tp: None for tp in expired})])
+            if not self.offsets.has_offsets(gid):
+                actions = self.coordinator.remove_group_if_empty(gid, now)
+                if actions:
+                    await self._write_and_wait(actions)
+        if expired_total:
+            log.info("expired %d committed offsets", expired_total)
+        return expired_total
+
+    # ------------------------------------------------------------------ loading
+
+    def load(self) -> None:
+        """Rebuild offsets and groups from `__consumer_offsets` (worker thread, at open)."""
+        topic = self.broker.topics.get(TOPIC)
+        if topic is None:
+            return
+        groups: dict[str, object] = {}
+        skipped = 0
+        for partition in topic.partitions:
+            plog = partition.log
+            offset, end = plog.log_start_offset, plog.log_end_offset
+            while offset < end:
+                data = plog.read(offset, 8 << 20, min_one_batch=True).data
+                last = offset
+                for rec in iter_records(data):
+                    last = rec.offset
+                    if rec.offset < offset or rec.key is None:
+                        continue
+                    try:
+                        skipped += not self._load_record(rec.key, rec.value, groups)
+                    except DecodeError as exc:
+                        skipped += 1
+                        log.warning("%r offset %d: unreadable record skipped: %s", partition, rec.offset, exc)
+                if last < offset:
+                    break
+                offset = last + 1
+        now = self.broker.clock()
+        for gid, record in groups.items():
+            if record is not None:
+                self.coordinator.load_group(gid, record, now)
+        for gid in self.offsets.groups():
+            self.coordinator.ensure_group(gid, now)
+        log.info("loaded %d groups and offsets of %d groups from %s%s", len(self.coordinator.groups),
+                 len(self.offsets.groups()), TOPIC, f" ({skipped} records skipped)" if skipped else "")
+
+    def _load_record(self, key, value, groups: dict) -> bool:
+        k = storage.decode_key(key)
+        if isinstance(k, OffsetKey):
+            if value is None:
+                self.offsets.remove(k.group, [(k.topic, k.partition)])
+            else:
+                self.offsets.put(k.group, (k.topic, k.partition), storage.decode_offset_value(value))
+            return True
+        if isinstance(k, GroupKey):
+            groups[k.group] = None if value is None else storage.decode_group_value(value)
+            return True
+        return False   # a record type of a newer group protocol

@@ -1,0 +1,71 @@
+"""OffsetFetch (key 9), v0-9.
+
+A group's committed offsets. A partition with none gets offset -1 and no error. v2+ may ask
+for every partition the group has offsets for (topics = null) and has a top-level error,
+v5+ leader epochs, v7+ require_stable (always satisfied: there are no transactional offsets
+to wait for), v8+ several groups in one request (KIP-709), v9+ a member id and epoch, which
+only the KIP-848 protocol checks.
+"""
+from __future__ import annotations
+
+from core.protocol import messages as m
+from core.protocol.errors import ErrorCode
+from core.security.authorizer import Operation, ResourceType
+
+R = m.OffsetFetchResponse
+
+
+def _fetch(ctx, group_id, topics):
+    """[(topic, [(partition, offset, epoch, metadata, error)])], group error."""
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        return [], ErrorCode.GROUP_AUTHORIZATION_FAILED
+    manager = ctx.broker.groups
+    if topics is None:
+        found = manager.fetch_offsets(group_id, None)
+        by_topic: dict[str, list] = {}
+        for (t, p), c in sorted(found.items()):
+            if ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, t):
+                by_topic.setdefault(t, []).append((p, c.offset, c.leader_epoch, c.metadata, ErrorCode.NONE))
+        return list(by_topic.items()), ErrorCode.NONE
+    out = []
+    for t in topics:
+        if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, t.name):
+            out.append((t.name, [(p, -1, -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                                 for p in t.partition_indexes]))
+            continue
+        found = manager.fetch_offsets(group_id, [(t.name, p) for p in t.partition_indexes])
+        rows = []
+        for p in t.partition_indexes:
+            c = found[(t.name, p)]
+            rows.append((p, -1, -1, "", ErrorCode.NONE) if c is None
+                        else (p, c.offset, c.leader_epoch, c.metadata, ErrorCode.NONE))
+        out.append((t.name, rows))
+    return out, ErrorCode.NONE
+
+
+async def handle(ctx, req):
+    v = ctx.api_version
+    if v >= 8:
+        groups = []
+        for g in req.groups:
+            topics, code = _fetch(ctx, g.group_id, g.topics)
+            groups.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code, topics=[
+                R.OffsetFetchResponseTopics(name=t, partitions=[
+                    R.OffsetFetchResponsePartitions(partition_index=p, committed_offset=o,
+                                                    committed_leader_epoch=e, metadata=md, error_code=err)
+                    for p, o, e, md, err in rows]) for t, rows in topics]))
+        return R(throttle_time_ms=0, groups=groups)
+    if req.topics is None and v < 2:
+        return R(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, topics=[])
+    topics, code = _fetch(ctx, req.group_id, req.topics)
+    if code != ErrorCode.NONE and v < 2:
+        # no top-level error before v2: every partition carries it
+        topics = [(t.name, [(p, -1, -1, "", code) for p in t.partition_indexes]) for t in req.topics]
+    return R(throttle_time_ms=0, error_code=code, topics=[
+        R.OffsetFetchResponseTopic(name=t, partitions=[
+            R.OffsetFetchResponsePartition(partition_index=p, committed_offset=o, committed_leader_epoch=e,
+                                           metadata=md, error_code=err)
+            for p, o, e, md, err in rows]) for t, rows in topics])
+
+
+HANDLES = {9: handle}
