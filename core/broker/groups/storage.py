@@ -141,9 +141,10 @@ def decode_group_value(blob) -> GroupMetadataRecord:
     v = _decode_value(_GROUP_VALUE, blob, "group metadata value")
     if isinstance(v, tuple):
         v = v[0]
+    has_rebalance_timeout = _VERSION.unpack_from(blob)[0] >= 1   # v0 had only the session one
     members = tuple(MemberRecord(
         mm.member_id, mm.group_instance_id, mm.client_id, mm.client_host,
-        mm.rebalance_timeout if mm.rebalance_timeout is not None else mm.session_timeout,
+        mm.rebalance_timeout if has_rebalance_timeout else mm.session_timeout,
         mm.session_timeout, bytes(mm.subscription), bytes(mm.assignment)) for mm in v.members)
     return GroupMetadataRecord(v.protocol_type, v.generation, v.protocol, v.leader,
                                v.current_state_timestamp, members)
