@@ -44,6 +44,7 @@ class BrokerMetrics:
 
     def watch_broker(self, broker) -> None:
         self.registry.register(_PartitionCollector(broker))
+        self.registry.register(_GroupCollector(broker))
 
     def serve(self, port: int, host: str = "0.0.0.0") -> int:
         """Start the /metrics HTTP endpoint in a daemon thread; returns the bound port."""
@@ -72,3 +73,37 @@ class _PartitionCollector:
                 hw.add_metric(labels, p.high_watermark)
                 size.add_metric(labels, p.log.size_bytes)
         yield from (leo, start, hw, size)
+
+
+class _GroupCollector:
+    """Groups by state, members per group, and each committed offset with its lag (log end
+    minus committed offset), read at scrape time like the partition gauges."""
+
+    STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable")
+
+    def __init__(self, broker):
+        self.broker = broker
+
+    def collect(self):
+        by_state = GaugeMetricFamily("seaway_groups", "Consumer groups, by state", labels=["state"])
+        members = GaugeMetricFamily("seaway_group_members", "Members of each group", labels=["group"])
+        committed = GaugeMetricFamily("seaway_group_committed_offset", "Committed offset",
+                                      labels=["group", "topic", "partition"])
+        lag = GaugeMetricFamily("seaway_group_lag", "Records between the committed offset and the log end",
+                                labels=["group", "topic", "partition"])
+        manager = getattr(self.broker, "groups", None)
+        if manager is not None:
+            counts = dict.fromkeys(self.STATES, 0)
+            for gid, group in list(manager.coordinator.groups.items()):
+                counts[group.state.value] = counts.get(group.state.value, 0) + 1
+                members.add_metric([gid], len(group.members))
+            for state, n in counts.items():
+                by_state.add_metric([state], n)
+            for gid in manager.offsets.groups():
+                for (topic, index), c in manager.offsets.all(gid).items():
+                    labels = [gid, topic, str(index)]
+                    committed.add_metric(labels, c.offset)
+                    partition = self.broker.partition(topic, index)
+                    if partition is not None:
+                        lag.add_metric(labels, max(partition.high_watermark - c.offset, 0))
+        yield from (by_state, members, committed, lag)

@@ -43,3 +43,23 @@ def test_metrics_follow_traffic(tmp_path):
         assert m['seaway_partition_errors_total{api="Produce",error="CORRUPT_MESSAGE"}'] == 1
         assert m['seaway_request_duration_seconds_count{api="Produce"}'] == m['seaway_requests_total{api="Produce"}']
         assert m["seaway_connections"] >= 0
+
+
+def test_group_metrics_report_committed_offsets_and_lag(tmp_path):
+    from confluent_kafka import Consumer, TopicPartition
+
+    port = free_port()
+    with SeawayNode(tmp_path, {"metrics.port": str(port)}) as node:
+        create_topic(node, "lagging", partitions=1)
+        CLIENTS["confluent"].produce(node.bootstrap, "lagging", [Record(value=b"x", partition=0)] * 40)
+        consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "watchers"})
+        try:
+            consumer.commit(offsets=[TopicPartition("lagging", 0, 15)], asynchronous=False)
+        finally:
+            consumer.close()
+        m = scrape(port)
+        labels = 'group="watchers",partition="0",topic="lagging"'
+        assert m[f"seaway_group_committed_offset{{{labels}}}"] == 15
+        assert m[f"seaway_group_lag{{{labels}}}"] == 25
+        assert m['seaway_groups{state="Empty"}'] == 1
+        assert m['seaway_groups{state="Stable"}'] == 0
