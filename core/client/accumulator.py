@@ -5,13 +5,19 @@ when it is drained for sending (`ProducerBatch.encode`), once, and the same byte
 again on retries. Appending costs O(1) per record: the size is an estimate summed as
 records arrive, so nothing is encoded twice.
 
-Batches of one partition sit in a deque in creation order and carry a sequence number, so
-a batch that comes back for a retry is put back in its place, ahead of younger batches
+Batches of one partition sit in a deque in creation order and carry an ordering key (`seq`),
+so a batch that comes back for a retry is put back in its place, ahead of younger batches
 (`requeue`), and partition order survives retries of batches that were not in flight together.
+
+An idempotent producer also gives each batch a producer id, epoch and base sequence
+(idempotence.py) before it is first encoded; they are written into the batch header, under the
+CRC. In the rare case they change afterwards (an epoch bump renumbers unsent batches),
+`set_producer_state` patches the 14 header bytes and recomputes the CRC: no record is re-encoded.
 """
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -19,13 +25,21 @@ from typing import Iterator
 
 from core.protocol.compression import Compression
 from core.protocol.errors import KafkaError
-from core.protocol.records import HEADER_SIZE, build_batch
+from crc32c import crc32c
+
+from core.protocol.records import CRC_START, HEADER_SIZE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, build_batch
 
 __all__ = ["RecordMetadata", "ProducerBatch", "Accumulator", "estimate_size", "RECORD_OVERHEAD"]
 
 #: Upper bound of a record's framing in a v2 batch: length, attributes, timestamp and
 #: offset deltas, key and value lengths, header count (varints of at most 5/10 bytes).
 RECORD_OVERHEAD = 21
+
+SEQUENCE_SPACE = 2 ** 31
+_PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence at byte 43
+_PRODUCER_OFFSET = 43
+_CRC = struct.Struct(">I")
+_CRC_OFFSET = 17
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +60,8 @@ def estimate_size(key, value, headers) -> int:
 
 class ProducerBatch:
     __slots__ = ("topic", "partition", "seq", "records", "futures", "size", "created",
-                 "deadline", "full", "attempts", "retry_at", "encoded", "done")
+                 "deadline", "full", "attempts", "retry_at", "encoded", "done",
+                 "producer_id", "producer_epoch", "base_seq", "sent", "outstanding", "maybe_written")
 
     def __init__(self, topic: str, partition: int, seq: tuple[int, ...], delivery_timeout_s: float):
         self.topic = topic
@@ -62,11 +77,34 @@ class ProducerBatch:
         self.retry_at = 0.0
         self.encoded: bytes | None = None
         self.done = asyncio.get_running_loop().create_future()  # set when every record is settled
+        # Idempotence (see idempotence.py): base_seq is an unbounded counter, None until assigned;
+        # the batch carries base_seq mod 2^31.
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
+        self.base_seq: int | None = None
+        self.sent = False            # sent under its current sequence
+        self.outstanding = False     # in a request whose answer has not come back
+        self.maybe_written = False   # an attempt ended without an answer saying "not appended"
 
     def encode(self, compression: Compression) -> bytes:
         if self.encoded is None:
-            self.encoded = build_batch(self.records, compression=compression)
+            if self.base_seq is None:
+                self.encoded = build_batch(self.records, compression=compression)
+            else:
+                self.encoded = build_batch(self.records, compression=compression,
+                                           producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                                           base_sequence=self.base_seq % SEQUENCE_SPACE)
         return self.encoded
+
+    def set_producer_state(self, producer_id: int, producer_epoch: int, base_seq: int | None) -> None:
+        """Set the idempotence fields; if the batch is already encoded, patch its header and CRC."""
+        self.producer_id, self.producer_epoch, self.base_seq = producer_id, producer_epoch, base_seq
+        if self.encoded is not None:
+            buf = bytearray(self.encoded)
+            _PRODUCER_FIELDS.pack_into(buf, _PRODUCER_OFFSET, producer_id, producer_epoch,
+                                       NO_SEQUENCE if base_seq is None else base_seq % SEQUENCE_SPACE)
+            _CRC.pack_into(buf, _CRC_OFFSET, crc32c(memoryview(buf)[CRC_START:]))
+            self.encoded = bytes(buf)
 
     def complete(self, base_offset: int, log_append_time: int) -> None:
         for i, (fut, rec) in enumerate(zip(self.futures, self.records)):

@@ -16,9 +16,22 @@ connection, a timeout...) flags metadata stale and puts the batch back in its pl
 backoff; MESSAGE_TOO_LARGE splits a multi-record batch in two; anything else, or a batch
 older than `delivery_timeout_ms`, fails its records' futures.
 
-Ordering: batches of a partition leave in order and the broker appends them in order. As
-with the Java client without idempotence, a retry while a younger batch of the same
-partition is in flight can reorder the two; `max_in_flight_per_broker=1` rules that out.
+Ordering: batches of a partition leave in order and the broker appends them in order.
+Without idempotence, as with the Java client, a retry while a younger batch of the same
+partition is in flight can reorder the two, or write a batch twice if only its response was
+lost; `max_in_flight_per_broker=1` rules the first out, idempotence rules out both.
+
+Idempotence (`enable_idempotence`, Kafka's enable.idempotence): on by default when acks=all,
+max_in_flight_per_broker <= 5 and retries > 0, as in the Java client 3.x; asking for it
+explicitly with any other setting is a ValueError naming the field. Before the first batch
+the sender gets a producer id and epoch with InitProducerId (retrying coordinator and network
+errors with backoff); every batch then carries them and a per-partition sequence, so the
+broker drops a retried batch it already has and answers with its first offset. A retry
+resends the same bytes, in sequence order; sequence errors bump the epoch as KIP-360 says.
+idempotence.py holds that state machine and says exactly what happens on each error. If
+idempotence is only on by default and the broker lacks InitProducerId (or refuses it with
+CLUSTER_AUTHORIZATION_FAILED), the producer logs a warning and goes on without it; asked for
+explicitly, that is a fatal error for every record, as in Java.
 
 `acks=0` requests are written and forgotten: the broker sends no response, so futures resolve
 with offset -1 once the bytes are handed to the socket.
@@ -36,7 +49,8 @@ from core.protocol.errors import ErrorCode, KafkaError
 
 from .accumulator import Accumulator, ProducerBatch, RecordMetadata, estimate_size, expired_error
 from .client import KafkaClient
-from .errors import ClientClosedError
+from .errors import ClientClosedError, KafkaConnectionError
+from .idempotence import MAX_IN_FLIGHT, SEQUENCE_ERRORS, Decision, IdempotenceState
 from .partitioner import make_partitioner
 
 log = logging.getLogger(__name__)
@@ -44,6 +58,12 @@ log = logging.getLogger(__name__)
 __all__ = ["Producer", "RecordMetadata"]
 
 PRODUCE = 0
+INIT_PRODUCER_ID = 22
+INT32_MAX = 2 ** 31 - 1
+
+#: Answers after which the broker may have appended the batch anyway (acks=all timed out
+#: waiting for replicas): an idempotent retry must keep the batch's sequence.
+_MAYBE_WRITTEN = frozenset({ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND})
 
 _METADATA_ERRORS = frozenset({
     ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -76,11 +96,30 @@ class Producer:
                  max_in_flight_per_broker: int = 5, delivery_timeout_ms: int = 120000,
                  request_timeout_ms: int | None = None, max_request_size: int = 16 * 1024 * 1024,
                  buffer_memory: int = 32 * 1024 * 1024, max_block_ms: int = 60000,
-                 partitioner: Any = "default"):
+                 partitioner: Any = "default", retries: int = INT32_MAX,
+                 enable_idempotence: bool | None = None):
         self.client = client
         self.acks = -1 if acks in ("all", -1, "-1") else int(acks)
         if self.acks not in (-1, 0, 1):
             raise ValueError(f"acks must be -1/'all', 0 or 1, not {acks!r}")
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, not {retries}")
+        self.retries = retries
+        if enable_idempotence is None:  # Java 3.x: on unless another setting conflicts
+            idempotent = self.acks == -1 and max_in_flight_per_broker <= MAX_IN_FLIGHT and retries > 0
+        else:
+            idempotent = bool(enable_idempotence)
+            if idempotent and self.acks != -1:
+                raise ValueError(f"enable_idempotence=True requires acks='all' (-1), got acks={acks!r}")
+            if idempotent and max_in_flight_per_broker > MAX_IN_FLIGHT:
+                raise ValueError(f"enable_idempotence=True requires max_in_flight_per_broker "
+                                 f"<= {MAX_IN_FLIGHT}, got {max_in_flight_per_broker}")
+            if idempotent and retries == 0:
+                raise ValueError("enable_idempotence=True requires retries > 0, got retries=0")
+        self._idempotence_explicit = enable_idempotence is not None
+        self._idem: IdempotenceState | None = IdempotenceState() if idempotent else None
+        self._init_task: asyncio.Task | None = None
+        self._fatal: KafkaError | None = None
         self.linger_s = linger_ms / 1000
         self.batch_size = batch_size
         self.compression = Compression.parse(compression)
@@ -107,6 +146,18 @@ class Producer:
 
     # ------------------------------------------------------------------ public API
 
+    @property
+    def idempotent(self) -> bool:
+        """Whether batches carry a producer id and sequences (False after a downgrade)."""
+        return self._idem is not None
+
+    @property
+    def producer_id_and_epoch(self) -> tuple[int, int]:
+        """(producer id, epoch), (-1, -1) until InitProducerId answered or without idempotence."""
+        if self._idem is None:
+            return -1, -1
+        return self._idem.producer_id, self._idem.epoch
+
     async def start(self) -> "Producer":
         await self.client.start()
         self._ensure_sender()
@@ -127,6 +178,8 @@ class Producer:
         """
         if self._closing:
             raise ClientClosedError("producer is closed")
+        if self._fatal is not None:
+            raise self._fatal
         self._ensure_sender()
         key = _to_bytes(key, "key")
         value = _to_bytes(value, "value")
@@ -188,7 +241,7 @@ class Producer:
             self._closed = True
             error = ClientClosedError("producer closed before the record was sent")
             self.acc.fail_all(error)
-            for task in [self._sender, self._metadata_task, *self._request_tasks]:
+            for task in [self._sender, self._metadata_task, self._init_task, *self._request_tasks]:
                 if task is not None:
                     task.cancel()
             for b in list(self.acc.incomplete):
@@ -265,6 +318,8 @@ class Producer:
     async def _run_sender(self) -> None:
         while not self._closed:
             self._wakeup.clear()
+            if self._idem is not None and self._idem.needs_producer_id and self.acc.incomplete:
+                self._ensure_producer_id()
             next_check = self._send_ready()
             if self.acc.incomplete and (self.client.metadata_stale or
                                         self.client.cluster.age_ms() > self.client.metadata_max_age_ms):
@@ -288,6 +343,7 @@ class Producer:
         need_metadata = False
         cluster = self.client.cluster
         force = self._flushing > 0 or self._closing
+        idem = self._idem
         for tp, q in self.acc.nonempty():
             while q and q[0].deadline <= now:
                 self._expire(q)
@@ -308,6 +364,8 @@ class Producer:
                 continue
             if self._in_flight.get(leader, 0) >= self.max_in_flight:
                 continue  # a completing request wakes us
+            if idem is not None and not idem.may_send(tp, batch):
+                continue  # an answer, an epoch bump or the producer id wakes us
             by_node.setdefault(leader, []).append(batch)
         if need_metadata:
             self._refresh_metadata_soon()
@@ -315,12 +373,17 @@ class Producer:
         for node, batches in by_node.items():
             chosen, total = [], 0
             for b in batches:
+                tp = (b.topic, b.partition)
+                if idem is not None and b.base_seq is None:
+                    idem.assign(tp, b)  # the sequence goes into the header, under the CRC
                 size = len(b.encode(self.compression))
                 if chosen and total + size > self.max_request_size:
-                    break  # the rest go in the next request
-                q = self.acc.queues[(b.topic, b.partition)]
+                    break  # the rest go in the next request (keeping any sequence they got)
+                q = self.acc.queues[tp]
                 q.popleft()
                 chosen.append(b)
+                if idem is not None:
+                    idem.on_send(tp, b)
                 total += size
             self._in_flight[node] = self._in_flight.get(node, 0) + 1
             task = asyncio.get_running_loop().create_task(self._produce(node, chosen))
@@ -331,7 +394,7 @@ class Producer:
 
     def _expire(self, q) -> None:
         batch = q.popleft()
-        batch.fail(expired_error(batch))
+        self._fail_batch(batch, expired_error(batch))
 
     def _build_request(self, batches: list[ProducerBatch]):
         topics: dict[str, list] = {}
@@ -356,15 +419,19 @@ class Producer:
             response = await self.client.send(node, request, api_key=PRODUCE,
                                               timeout_ms=self.request_timeout_ms + 5000)
         except KafkaError as exc:
+            # No answer: the broker may have appended the batches (we cannot tell a connect
+            # failure from a connection lost after the request went out).
             for b in batches:
-                self._retry_or_fail(b, exc)
+                self._on_batch_error(b, exc, maybe_written=True)
+            self._apply_idempotence_failures()
             return
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # an encoding bug must fail the records, not hang them
             log.exception("produce to node %d failed", node)
             for b in batches:
-                b.fail(exc)
+                self._fail_batch(b, exc)
+            self._apply_idempotence_failures()
             return
         finally:
             self._in_flight[node] -= 1
@@ -373,28 +440,53 @@ class Producer:
         for t in response.responses:
             for p in t.partition_responses:
                 results[(t.name, p.index)] = p
+        idem = self._idem
         for b in batches:
             p = results.get((b.topic, b.partition))
             if p is None:
-                b.fail(KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
-                                  f"produce response from node {node} lacks {b.topic}-{b.partition}"))
-            elif p.error_code == ErrorCode.NONE:
+                self._fail_batch(b, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                               f"produce response from node {node} lacks {b.topic}-{b.partition}"))
+            elif p.error_code == ErrorCode.NONE or (
+                    p.error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and b.base_seq is not None):
+                # DUPLICATE_SEQUENCE_NUMBER: the broker already has the batch (Kafka brokers answer
+                # NONE with the first offset instead; others say this, without the offset).
+                if idem is not None and b.base_seq is not None:
+                    idem.on_acknowledged((b.topic, b.partition), b)
                 b.complete(p.base_offset, p.log_append_time_ms)
             else:
                 message = p.error_message
                 if p.record_errors:
                     message = (message or "") + "; " + ", ".join(
                         f"record {e.batch_index}: {e.batch_index_error_message}" for e in p.record_errors)
-                self._retry_or_fail(b, KafkaError(p.error_code, message), node)
+                self._on_batch_error(b, KafkaError(p.error_code, message),
+                                     maybe_written=p.error_code in _MAYBE_WRITTEN)
+        self._apply_idempotence_failures()
 
-    def _retry_or_fail(self, batch: ProducerBatch, error: KafkaError, node: int | None = None) -> None:
+    def _on_batch_error(self, batch: ProducerBatch, error: KafkaError, *, maybe_written: bool) -> None:
+        idem = self._idem
+        if idem is None or batch.base_seq is None:
+            self._retry_or_fail(batch, error)
+            return
+        tp = (batch.topic, batch.partition)
+        if error.code in SEQUENCE_ERRORS:
+            decision, message = idem.on_sequence_error(tp, batch, error.code)
+            if decision is Decision.FAIL:
+                self._fail_batch(batch, KafkaError(error.code, message))
+            else:
+                self._retry_or_fail(batch, error, retriable=True)
+            return
+        if error.retriable:
+            idem.on_retriable(tp, batch, maybe_written)
+        self._retry_or_fail(batch, error)
+
+    def _retry_or_fail(self, batch: ProducerBatch, error: KafkaError, *, retriable: bool | None = None) -> None:
         now = time.monotonic()
         if (error.code == ErrorCode.MESSAGE_TOO_LARGE and len(batch.records) > 1
-                and not self._closed):
-            self.acc.add_split(batch.split(self.acc.delivery_timeout_s))
-            self._wakeup.set()
+                and not self._closed and self._split(batch)):
             return
-        if error.retriable and not self._closed:
+        if retriable is None:
+            retriable = error.retriable
+        if retriable and not self._closed and batch.attempts < self.retries:
             delay = self.client.backoff_ms(batch.attempts) / 1000
             if now + delay < batch.deadline:
                 if error.code in _METADATA_ERRORS:
@@ -406,4 +498,86 @@ class Producer:
                 self.acc.requeue(batch)
                 self._wakeup.set()
                 return
+        self._fail_batch(batch, error)
+
+    def _split(self, batch: ProducerBatch) -> bool:
+        """MESSAGE_TOO_LARGE: put the batch's two halves back in its place."""
+        idem = self._idem
+        if idem is not None and batch.base_seq is not None and batch.maybe_written:
+            return False  # its sequences must not change: see IdempotenceState.on_split
+        parts = batch.split(self.acc.delivery_timeout_s)
+        if idem is not None and batch.base_seq is not None:
+            idem.on_split((batch.topic, batch.partition), batch, parts)
+        self.acc.add_split(parts)
+        self._wakeup.set()
+        return True
+
+    def _fail_batch(self, batch: ProducerBatch, error: BaseException) -> None:
+        if self._idem is not None and batch.base_seq is not None:
+            self._idem.on_failed((batch.topic, batch.partition), batch)
         batch.fail(error)
+
+    def _apply_idempotence_failures(self) -> None:
+        """Fail the batches the idempotence state gave up on (see IdempotenceState.take_failures)."""
+        if self._idem is None:
+            return
+        for batch, error in self._idem.take_failures():
+            q = self.acc.queues.get((batch.topic, batch.partition))
+            if q is not None and batch in q:
+                q.remove(batch)
+            batch.fail(error)
+        self._wakeup.set()
+
+    # ------------------------------------------------------------------ producer id
+
+    def _ensure_producer_id(self) -> None:
+        if self._init_task is None or self._init_task.done():
+            self._init_task = asyncio.get_running_loop().create_task(self._init_producer_id())
+
+    async def _init_producer_id(self) -> None:
+        """InitProducerId without a transactional id, until it answers (or fails for good)."""
+        idem = self._idem
+        attempt = 0
+        while not self._closed and self._idem is idem and idem is not None and idem.needs_producer_id:
+            request = m.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=INT32_MAX)
+            try:
+                node = self.client.least_loaded_node()
+                if node is None:
+                    await self.client.refresh_metadata([])
+                    node = self.client.least_loaded_node()
+                    if node is None:
+                        raise KafkaConnectionError("no brokers known")
+                response = await self.client.send(node, request, api_key=INIT_PRODUCER_ID)
+                error = (KafkaError(response.error_code, f"InitProducerId answered by node {node}")
+                         if response.error_code else None)
+            except KafkaError as exc:
+                error = exc
+            if error is None:
+                idem.set_producer_id(response.producer_id, response.producer_epoch)
+                log.debug("idempotent producer: id %d, epoch %d", response.producer_id,
+                          response.producer_epoch)
+                self._wakeup.set()
+                return
+            if error.retriable:  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, ..._LOAD_IN_PROGRESS, network
+                log.debug("InitProducerId failed, retrying: %s", error)
+                if error.code in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT):
+                    self.client.request_metadata_update()
+                await asyncio.sleep(self.client.backoff_ms(attempt) / 1000)
+                attempt += 1
+                continue
+            if (not self._idempotence_explicit and not idem.ever_had_producer_id
+                    and error.code in (ErrorCode.UNSUPPORTED_VERSION, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)):
+                log.warning("idempotence disabled (it was only on by default): %s", error)
+                self._idem = None
+                self._wakeup.set()
+                return
+            self._set_fatal(KafkaError(error.code, f"the idempotent producer cannot get a producer id "
+                                                   f"(InitProducerId): {error}"))
+            return
+
+    def _set_fatal(self, error: KafkaError) -> None:
+        """A fatal producer error (as Java's): queued records fail, and so does every later send."""
+        log.error("producer failed: %s", error)
+        self._fatal = error
+        self.acc.fail_all(error)
+        self._wakeup.set()
