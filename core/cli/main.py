@@ -1,26 +1,36 @@
 """`seaway`: the command line. Each subcommand lives in its own module.
 
 Errors a user can fix (a bad config value, an unreachable broker, a topic that does not
-exist) print one line naming the problem and exit 1; they never print a traceback.
+exist) print one line naming the problem and exit 1; they never print a traceback. Mistakes in
+the command line itself (a missing argument, an unknown flag) are one line too, with exit 2.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import node_cmd, topics_cmd
+from . import groups_cmd, node_cmd, topics_cmd
 
 
 class CliError(Exception):
     """An error worth one line on stderr and exit status 1."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes are one line too (subparsers inherit the class), exit status 2."""
+
+    def error(self, message: str):
+        where = self.prog.removeprefix("seaway").strip()
+        self.exit(2, f"seaway: error: {where + ': ' if where else ''}{message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="seaway", description="Seaway: a multi-region, Kafka-compatible streaming platform")
+    parser = _Parser(prog="seaway", description="Seaway: a multi-region, Kafka-compatible streaming platform")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     node_cmd.register(sub)
     topics_cmd.register(sub)
+    groups_cmd.register(sub)
     return parser
 
 

@@ -23,6 +23,7 @@ from .connection import BrokerConnection
 from .consumer import Consumer, ConsumerRecord
 from .errors import (ClientClosedError, KafkaConnectionError, ProtocolError, RequestTimedOutError,
                      UnsupportedVersionError)
+from .group_admin import GroupDescription, GroupListing, MemberDescription, OffsetAndMetadata
 from .offsets import EARLIEST, LATEST, MAX_TIMESTAMP, OffsetAndTimestamp
 from .partitioner import DefaultPartitioner, RoundRobinPartitioner, murmur2, murmur2_partition
 from .producer import Producer
@@ -32,6 +33,7 @@ __all__ = [
     "RecordMetadata", "ConsumerRecord", "OffsetAndTimestamp",
     "NewTopic", "TopicDescription", "PartitionDescription", "ConfigResource", "ConfigResourceType",
     "ConfigEntry", "AlterConfigOp", "ClusterDescription", "check",
+    "GroupListing", "GroupDescription", "MemberDescription", "OffsetAndMetadata",
     "ClusterView", "BrokerInfo", "TopicInfo", "PartitionInfo",
     "KafkaError", "ErrorCode", "KafkaConnectionError", "RequestTimedOutError",
     "UnsupportedVersionError", "ClientClosedError", "ProtocolError",

@@ -17,7 +17,8 @@ second), with backoff and a metadata refresh, until `timeout_ms`.
 
 Routing: CreateTopics, DeleteTopics and CreatePartitions go to the controller named by
 Metadata (in KRaft a broker, which forwards); configs of a broker go to that broker, topic
-configs to any broker; DeleteRecords and ListOffsets go to partition leaders.
+configs to any broker; DeleteRecords and ListOffsets go to partition leaders. Consumer-group
+operations (group_admin.py) go to each group's coordinator.
 """
 from __future__ import annotations
 
@@ -32,10 +33,12 @@ from core.protocol.errors import ErrorCode, KafkaError
 
 from .client import KafkaClient
 from .cluster import NO_TOPIC_ID, BrokerInfo
+from .group_admin import GroupAdmin, GroupDescription, GroupListing, MemberDescription, OffsetAndMetadata
 from .offsets import OffsetAndTimestamp, list_offsets
 
 __all__ = ["Admin", "NewTopic", "TopicDescription", "PartitionDescription", "ConfigResource",
-           "ConfigResourceType", "ConfigEntry", "AlterConfigOp", "ClusterDescription", "check"]
+           "ConfigResourceType", "ConfigEntry", "AlterConfigOp", "ClusterDescription", "check",
+           "GroupListing", "GroupDescription", "MemberDescription", "OffsetAndMetadata"]
 
 K = TypeVar("K")
 TopicPartition = tuple[str, int]
@@ -128,7 +131,9 @@ class ClusterDescription:
     brokers: list[BrokerInfo]
 
 
-class Admin:
+class Admin(GroupAdmin):
+    """Topics, configs, records, offsets and the cluster here; consumer groups in GroupAdmin."""
+
     def __init__(self, client: KafkaClient, *, timeout_ms: int | None = None):
         self.client = client
         self.timeout_ms = client.default_api_timeout_ms if timeout_ms is None else timeout_ms
