@@ -87,6 +87,7 @@ class KafkaClient:
         self.allow_auto_create_topics = allow_auto_create_topics
         self.cluster = ClusterView()
         self._conns: dict[int, BrokerConnection] = {}
+        self._dedicated: set[BrokerConnection] = set()
         self._connecting: dict[int, asyncio.Task] = {}
         self._last_connect_failure: dict[int, float] = {}
         self._tracked_topics: set[str] = set()
@@ -113,8 +114,9 @@ class KafkaClient:
         self._closed = True
         for task in list(self._connecting.values()):
             task.cancel()
-        conns = list(self._conns.values())
+        conns = list(self._conns.values()) + list(self._dedicated)
         self._conns.clear()
+        self._dedicated.clear()
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
 
     async def __aenter__(self) -> "KafkaClient":
@@ -167,6 +169,25 @@ class KafkaClient:
             await conn.close()
             raise ClientClosedError("KafkaClient was closed")
         self._conns[node_id] = conn
+        return conn
+
+    async def dedicated_connection(self, host: str, port: int, node_id: int = -1) -> BrokerConnection:
+        """A connection of the caller's own to host:port, outside the one-per-node map.
+
+        For a group coordinator: a JoinGroup is held there for a whole rebalance and a broker
+        answers one connection's requests in order, so sharing the node's connection would
+        stall fetches behind it. The caller closes it; close() closes it too.
+        """
+        if self._closed:
+            raise ClientClosedError("KafkaClient was closed")
+        conn = self._new_connection(host, port, node_id)
+        conn.on_close = self._dedicated.discard
+        await conn.connect()
+        if self._closed:
+            await conn.close()
+            raise ClientClosedError("KafkaClient was closed")
+        if not conn.closed:
+            self._dedicated.add(conn)
         return conn
 
     def _new_connection(self, host: str, port: int, node_id: int) -> BrokerConnection:

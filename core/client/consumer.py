@@ -1,4 +1,19 @@
-"""Consumer with manual assignment: positions, fetching from leaders, decoding records.
+"""Consumer: group membership or manual assignment, positions, fetching, decoding records.
+
+    consumer = Consumer(client, group_id="billing", on_assign=print)
+    consumer.subscribe(["orders"])          # partitions come from the group (group.py)
+    records = await consumer.poll(timeout_ms=1000)
+    await consumer.commit()                 # positions; or commit({("orders", 0): 42})
+    await consumer.close()                  # commits (auto_commit), revokes, leaves the group
+
+Groups. With a group_id, subscribe() makes the consumer a member of a consumer group
+(group.py: coordinator, join/sync, heartbeats, assignors, commits). poll() drives it: a
+rebalance replaces the assignment below, new partitions start at the group's committed offset
+(else at auto_offset_reset), and on_revoke / on_assign / on_lost are called with the partitions
+that go or come. assign() keeps working as before; with a group_id such a consumer commits as
+Kafka's "simple consumer" (generation -1). What a commit sends is the position of the next
+record poll() has not yet returned, so records already fetched but not returned are not
+skipped after a restart.
 
 Theory of operation
 -------------------
@@ -32,7 +47,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Mapping, Sequence
 
 from core.protocol import messages as m
 from core.protocol.errors import DecodeError, ErrorCode, KafkaError
@@ -40,11 +55,12 @@ from core.protocol.records import ControlRecord, decode_batch, iter_batch_header
 
 from .client import KafkaClient
 from .errors import ClientClosedError
+from .group import GroupMembership, GroupMetadata, RebalanceListener
 from .offsets import EARLIEST, LATEST, OffsetAndTimestamp, list_offsets, timestamp_spec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Consumer", "ConsumerRecord"]
+__all__ = ["Consumer", "ConsumerRecord", "RebalanceListener"]
 
 FETCH = 1
 TopicPartition = tuple[str, int]
@@ -93,10 +109,21 @@ class _CompletedFetch:
 
 
 class Consumer:
-    def __init__(self, client: KafkaClient, *, fetch_min_bytes: int = 1, fetch_max_wait_ms: int = 500,
+    def __init__(self, client: KafkaClient, *, group_id: str | None = None,
+                 group_instance_id: str | None = None, auto_commit: bool = True,
+                 auto_commit_interval_ms: int = 5000, session_timeout_ms: int = 45000,
+                 heartbeat_interval_ms: int = 3000, max_poll_interval_ms: int = 300000,
+                 rebalance_timeout_ms: int | None = None,
+                 assignors: Sequence[str] = ("range", "cooperative-sticky"),
+                 on_assign: RebalanceListener | None = None, on_revoke: RebalanceListener | None = None,
+                 on_lost: RebalanceListener | None = None,
+                 fetch_min_bytes: int = 1, fetch_max_wait_ms: int = 500,
                  fetch_max_bytes: int = 50 * 1024 * 1024, max_partition_fetch_bytes: int = 1024 * 1024,
                  isolation_level: str = "read_uncommitted", auto_offset_reset: str = "earliest",
                  max_poll_records: int | None = None, check_crcs: bool = True):
+        """`rebalance_timeout_ms` defaults to `max_poll_interval_ms`, as in Java. `on_lost`
+        (partitions taken away without a revocation: our generation was reset) defaults to
+        `on_revoke`. Without a group_id, subscribe() and commit() are refused."""
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError(f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
         if isolation_level not in ("read_uncommitted", "read_committed"):
@@ -117,6 +144,17 @@ class Consumer:
         self._fetch_event = asyncio.Event()
         self._iter_buffer: deque[ConsumerRecord] = deque()
         self._closed = False
+        self._manual = False
+        self._group: GroupMembership | None = None
+        if group_id is not None:
+            self._group = GroupMembership(
+                client, group_id, self, group_instance_id=group_instance_id,
+                session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
+                rebalance_timeout_ms=max_poll_interval_ms if rebalance_timeout_ms is None else rebalance_timeout_ms,
+                assignors=assignors, auto_commit=auto_commit, auto_commit_interval_ms=auto_commit_interval_ms)
+            self._group.set_listeners(on_assign, on_revoke, on_lost)
+        elif group_instance_id is not None or on_assign or on_revoke or on_lost:
+            raise ValueError("group_instance_id and rebalance listeners need a group_id")
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -125,6 +163,16 @@ class Consumer:
         return self
 
     async def close(self) -> None:
+        """Leave the group (after an auto-commit and the revocation listener) and stop fetching."""
+        if self._closed:
+            return
+        try:
+            if self._group is not None:
+                await self._group.close()
+        finally:
+            await self._stop_fetching()
+
+    async def _stop_fetching(self) -> None:
         self._closed = True
         tasks = list(self._fetches.values())
         for task in tasks:
@@ -145,12 +193,103 @@ class Consumer:
         """Replace the assignment. Kept partitions keep their positions; new ones start
         from auto_offset_reset (or from a seek)."""
         new = {(t, int(p)) for t, p in partitions}
+        if self._group is not None and self._group.subscribed:
+            raise RuntimeError("assign() is not allowed while subscribed; unsubscribe() first")
+        self._manual = bool(new)
+        self._set_states(new)
+
+    def _set_states(self, new: set[TopicPartition]) -> None:
         default_reset = None if self.auto_offset_reset == "none" else timestamp_spec(self.auto_offset_reset)
         self._states = {tp: self._states.get(tp) or _PartitionState(reset=default_reset) for tp in new}
         self._completed = deque(c for c in self._completed if c.tp in new)
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._states)
+
+    # ------------------------------------------------------------------ groups
+
+    def subscribe(self, topics: Iterable[str], *, on_assign: RebalanceListener | None = None,
+                  on_revoke: RebalanceListener | None = None, on_lost: RebalanceListener | None = None) -> None:
+        """Join the consumer group for `topics` (replacing an earlier subscription); the next
+        poll() joins. Listeners given here replace the constructor's."""
+        if isinstance(topics, str):
+            topics = [topics]
+        topics = set(topics)
+        group = self._require_group("subscribe()")
+        if self._manual:
+            raise RuntimeError("subscribe() is not allowed after assign(); assign([]) first")
+        if not topics:
+            raise ValueError("subscribe() needs at least one topic; use unsubscribe() to leave")
+        group.set_listeners(on_assign, on_revoke, on_lost)
+        group.subscribe(topics)
+
+    def subscription(self) -> set[str]:
+        return set(self._group.subscription) if self._group is not None else set()
+
+    async def unsubscribe(self) -> None:
+        """Revoke every partition (auto-committing first) and leave the group."""
+        if self._group is not None and self._group.subscribed:
+            await self._group.unsubscribe()
+
+    def group_metadata(self) -> GroupMetadata:
+        """The group, generation and member id this consumer has now (generation -1 and
+        member id "" when not in a generation)."""
+        return self._require_group("group_metadata()").metadata()
+
+    async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        """Commit `offsets`, or the positions of every assigned partition (the next record
+        poll() would return). Raises CommitFailedError (a KafkaError) with the broker's code;
+        REBALANCE_IN_PROGRESS also makes the next poll() rejoin."""
+        group = self._require_group("commit()")
+        if offsets is None:
+            offsets = self.consumed_positions()
+        await group.commit(offsets)
+
+    async def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets (None where nothing is committed)."""
+        return await self._require_group("committed()").fetch_committed(partitions)
+
+    def _require_group(self, what: str) -> GroupMembership:
+        if self._group is None:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, f"{what} needs a consumer with a group_id")
+        return self._group
+
+    # RebalanceTarget: what group.py calls back
+
+    def owned_partitions(self) -> set[TopicPartition]:
+        return set(self._states)
+
+    def consumed_positions(self, partitions: set[TopicPartition] | None = None) -> dict[TopicPartition, int]:
+        """Positions to commit: decoding runs ahead of what poll() has returned (records wait
+        in fetched batches and in the iterator's buffer), so the first such record counts."""
+        out = {tp: st.position for tp, st in self._states.items()
+               if st.position is not None and (partitions is None or tp in partitions)}
+        for cf in self._completed:
+            if cf.pending and cf.tp in out:
+                out[cf.tp] = min(out[cf.tp], cf.pending[0].offset)
+        for r in self._iter_buffer:
+            tp = (r.topic, r.partition)
+            if tp in out and r.offset < out[tp]:
+                out[tp] = r.offset
+        return out
+
+    def drop_partitions(self, partitions: set[TopicPartition]) -> None:
+        for tp in partitions:
+            if self._states.pop(tp, None) is not None:
+                self._drop_buffered(tp)
+
+    def set_assignment(self, assigned: set[TopicPartition], committed: dict[TopicPartition, int | None]) -> None:
+        """Partitions new to us start at their committed offsets, else at auto_offset_reset."""
+        self._set_states(assigned)
+        for tp, offset in committed.items():
+            if offset is not None and tp in self._states:
+                st = self._states[tp]
+                st.position, st.reset = offset, None
+
+    def wake(self) -> None:
+        self._fetch_event.set()
+
+    # ------------------------------------------------------------------ positions
 
     def _state(self, topic: str, partition: int) -> _PartitionState:
         try:
@@ -262,7 +401,12 @@ class Consumer:
             raise ClientClosedError("consumer is closed")
         max_records = max_records or self.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000
+        group = self._group
+        if group is not None:
+            group.polled()
         while True:
+            if group is not None:
+                await group.poll(deadline)
             self._raise_partition_errors()
             if any(st.position is None and st.error is None for st in self._states.values()):
                 await self._reset_positions(max(deadline - time.monotonic(), 0) * 1000)
@@ -278,6 +422,8 @@ class Consumer:
                 return []
             if next_retry is not None:
                 remaining = min(remaining, max(next_retry - time.monotonic(), 0.001))
+            if group is not None:
+                remaining = min(remaining, max(group.time_to_next_poll(), 0.001))
             try:
                 async with asyncio.timeout(remaining):
                     await self._fetch_event.wait()
