@@ -36,6 +36,8 @@ MAX_TOPIC_NAME = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 _PARTITION_DIR = re.compile(r"^[a-zA-Z0-9._-]+-\d+$")
 MAX_PARTITIONS = 100_000
+# Kafka's internal topics: only their coordinators write them, and they are never auto-created.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 DELETE_SUFFIX = "-delete"  # Kafka's: <topic>-<partition>.<id>-delete, removed after the rename
 
 
@@ -70,7 +72,7 @@ class Topic:
 
     @property
     def internal(self) -> bool:
-        return self.name.startswith("__")
+        return self.name in INTERNAL_TOPICS
 
     def partition(self, index: int) -> Partition | None:
         return self.partitions[index] if 0 <= index < len(self.partitions) else None
@@ -365,7 +367,7 @@ class Broker:
             return self.producer_ids.allocate()
 
     def auto_create_allowed(self, name: str) -> bool:
-        return self.config["auto.create.topics.enable"] and not name.startswith("__")
+        return self.config["auto.create.topics.enable"] and name not in INTERNAL_TOPICS
 
     # ------------------------------------------------------------------ background jobs
 

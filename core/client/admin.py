@@ -250,10 +250,7 @@ class Admin(GroupAdmin):
         await self.client.start()
 
         async def once():
-            node = self.client.least_loaded_node()
-            if node is None:
-                await self.client.refresh_metadata([])
-                node = self.client.least_loaded_node()
+            node = await self.client.any_node()
             conn = await self.client.connection(node)
             version = conn.version_for(METADATA)
             if topics is None:

@@ -226,15 +226,19 @@ class KafkaClient:
         nodes = list(self.cluster.brokers)
         return random.choice(nodes) if nodes else None
 
-    async def send_any(self, request, **kwargs) -> Any:
-        """Send to the least-loaded broker (for requests any broker can answer)."""
+    async def any_node(self) -> int:
+        """The least-loaded broker, refreshing metadata first if none is known yet."""
         node = self.least_loaded_node()
         if node is None:
             await self.refresh_metadata([])
             node = self.least_loaded_node()
             if node is None:
                 raise KafkaConnectionError("no brokers known")
-        return await self.send(node, request, **kwargs)
+        return node
+
+    async def send_any(self, request, **kwargs) -> Any:
+        """Send to the least-loaded broker (for requests any broker can answer)."""
+        return await self.send(await self.any_node(), request, **kwargs)
 
     def controller_node(self) -> int | None:
         cid = self.cluster.controller_id

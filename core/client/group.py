@@ -51,7 +51,7 @@ from core.protocol.errors import DecodeError, ErrorCode, KafkaError
 from .assignors import COOPERATIVE, EAGER, Assignor, Member, get_assignor, rebalance_protocol
 from .client import KafkaClient
 from .connection import BrokerConnection
-from .errors import ClientClosedError, KafkaConnectionError, UnsupportedVersionError
+from .errors import ClientClosedError, UnsupportedVersionError
 from .group_offsets import CommitFailedError, by_topic, commit_offsets, fetch_committed
 from .group_state import NO_GENERATION, MemberCore, MemberState, Step
 
@@ -260,12 +260,7 @@ class GroupMembership:
                     await asyncio.sleep(delay)
 
     async def _find_coordinator(self) -> tuple[int, str, int]:
-        node = self.client.least_loaded_node()
-        if node is None:
-            await self.client.refresh_metadata([])
-            node = self.client.least_loaded_node()
-            if node is None:
-                raise KafkaConnectionError("no brokers known")
+        node = await self.client.any_node()
         conn = await self.client.connection(node)
         version = conn.version_for(FIND_COORDINATOR)
         # both shapes filled in: the version decides which one goes on the wire

@@ -118,10 +118,7 @@ class GroupAdmin:
     async def _find_coordinators(self, group_ids: Iterable[str]) -> dict[str, int | KafkaError]:
         """group id -> coordinator node id, or the KafkaError FindCoordinator answered."""
         group_ids = list(dict.fromkeys(group_ids))
-        node = self.client.least_loaded_node()
-        if node is None:
-            await self.client.refresh_metadata([])
-            node = self.client.least_loaded_node()
+        node = await self.client.any_node()
         conn = await self.client.connection(node)
         R = m.FindCoordinatorRequest
         found: dict[str, tuple[int, str, int] | KafkaError] = {}

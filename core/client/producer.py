@@ -49,7 +49,7 @@ from core.protocol.errors import ErrorCode, KafkaError
 
 from .accumulator import Accumulator, ProducerBatch, RecordMetadata, estimate_size, expired_error
 from .client import KafkaClient
-from .errors import ClientClosedError, KafkaConnectionError
+from .errors import ClientClosedError
 from .idempotence import MAX_IN_FLIGHT, SEQUENCE_ERRORS, Decision, IdempotenceState
 from .partitioner import make_partitioner
 
@@ -533,6 +533,13 @@ class Producer:
     def _ensure_producer_id(self) -> None:
         if self._init_task is None or self._init_task.done():
             self._init_task = asyncio.get_running_loop().create_task(self._init_producer_id())
+            self._init_task.add_done_callback(self._init_task_done)
+
+    def _init_task_done(self, task: asyncio.Task) -> None:
+        # a bug must fail the records waiting for a producer id, not leave them hanging
+        if not task.cancelled() and task.exception() is not None and self._fatal is None:
+            self._set_fatal(KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                       f"getting a producer id failed: {task.exception()!r}"))
 
     async def _init_producer_id(self) -> None:
         """InitProducerId without a transactional id, until it answers (or fails for good)."""
@@ -541,12 +548,7 @@ class Producer:
         while not self._closed and self._idem is idem and idem is not None and idem.needs_producer_id:
             request = m.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=INT32_MAX)
             try:
-                node = self.client.least_loaded_node()
-                if node is None:
-                    await self.client.refresh_metadata([])
-                    node = self.client.least_loaded_node()
-                    if node is None:
-                        raise KafkaConnectionError("no brokers known")
+                node = await self.client.any_node()
                 response = await self.client.send(node, request, api_key=INIT_PRODUCER_ID)
                 error = (KafkaError(response.error_code, f"InitProducerId answered by node {node}")
                          if response.error_code else None)

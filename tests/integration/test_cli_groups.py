@@ -3,25 +3,16 @@ groups, and the CLI as a subprocess, checked number by number like kafka-consume
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
+from tests.integration.test_cli import seaway
 from tests.support.clients import CLIENTS, Record, create_topic
-from tests.support.node import REPO, SeawayNode
+from tests.support.node import SeawayNode
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
-
-
-def seaway(*args, check=True, timeout=30):
-    proc = subprocess.run([sys.executable, "-m", "core.cli", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"seaway {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
-    return proc
 
 
 @pytest.fixture(scope="module")

@@ -315,6 +315,9 @@ class SimBroker:
     def least_loaded_node(self):
         return 1
 
+    async def any_node(self):
+        return 1
+
     def backoff_ms(self, attempt):
         return 1
 

@@ -68,6 +68,9 @@ class FakeClient:
     def least_loaded_node(self):
         return 1
 
+    async def any_node(self):
+        return 1
+
     async def refresh_metadata(self, topics=None):
         return self.cluster
 

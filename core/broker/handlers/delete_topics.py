@@ -2,6 +2,8 @@
 
 v0-5 name topics; v6 names them or gives their ids. Deletion removes the topic from the
 catalog first (so a crash cannot resurrect it) and then its partition directories.
+Internal topics are refused with INVALID_TOPIC_EXCEPTION: deleting `__consumer_offsets` would
+silently lose every group's committed offsets (Kafka's own tool refuses it too).
 """
 from __future__ import annotations
 
@@ -34,6 +36,9 @@ async def handle(ctx, req):
             res.error_code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         elif not ctx.authorize(Operation.DELETE, ResourceType.TOPIC, topic.name):
             res.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif topic.internal:
+            res.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+            res.error_message = f"{topic.name} is an internal topic and cannot be deleted"
         elif not b.config["delete.topic.enable"]:
             res.error_code = ErrorCode.TOPIC_DELETION_DISABLED
         else:

@@ -27,12 +27,12 @@ from core.protocol.records import InvalidBatch, decode_batch, scan_batches
 from core.security.authorizer import Operation, ResourceType
 
 from ..producer_state import Verdict
+from ..broker import INTERNAL_TOPICS
 from ..recompress import recompress, target_codec
 
 log = logging.getLogger(__name__)
 R = m.ProduceResponse
 ISR_SIZE = 1
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 PR = R.PartitionProduceResponse
 
 
