@@ -16,6 +16,7 @@ be killed with SIGKILL) and ``KafkaPythonMember`` (in a thread). Each appends ev
   client is in, read from the client), ``t`` (time.time()); kafka-python's assign also says
   whether it is the ``leader`` (it computed the assignment)
 - ``rec``: ``p``, ``o``, ``v`` (value, text)
+- ``stale``: ``p``, ``o``: a record librdkafka delivered after its partition was revoked, dropped
 - ``commit``: ``offsets`` {partition: next offset}, after a successful synchronous commit
 - ``commit_failed``, ``error`` (``code``, ``fatal``, ``text``), ``closed``
 
@@ -243,12 +244,19 @@ class ConfluentMember(_Recorder):
 
         self.consumer = c = Consumer({**self.config, "error_cb": on_error})
 
+        # librdkafka applies an unassign asynchronously, so a record it prefetched can still come
+        # out of poll() just after on_revoke; like a careful application, the member drops a
+        # record of a partition it does not own (its next owner reads it from the commit)
+        owned: set[int] = set()
+
         def on_assign(consumer, parts):
+            owned.update(p.partition for p in parts)
             self.emit(ev="assign", gen=librdkafka_generation(consumer), member=consumer.memberid(),
                       parts=sorted(p.partition for p in parts))
 
         def on_revoke(consumer, parts):
             gone = {p.partition for p in parts}
+            owned.difference_update(gone)
             self._commit()
             for p in gone:
                 self.positions.pop(p, None)
@@ -266,6 +274,8 @@ class ConfluentMember(_Recorder):
                                   text=err.str())
                         if err.fatal():
                             break
+                    elif msg.partition() not in owned:
+                        self.emit(ev="stale", p=msg.partition(), o=msg.offset())
                     else:
                         self.emit(ev="rec", p=msg.partition(), o=msg.offset(), v=msg.value().decode())
                         self.positions[msg.partition()] = msg.offset() + 1
