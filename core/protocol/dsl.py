@@ -2,13 +2,15 @@
 
 Theory of operation
 -------------------
-Every message Seaway speaks is declared once, in `schema/*.ks`. The codec in `codegen.py` is
-compiled from these declarations; nothing is hand-written per request. A test checks each
-declaration against Kafka's JSON specs for every version we advertise.
+Every message Seaway speaks is declared once, in `schema/*.ks` (what the metadata log holds,
+in `schema/metadata/*.ks`). The codec in `codegen.py` is compiled from these declarations;
+nothing is hand-written per request. A test checks each declaration against Kafka's JSON specs
+for every version we advertise.
 
-A file holds one API (a request and its response), one header, or one data struct (a
+A file holds one API (a request and its response), one header, one data struct (a
 versioned struct that is not a request: the consumer protocol's subscription, the records of
-`__consumer_offsets`):
+`__consumer_offsets`, KRaft's control records), or one metadata record (what the controller
+writes to `__cluster_metadata`):
 
     api Produce 0              # name and API key
     versions 3-11              # the versions we advertise
@@ -32,7 +34,10 @@ records and uuid; `[]T` is an array of T. A type that is not primitive names a s
 fields follow on deeper-indented lines, or, if none follow, the struct of that name declared
 elsewhere in the same section (Kafka's "common structs"). `header RequestHeader` starts a
 header file and `data OffsetCommitValue` a data file; their fields sit directly under the
-`versions`/`flexible` lines.
+`versions`/`flexible` lines. `record TopicRecord 2` starts a metadata record file: a data
+struct that also carries its record type (Kafka's "apiKey" for "type": "metadata"), which
+frames it in the metadata log (see metadata_records.py). Declare every version Kafka defines
+for a record: a log may hold any of them.
 """
 from __future__ import annotations
 
@@ -44,6 +49,7 @@ from typing import Any
 PRIMITIVES = {"bool", "int8", "int16", "int32", "int64", "uint16", "float64",
               "string", "bytes", "records", "uuid"}
 INT_TYPES = {"int8", "int16", "int32", "int64", "uint16"}
+HEAD_WORDS = ("api", "header", "data", "record", "versions", "flexible")
 
 
 class SchemaError(ValueError):
@@ -145,8 +151,8 @@ class Struct:
 @dataclass
 class MessageSpec:
     name: str                  # e.g. ProduceRequest
-    kind: str                  # request | response | header | data
-    api_key: int | None
+    kind: str                  # request | response | header | data | record
+    api_key: int | None        # the API key, or a metadata record's type
     versions: VersionRange     # the versions we advertise
     flexible: VersionRange | None
     root: Struct
@@ -259,24 +265,45 @@ def parse_schema(text: str, where: str = "<schema>") -> ApiSchema | MessageSpec:
     lines = _tokenize(text)
     head: dict[str, list[str]] = {}
     i = 0
-    while i < len(lines) and lines[i][1] == 0 and lines[i][2][0] in ("api", "header", "data", "versions", "flexible"):
-        head[lines[i][2][0]] = lines[i][2][1:]
+    while i < len(lines) and lines[i][1] == 0 and lines[i][2][0] in HEAD_WORDS:
+        word = lines[i][2][0]
+        if word in head:
+            raise SchemaError(f"{where}:{lines[i][0]}: '{word}' given twice")
+        head[word] = lines[i][2][1:]
         i += 1
+    kinds = [k for k in ("api", "header", "data", "record") if k in head]
+    if len(kinds) > 1:
+        raise SchemaError(f"{where}: a file declares one thing, not {' and '.join(kinds)}")
     if "versions" not in head:
         raise SchemaError(f"{where}: missing 'versions'")
     versions = VersionRange.parse(head["versions"][0])
     flex_text = head.get("flexible", ["none"])[0]
     flexible = None if flex_text == "none" else VersionRange.parse(flex_text)
-    for kind in ("header", "data"):
+    for kind in ("header", "data", "record"):
         if kind not in head:
             continue
-        name = head[kind][0]
+        args = head[kind]
+        if len(args) != (2 if kind == "record" else 1):
+            usage = "record NAME TYPE" if kind == "record" else f"{kind} NAME"
+            raise SchemaError(f"{where}: expected '{usage}'")
+        name = args[0]
+        record_type = None
+        if kind == "record":
+            try:
+                record_type = int(args[1])
+            except ValueError:
+                raise SchemaError(f"{where}: record type {args[1]!r} is not a number") from None
+            if not 0 <= record_type <= 0x7FFF:
+                raise SchemaError(f"{where}: record type {record_type} is out of range")
         root = Struct(name)
         defined: dict[str, Struct] = {}
         pending: list[Field] = []
-        i = _parse_block(lines, i, lines[i][1], root, defined, pending, where)
+        if i < len(lines):  # a record may have no fields at all (NoOpRecord)
+            i = _parse_block(lines, i, lines[i][1], root, defined, pending, where)
+        if i < len(lines):
+            raise SchemaError(f"{where}:{lines[i][0]}: unexpected line after the fields")
         _resolve(pending, defined, where)
-        return MessageSpec(name, kind, None, versions, flexible, root, where)
+        return MessageSpec(name, kind, record_type, versions, flexible, root, where)
     if "api" not in head:
         raise SchemaError(f"{where}: missing 'api NAME KEY'")
     api_name, key = head["api"][0], int(head["api"][1])
@@ -303,14 +330,23 @@ SCHEMA_DIR = Path(__file__).with_name("schema")
 
 
 def load_all(directory: Path = SCHEMA_DIR) -> tuple[dict[int, ApiSchema], dict[str, MessageSpec]]:
+    """(APIs by key, every other spec by name: headers, data structs and metadata records)."""
     apis: dict[int, ApiSchema] = {}
-    headers: dict[str, MessageSpec] = {}
-    for path in sorted(directory.glob("*.ks")):
-        parsed = parse_schema(path.read_text(), path.name)
+    others: dict[str, MessageSpec] = {}
+    record_types: dict[int, str] = {}
+    for path in sorted(directory.rglob("*.ks")):
+        parsed = parse_schema(path.read_text(), str(path.relative_to(directory)))
         if isinstance(parsed, ApiSchema):
             if parsed.key in apis:
                 raise SchemaError(f"{path.name}: API key {parsed.key} declared twice")
             apis[parsed.key] = parsed
-        else:
-            headers[parsed.name] = parsed
-    return apis, headers
+            continue
+        if parsed.name in others:
+            raise SchemaError(f"{path.name}: {parsed.name} is declared twice")
+        if parsed.kind == "record":
+            if parsed.api_key in record_types:
+                raise SchemaError(f"{path.name}: record type {parsed.api_key} is already "
+                                  f"{record_types[parsed.api_key]}")
+            record_types[parsed.api_key] = parsed.name
+        others[parsed.name] = parsed
+    return apis, others

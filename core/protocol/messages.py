@@ -3,6 +3,10 @@
     from core.protocol import messages as m
     req = m.ProduceRequest(acks=-1, topic_data=[m.ProduceRequest.TopicProduceData(name="t")])
     m.API[0].request.encode(9, req)
+
+Besides the APIs: the two headers, the versioned data structs (DATA, by name) and the records
+of the metadata log (METADATA_RECORDS, by record type; METADATA_RECORDS_BY_NAME). Declaring an
+API here does not advertise it: ApiVersions lists only the APIs the broker has handlers for.
 """
 from __future__ import annotations
 
@@ -61,4 +65,14 @@ DATA: dict[str, MessageCodec] = {name: MessageCodec(spec) for name, spec in _hea
 for _name, _codec in DATA.items():
     globals()[_name] = _codec.cls
 
-del _key, _schema, _api, _name, _codec
+# What the controller writes to __cluster_metadata (schema/metadata/*.ks), framed by
+# metadata_records.py: record type (Kafka's "apiKey" of type "metadata") -> codec.
+METADATA_RECORDS: dict[int, MessageCodec] = {}
+METADATA_RECORDS_BY_NAME: dict[str, MessageCodec] = {}
+for _name, _spec in sorted(_headers.items(), key=lambda kv: kv[1].api_key or 0):
+    if _spec.kind != "record":
+        continue
+    _codec = METADATA_RECORDS[_spec.api_key] = METADATA_RECORDS_BY_NAME[_name] = MessageCodec(_spec)
+    globals()[_name] = _codec.cls
+
+del _key, _schema, _api, _name, _codec, _spec

@@ -40,13 +40,19 @@ FUZZ = settings(deadline=None, database=None,
 
 
 def _codecs():
-    """(codec, versions, id) for every request, response and header we decode."""
+    """(codec, versions, id) for every request, response, header, data struct and metadata
+    record we decode."""
     for key, api in sorted(messages.API.items()):
         versions = list(range(api.min_version, api.max_version + 1))
         yield pytest.param(api.request, versions, id=f"{api.name}-request")
         yield pytest.param(api.response, versions, id=f"{api.name}-response")
     yield pytest.param(messages.REQUEST_HEADER, [0, 1, 2], id="RequestHeader")
     yield pytest.param(messages.RESPONSE_HEADER, [0, 1], id="ResponseHeader")
+    for name, codec in sorted(messages.DATA.items()):
+        yield pytest.param(codec, list(range(codec.spec.versions.low, codec.spec.versions.high + 1)), id=name)
+    for _, codec in sorted(messages.METADATA_RECORDS.items()):
+        yield pytest.param(codec, list(range(codec.spec.versions.low, codec.spec.versions.high + 1)),
+                           id=codec.spec.name)
 
 
 CODECS = list(_codecs())

@@ -1,16 +1,23 @@
-"""Our schema (core/protocol/schema/*.ks) against Kafka's JSON message specs.
+"""Our schema (core/protocol/schema/**/*.ks) against Kafka's JSON message specs.
 
-For every API we register and every version we advertise, and for both headers, the fields
-present at that version must agree with Kafka's: names and order of the non-tagged fields (the
-order is the wire format), types, struct names, nullability, tags, defaults and the
-flexible/non-flexible switch. Kafka's specs are a reference kept outside the project
-(`<repo>/../shared/kafka-protocol/messages`); the test is skipped only when they are absent.
+For every API we register and every version we advertise, for both headers, for the consumer
+protocol and KRaft's control record structs, and for every metadata record and every version
+Kafka defines for it, the fields present at that version must agree with Kafka's: names and
+order of the non-tagged fields (the order is the wire format), types, struct names,
+nullability, tags, defaults and the flexible/non-flexible switch. Kafka's specs are a reference
+kept outside the project (`<repo>/../shared/kafka-protocol/messages` and `metadata-records`);
+the test is skipped only when they are absent.
+
+A version newer than the reference is allowed only from NEWER_THAN_REFERENCE, which says why
+and which fields it adds; such a version must equal the reference's newest plus exactly those
+fields, and every version the reference knows is still checked exactly.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -18,6 +25,31 @@ from core.protocol import dsl, messages
 
 REPO = Path(__file__).resolve().parents[2]
 KAFKA_MESSAGES = REPO.parent / "shared" / "kafka-protocol" / "messages"
+KAFKA_METADATA_RECORDS = REPO.parent / "shared" / "kafka-protocol" / "metadata-records"
+
+
+class Added(NamedTuple):
+    """A field that a version newer than the reference adds, and where it sits on the wire."""
+    path: str    # dotted, from the top level: "Topics.Partitions.PreVote"
+    type: str    # as Kafka would spell it: "bool", "[]int32"
+    after: str | None  # the non-tagged field it follows in its struct; None: first
+
+
+@dataclass(frozen=True)
+class NewerVersion:
+    why: str
+    added: dict[str, tuple[Added, ...]]  # "request" / "response" -> fields added in this version
+
+
+# (API key, version) -> why we declare a version that the reference specs (an older Kafka) lack.
+# Keep entries only while the reference lacks them: a test fails once it catches up.
+NEWER_THAN_REFERENCE: dict[tuple[int, int], NewerVersion] = {
+    (52, 2): NewerVersion(
+        why="KIP-996 pre-vote (Kafka 4.0): VoteRequest v2 adds PreVote (bool, untagged) to each "
+            "partition, after LastOffset; VoteResponse v2 is v1 unchanged",
+        added={"request": (Added("Topics.Partitions.PreVote", "bool", after="LastOffset"),),
+               "response": ()}),
+}
 
 
 # --------------------------------------------------------------------------- Kafka's JSON
@@ -63,18 +95,22 @@ _KAFKA_INDEX: dict[tuple[str, int | None, str], dict] | None = None
 
 
 def kafka_specs() -> dict:
-    """(type, apiKey, name) -> parsed JSON, for every message and header Kafka defines."""
+    """(type, apiKey, name) -> parsed JSON, for every message, header, data struct and metadata
+    record Kafka defines."""
     global _KAFKA_INDEX
     if _KAFKA_INDEX is None:
         index = {}
-        for path in sorted(KAFKA_MESSAGES.glob("*.json")):
-            doc = load_kafka_json(path)
-            index[(doc["type"], doc.get("apiKey"), doc["name"])] = doc
+        for directory in (KAFKA_MESSAGES, KAFKA_METADATA_RECORDS):
+            for path in sorted(directory.glob("*.json")):
+                doc = load_kafka_json(path)
+                index[(doc["type"], doc.get("apiKey"), doc["name"])] = doc
         _KAFKA_INDEX = index
     return _KAFKA_INDEX
 
 
 def kafka_spec(kind: str, api_key: int | None, name: str) -> dict:
+    """Requests and responses are found by API key, metadata records by record type (their
+    names are compared by the caller), headers and data structs by name."""
     for (t, key, n), doc in kafka_specs().items():
         if t == kind and key == api_key and (kind not in ("header", "data") or n == name):
             return doc
@@ -143,7 +179,9 @@ def _kafka_fields(fields: list[dict], version: int, flexible: bool, common: dict
         out.append(_FieldView(
             name=f["name"], elem=elem, is_array=is_array,
             nullable=version in KRange.parse(f.get("nullableVersions")),
-            tagged=flexible and version in tagged_versions, tag=f.get("tag"),
+            # Kafka spells some tags as strings ("tag": "0").
+            tagged=flexible and version in tagged_versions,
+            tag=int(f["tag"]) if "tag" in f else None,
             has_default=has_default,
             default=normalize_default(elem, f["default"]) if has_default else None,
             never_flexible=f.get("flexibleVersions", "").strip() == "none",
@@ -214,13 +252,53 @@ def _compare_fields(ours: list[_FieldView], theirs: list[_FieldView], where: str
             _compare_fields(o.children, t.children, where, name, problems)
 
 
+def _take_added(ours: list[_FieldView], add: Added, where: str, problems: list[str]) -> None:
+    """Check that `add` is in `ours` as documented, and remove it so that the rest can be
+    compared with the reference's newest version."""
+    *parents, name = add.path.split(".")
+    fields = ours
+    for p in parents:
+        parent = next((f for f in fields if f.name == p and f.children is not None), None)
+        if parent is None:
+            problems.append(f"{where} {add.path}: NEWER_THAN_REFERENCE adds it, but we have no struct {p}")
+            return
+        fields = parent.children
+    field = next((f for f in fields if f.name == name), None)
+    if field is None:
+        problems.append(f"{where} {add.path}: NEWER_THAN_REFERENCE adds it, but our schema lacks it")
+        return
+    if _type_text(field) != add.type or field.tagged or field.nullable or field.has_default:
+        problems.append(f"{where} {add.path}: NEWER_THAN_REFERENCE adds an untagged, non-nullable "
+                        f"{add.type} without default; ours is {_type_text(field)}"
+                        f"{' tagged' if field.tagged else ''}{' nullable' if field.nullable else ''}"
+                        f"{f' default={field.default!r}' if field.has_default else ''}")
+    plain = [f.name for f in fields if not f.tagged]
+    expected = 0 if add.after is None else (plain.index(add.after) + 1 if add.after in plain else -1)
+    if not field.tagged and plain.index(name) != expected:
+        problems.append(f"{where} {add.path}: NEWER_THAN_REFERENCE puts it after {add.after}; "
+                        f"ours is at position {plain.index(name)} of {plain}")
+    fields.remove(field)
+
+
 def compare_message(spec: dsl.MessageSpec, kafka: dict, label: str,
-                    versions: list[int] | None = None) -> list[str]:
-    """Every way `spec` disagrees with Kafka's JSON `kafka`, as readable lines."""
+                    versions: list[int] | None = None,
+                    newer: dict[int, tuple[Added, ...]] | None = None) -> list[str]:
+    """Every way `spec` disagrees with Kafka's JSON `kafka`, as readable lines. `newer` maps
+    versions beyond Kafka's validVersions that we declare on purpose to the fields each adds
+    (from NEWER_THAN_REFERENCE)."""
     problems: list[str] = []
+    newer = newer or {}
     valid = KRange.parse(kafka["validVersions"])
-    if not valid.covers(spec.versions):
-        problems.append(f"{label}: we advertise {spec.versions}, Kafka's validVersions are {kafka['validVersions']}")
+    allowed = valid
+    if valid.high is not None:
+        high = valid.high
+        while high + 1 in newer:
+            high += 1
+        allowed = KRange(valid.low, high)
+    if not allowed.covers(spec.versions):
+        extra = f" (and v{valid.high + 1}-{allowed.high} from NEWER_THAN_REFERENCE)" if allowed != valid else ""
+        problems.append(f"{label}: we advertise {spec.versions}, Kafka's validVersions are "
+                        f"{kafka['validVersions']}{extra}")
     kflex = KRange.parse(kafka.get("flexibleVersions"))
     common = {c["name"]: c["fields"] for c in kafka.get("commonStructs", [])}
     if spec.versions.high is None:
@@ -234,10 +312,21 @@ def compare_message(spec: dsl.MessageSpec, kafka: dict, label: str,
         if flexible != (v in kflex):
             problems.append(f"{where}: flexible ours {flexible}, Kafka {v in kflex} "
                             f"(flexibleVersions {kafka.get('flexibleVersions')})")
-        theirs = _kafka_fields(kafka["fields"], v, v in kflex, common, problems, where)
         ours = _our_fields(spec.root, v, flexible)
+        reference = v
+        if valid.high is not None and valid.high < v <= allowed.high:
+            # Newer than the reference: the reference's newest version plus what the table adds.
+            reference = valid.high
+            for newer_v in range(valid.high + 1, v + 1):
+                for add in newer[newer_v]:
+                    _take_added(ours, add, where, problems)
+        theirs = _kafka_fields(kafka["fields"], reference, reference in kflex, common, problems, where)
         _compare_fields(ours, theirs, where, "", problems)
     return problems
+
+
+def newer_than_reference(api_key: int, kind: str) -> dict[int, tuple[Added, ...]]:
+    return {v: entry.added[kind] for (key, v), entry in NEWER_THAN_REFERENCE.items() if key == api_key}
 
 
 def compare_api(api: dsl.ApiSchema, versions: list[int] | None = None) -> list[str]:
@@ -247,8 +336,35 @@ def compare_api(api: dsl.ApiSchema, versions: list[int] | None = None) -> list[s
         label = f"{api.name} {spec.kind}"
         if kafka["name"] != spec.name:
             problems.append(f"{label}: Kafka calls API key {api.key}'s {spec.kind} {kafka['name']}, we {spec.name}")
-        problems += compare_message(spec, kafka, label, versions)
+        problems += compare_message(spec, kafka, label, versions, newer_than_reference(api.key, spec.kind))
     return problems
+
+
+def compare_record(spec: dsl.MessageSpec) -> list[str]:
+    """A metadata record against Kafka's, in every version Kafka defines: a log written by
+    Kafka may hold any of them, so we must read them all."""
+    assert spec.kind == "record"
+    try:
+        kafka = kafka_spec("metadata", spec.api_key, spec.name)
+    except LookupError:
+        return [f"{spec.name}: Kafka defines no metadata record of type {spec.api_key}"]
+    problems = []
+    if kafka["name"] != spec.name:
+        problems.append(f"{spec.name}: Kafka's metadata record type {spec.api_key} is {kafka['name']}, "
+                        f"ours {spec.name}")
+    if KRange.parse(kafka["validVersions"]) != KRange(spec.versions.low, spec.versions.high):
+        problems.append(f"{spec.name}: we declare versions {spec.versions}, Kafka's validVersions are "
+                        f"{kafka['validVersions']}; declare them all")
+    return problems + compare_message(spec, kafka, spec.name)
+
+
+def compare_data(spec: dsl.MessageSpec, all_versions: bool = False) -> list[str]:
+    kafka = kafka_spec("data", None, spec.name)
+    problems = []
+    if all_versions and KRange.parse(kafka["validVersions"]) != KRange(spec.versions.low, spec.versions.high):
+        problems.append(f"{spec.name}: we declare versions {spec.versions}, Kafka's validVersions are "
+                        f"{kafka['validVersions']}; declare them all")
+    return problems + compare_message(spec, kafka, spec.name)
 
 
 # --------------------------------------------------------------------------- tests
@@ -285,8 +401,40 @@ def test_consumer_protocol_matches_kafka(name):
     _, structs = dsl.load_all()
     spec = structs[name]
     assert spec.kind == "data"
-    problems = compare_message(spec, kafka_spec("data", None, name), name)
+    problems = compare_data(spec)
     assert not problems, "\n".join(problems)
+
+
+# KRaft's control records: the value of each record in a control batch of __cluster_metadata.
+KRAFT_CONTROL_STRUCTS = ["LeaderChangeMessage", "SnapshotHeaderRecord", "SnapshotFooterRecord",
+                         "KRaftVersionRecord", "VotersRecord"]
+
+
+@needs_kafka
+@pytest.mark.parametrize("name", KRAFT_CONTROL_STRUCTS)
+def test_kraft_control_records_match_kafka(name):
+    spec = messages.DATA[name].spec
+    assert spec.kind == "data"
+    problems = compare_data(spec, all_versions=True)
+    assert not problems, "\n".join(problems)
+
+
+@needs_kafka
+@pytest.mark.parametrize("record_type", sorted(messages.METADATA_RECORDS),
+                         ids=[c.spec.name for _, c in sorted(messages.METADATA_RECORDS.items())])
+def test_metadata_record_matches_kafka(record_type):
+    spec = messages.METADATA_RECORDS[record_type].spec
+    assert spec.api_key == record_type
+    problems = compare_record(spec)
+    assert not problems, "\n".join(problems)
+
+
+@needs_kafka
+def test_every_kafka_metadata_record_is_declared():
+    theirs = {key: name for (t, key, name) in kafka_specs() if t == "metadata"}
+    assert theirs, f"no metadata records found in {KAFKA_METADATA_RECORDS}"
+    ours = {key: codec.spec.name for key, codec in messages.METADATA_RECORDS.items()}
+    assert ours == theirs
 
 
 @needs_kafka
@@ -298,21 +446,60 @@ def test_every_api_has_a_kafka_spec():
         kafka_spec("response", key, api.schema.response.name)
 
 
+@needs_kafka
+def test_newer_than_reference_entries_are_needed_and_declared():
+    """Each entry names a version the reference lacks and that we declare; once the reference
+    catches up, the entry must go and the version is checked like any other."""
+    for (key, version), entry in NEWER_THAN_REFERENCE.items():
+        assert entry.why
+        api = messages.API[key]
+        assert api.supports(version), f"{api.name} v{version} is in NEWER_THAN_REFERENCE but not declared"
+        for kind in ("request", "response"):
+            valid = KRange.parse(kafka_spec(kind, key, "")["validVersions"])
+            assert version not in valid, (f"Kafka's reference now defines {api.name} {kind} v{version}; "
+                                          "drop it from NEWER_THAN_REFERENCE")
+
+
+def test_schema_only_apis_are_not_advertised():
+    """Declaring an API's schema does not advertise it: ApiVersions lists only the APIs the
+    broker has a handler for (the KRaft RPCs are declared before anything serves them)."""
+    from core.broker.handlers import HANDLERS
+    from core.broker.handlers.api_versions import api_versions_response
+    advertised = {k.api_key for k in api_versions_response().api_keys}
+    assert advertised == set(HANDLERS) & set(messages.API)
+    kraft = {52, 53, 54, 55, 58, 59, 62, 63, 64, 70, 80, 81, 82}
+    assert kraft <= set(messages.API)
+    assert advertised & kraft == set(HANDLERS) & kraft
+
+
 # ---- the comparison itself must catch mistakes
 
 def _problems_for(text: str) -> str:
-    return "\n".join(compare_api(dsl.parse_schema(text, "<mutated>")))
+    parsed = dsl.parse_schema(text, "<mutated>")
+    if isinstance(parsed, dsl.ApiSchema):
+        return "\n".join(compare_api(parsed))
+    if parsed.kind == "record":
+        return "\n".join(compare_record(parsed))
+    return "\n".join(compare_data(parsed, all_versions=True))
 
 
 PRODUCE_KS = (dsl.SCHEMA_DIR / "produce.ks").read_text()
 METADATA_KS = (dsl.SCHEMA_DIR / "metadata.ks").read_text()
 FETCH_KS = (dsl.SCHEMA_DIR / "fetch.ks").read_text()
+VOTE_KS = (dsl.SCHEMA_DIR / "vote.ks").read_text()
+PARTITION_RECORD_KS = (dsl.SCHEMA_DIR / "metadata" / "partition_record.ks").read_text()
+PARTITION_CHANGE_KS = (dsl.SCHEMA_DIR / "metadata" / "partition_change_record.ks").read_text()
+REGISTER_BROKER_KS = (dsl.SCHEMA_DIR / "metadata" / "register_broker_record.ks").read_text()
+BROKER_CHANGE_KS = (dsl.SCHEMA_DIR / "metadata" / "broker_registration_change_record.ks").read_text()
+TOPIC_RECORD_KS = (dsl.SCHEMA_DIR / "metadata" / "topic_record.ks").read_text()
+VOTERS_RECORD_KS = (dsl.SCHEMA_DIR / "metadata" / "voters_record.ks").read_text()
 
 
 @needs_kafka
 def test_unmutated_copies_compare_clean():
-    for text in (PRODUCE_KS, METADATA_KS, FETCH_KS):
-        assert compare_api(dsl.parse_schema(text)) == []
+    for text in (PRODUCE_KS, METADATA_KS, FETCH_KS, VOTE_KS, PARTITION_RECORD_KS, PARTITION_CHANGE_KS,
+                 REGISTER_BROKER_KS, BROKER_CHANGE_KS, TOPIC_RECORD_KS, VOTERS_RECORD_KS):
+        assert _problems_for(text) == ""
 
 
 def _field_lines(text: str):
@@ -325,7 +512,7 @@ def _field_lines(text: str):
         indent = len(line) - len(line.lstrip(" "))
         tokens = line.split()
         if indent == 0:
-            if tokens[0] in ("request", "response"):
+            if tokens[0] in ("request", "response", "header", "data", "record"):
                 section, stack = tokens[0], []
             continue
         while stack and stack[-1][0] >= indent:
@@ -394,6 +581,48 @@ MUTATIONS = [
      ["Fetch request v16 Topics.Partitions: tagged fields differ"]),
     (FETCH_KS, "response Responses.Partitions.DivergingEpoch.Epoch", swap_token("int32", "int64"),
      ["Fetch response v12 Responses.Partitions.DivergingEpoch.Epoch: type ours int64, Kafka int32"]),
+    # Vote v2 is newer than the reference: only NEWER_THAN_REFERENCE's PreVote may differ.
+    (VOTE_KS, "versions", swap_token("0-2", "0-3"),
+     ["Vote request: we advertise 0-3, Kafka's validVersions are 0-1 (and v2-2 from NEWER_THAN_REFERENCE)"]),
+    (VOTE_KS, "request Topics.Partitions.PreVote", swap_token("v2+", "v1+"),
+     ["Vote request v1 Topics.Partitions: non-tagged fields not in Kafka ['PreVote']"]),
+    (VOTE_KS, "request Topics.Partitions.PreVote", swap_token("v2+", "v3+"),
+     ["Vote request v2 Topics.Partitions.PreVote: NEWER_THAN_REFERENCE adds it, but our schema lacks it"]),
+    (VOTE_KS, "request Topics.Partitions.PreVote", swap_token("bool", "int8"),
+     ["Vote request v2 Topics.Partitions.PreVote: NEWER_THAN_REFERENCE adds an untagged, non-nullable bool"]),
+    (VOTE_KS, "request Topics.Partitions.LastOffset", SWAP_WITH_NEXT,
+     ["Vote request v2 Topics.Partitions.PreVote: NEWER_THAN_REFERENCE puts it after LastOffset"]),
+    (VOTE_KS, "request Topics.Partitions.LastOffsetEpoch", swap_token("int32", "int64"),
+     ["Vote request v2 Topics.Partitions.LastOffsetEpoch: type ours int64, Kafka int32"]),
+    (VOTE_KS, "response NodeEndpoints.Port", swap_token("uint16", "int32"),
+     ["Vote response v2 NodeEndpoints.Port: type ours int32, Kafka uint16"]),
+    # Metadata records, checked in every version Kafka defines.
+    (PARTITION_CHANGE_KS, "record Leader", swap_token("default=-2", "default=-1"),
+     ["PartitionChangeRecord v0 Leader: default ours -1, Kafka -2"]),
+    (PARTITION_CHANGE_KS, "record Directories", swap_token("tag=8", "tag=6"),
+     ["PartitionChangeRecord v1 Directories: tag ours 6, Kafka 8"]),
+    (PARTITION_CHANGE_KS, "record Isr", swap_token("nullable", None),
+     ["PartitionChangeRecord v0 Isr: nullable ours False, Kafka True"]),
+    (PARTITION_RECORD_KS, "record Directories", swap_token("v1+", "v2+"),
+     ["PartitionRecord v1 (top level): non-tagged fields missing ['Directories']"]),
+    (PARTITION_RECORD_KS, "record LeaderEpoch", SWAP_WITH_NEXT,
+     ["PartitionRecord v0 (top level): non-tagged fields order differs"]),
+    (REGISTER_BROKER_KS, "versions", swap_token("0-3", "0-2"),
+     ["RegisterBrokerRecord: we declare versions 0-2, Kafka's validVersions are 0-3; declare them all"]),
+    (REGISTER_BROKER_KS, "record EndPoints.Port", swap_token("uint16", "int32"),
+     ["RegisterBrokerRecord v0 EndPoints.Port: type ours int32, Kafka uint16"]),
+    (BROKER_CHANGE_KS, "record Fenced", swap_token("tag=0", None),
+     ["BrokerRegistrationChangeRecord v0 (top level): tagged fields differ",
+      "non-tagged fields not in Kafka ['Fenced']"]),
+    (BROKER_CHANGE_KS, "flexible", swap_token("0+", "1+"),
+     ["BrokerRegistrationChangeRecord v0: flexible ours False, Kafka True"]),
+    (TOPIC_RECORD_KS, "record", swap_token("2", "3"),
+     ["TopicRecord: Kafka's metadata record type 3 is PartitionRecord, ours TopicRecord"]),
+    (TOPIC_RECORD_KS, "record", swap_token("2", "6"),
+     ["TopicRecord: Kafka defines no metadata record of type 6"]),
+    # KRaft control record structs.
+    (VOTERS_RECORD_KS, "data Voters.Endpoints.Port", swap_token("uint16", "int32"),
+     ["VotersRecord v0 Voters.Endpoints.Port: type ours int32, Kafka uint16"]),
 ]
 
 
