@@ -118,8 +118,12 @@ RETENTION = 7 * DAY
      dict(has_protocol=True, is_empty=False, empty_since_ms=0, subscribed=None), 100 * DAY, False),
     ("explicit expiry (OffsetCommit v2-4) not reached", CommittedOffset(1, commit_timestamp_ms=0, expire_timestamp_ms=50),
      dict(has_protocol=True, is_empty=False, empty_since_ms=0, subscribed={"t"}), 49, False),
-    ("explicit expiry wins even for a live subscribed group", CommittedOffset(1, commit_timestamp_ms=0, expire_timestamp_ms=50),
-     dict(has_protocol=True, is_empty=False, empty_since_ms=0, subscribed={"t"}), 50, True),
+    ("explicit expiry never applies to a subscribed topic (Kafka)", CommittedOffset(1, commit_timestamp_ms=0, expire_timestamp_ms=50),
+     dict(has_protocol=True, is_empty=False, empty_since_ms=0, subscribed={"t"}), 50, False),
+    ("explicit expiry of an unsubscribed topic", CommittedOffset(1, commit_timestamp_ms=0, expire_timestamp_ms=50),
+     dict(has_protocol=True, is_empty=False, empty_since_ms=0, subscribed={"other"}), 50, True),
+    ("explicit expiry, live group not Stable: kept", CommittedOffset(1, commit_timestamp_ms=0, expire_timestamp_ms=50),
+     dict(has_protocol=True, is_empty=False, empty_since_ms=0, subscribed=None), 50, False),
 ])
 def test_offset_expiry(case, committed, group, now, expired):
     store = OffsetStore()

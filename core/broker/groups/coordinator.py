@@ -623,10 +623,12 @@ class Coordinator:
 
     def remove_group_if_empty(self, group_id: str, now_ms: int) -> list[Action]:
         """Called once a group's last offset expired: an Empty group with nothing left goes
-        away, with a tombstone so that it stays gone after a reload."""
+        away, with a tombstone so that it stays gone after a reload. Not while a new member is
+        between its two KIP-394 joins: its second join would find no group (Kafka removes it
+        anyway, and the member starts over); once that member timed out, a later run does."""
         self._out = []
         group = self.groups.get(group_id)
-        if group is not None and group.is_(S.EMPTY):
+        if group is not None and group.is_(S.EMPTY) and not group.pending_members:
             self._drop_group(group, now_ms)
             self._out.append(PersistGroup(group_id, None))
         out, self._out = self._out, []

@@ -67,6 +67,13 @@ class WriteOffsets:
 
 
 @dataclass(frozen=True)
+class DropTopicOffsets:
+    """Tombstone every committed offset of a deleted topic that the store holds when the
+    writer gets here, i.e. after the commits queued before it were applied."""
+    topic: str
+
+
+@dataclass(frozen=True)
 class CommitResult:
     """What an offset commit answers: one code for every partition of the request."""
     error: E
@@ -108,6 +115,9 @@ class GroupManager:
         self._ids = itertools.count()
         self._futures: dict[object, asyncio.Future] = {}
         self._pipeline: deque[list] = deque()
+        # offsets queued for writing but not applied yet, per group: expiry must not judge
+        # them (Kafka's pendingOffsetCommits)
+        self._pending: dict[str, dict[TopicPartition, int]] = {}
         self._pipeline_ready = anyio.Event()
         self._timers_changed = anyio.Event()
         self._sleeping_until: Optional[int] = None
@@ -161,10 +171,7 @@ class GroupManager:
 
     async def on_topic_deleted(self, topic: str) -> None:
         """Committed offsets of a deleted topic go with it (Kafka's onPartitionsDeleted)."""
-        for group_id in self.offsets.groups():
-            gone = [tp for tp in self.offsets.all(group_id) if tp[0] == topic]
-            if gone:
-                self.submit([WriteOffsets(group_id, {tp: None for tp in gone})])
+        self.submit([DropTopicOffsets(topic)])
 
     def unload_all(self) -> None:
         """Shutdown: answer every parked JoinGroup/SyncGroup with NOT_COORDINATOR, so that
@@ -200,8 +207,29 @@ class GroupManager:
             for a in ordered:
                 self._resolve(a.request_id, a.result if isinstance(a, Respond) else None)
             return
+        for a in ordered:
+            if isinstance(a, WriteOffsets):
+                pending = self._pending.setdefault(a.group_id, {})
+                for tp in a.offsets:
+                    pending[tp] = pending.get(tp, 0) + 1
         self._pipeline.append(ordered)
         self._pipeline_ready.set()
+
+    def _applied(self, action) -> None:
+        """A queued WriteOffsets is done (written, failed or skipped): no longer pending."""
+        if not isinstance(action, WriteOffsets):
+            return
+        pending = self._pending.get(action.group_id)
+        if pending is None:
+            return
+        for tp in action.offsets:
+            n = pending.get(tp, 0) - 1
+            if n > 0:
+                pending[tp] = n
+            else:
+                pending.pop(tp, None)
+        if not pending:
+            del self._pending[action.group_id]
 
     async def _write_and_wait(self, actions: list) -> None:
         rid = self.new_request_id()
@@ -232,6 +260,7 @@ class GroupManager:
             elif isinstance(action, Signal):
                 self._resolve(action.request_id, None)
             elif failure is not None:
+                self._applied(action)
                 continue   # later writes of a batch whose earlier write failed are not made
             else:
                 try:
@@ -239,9 +268,20 @@ class GroupManager:
                         await self._persist_group(action)
                     elif isinstance(action, WriteOffsets):
                         await self._write_offsets(action)
+                    elif isinstance(action, DropTopicOffsets):
+                        await self._drop_topic_offsets(action.topic)
                 except CoordinatorError as exc:
-                    log.error("group %s: cannot write to %s: %s", action.group_id, TOPIC, exc)
+                    log.error("group %s: cannot write to %s: %s", getattr(action, "group_id", "*"),
+                              TOPIC, exc)
                     failure = exc.code
+                except Exception:
+                    # never let the writer die: that would take the node down and leave
+                    # every queued request unanswered
+                    log.exception("group %s: unexpected error writing to %s",
+                                  getattr(action, "group_id", "*"), TOPIC)
+                    failure = E.UNKNOWN_SERVER_ERROR
+                finally:
+                    self._applied(action)
 
     async def _persist_group(self, action: PersistGroup) -> None:
         gid = action.group_id
@@ -264,6 +304,15 @@ class GroupManager:
             if c is not None:
                 self.offsets.put(gid, tp, c)
         self.offsets.remove(gid, removed)
+
+    async def _drop_topic_offsets(self, topic: str) -> None:
+        for gid in self.offsets.groups():
+            gone = [tp for tp in self.offsets.all(gid) if tp[0] == topic]
+            if gone:
+                try:
+                    await self._write_offsets(WriteOffsets(gid, dict.fromkeys(gone)))
+                except CoordinatorError as exc:
+                    log.error("group %s: cannot remove offsets of deleted topic %s: %s", gid, topic, exc)
 
     async def _append(self, group_id: str, records: list[tuple[bytes, Optional[bytes]]],
                       commit: bool = False) -> None:
@@ -332,16 +381,19 @@ class GroupManager:
         expired_total = 0
         for gid in set(self.offsets.groups()) | set(self.coordinator.groups):
             group = self.coordinator.groups.get(gid)
-            expired = self.offsets.expired(
+            stable = group is not None and group.state is GroupState.STABLE
+            pending = self._pending.get(gid, {})
+            expired = [tp for tp in self.offsets.expired(
                 gid, now, self.retention_ms,
                 has_protocol=bool(group is not None and group.protocol_type),
                 is_empty=group is None or group.state is GroupState.EMPTY,
                 empty_since_ms=group.state_timestamp_ms if group is not None else -1,
-                subscribed=self.coordinator.subscribed_topics(gid))
+                subscribed=self.coordinator.subscribed_topics(gid) if stable else None)
+                if tp not in pending]
             if expired:
                 expired_total += len(expired)
                 await self._write_and_wait([WriteOffsets(gid, {tp: None for tp in expired})])
-            if not self.offsets.has_offsets(gid):
+            if not self.offsets.has_offsets(gid) and gid not in self._pending:
                 actions = self.coordinator.remove_group_if_empty(gid, now)
                 if actions:
                     await self._write_and_wait(actions)
@@ -362,10 +414,8 @@ class GroupManager:
             plog = partition.log
             offset, end = plog.log_start_offset, plog.log_end_offset
             while offset < end:
-                data = plog.read(offset, 8 << 20, min_one_batch=True).data
-                last = offset
-                for rec in iter_records(data):
-                    last = rec.offset
+                read = plog.read(offset, 8 << 20, min_one_batch=True)
+                for rec in iter_records(read.data):
                     if rec.offset < offset or rec.key is None:
                         continue
                     try:
@@ -373,9 +423,11 @@ class GroupManager:
                     except DecodeError as exc:
                         skipped += 1
                         log.warning("%r offset %d: unreadable record skipped: %s", partition, rec.offset, exc)
-                if last < offset:
+                # move past whole batches, not past the last record: compaction keeps a batch's
+                # last offset when it drops its last records (and may leave batches empty)
+                if read.next_offset <= offset:
                     break
-                offset = last + 1
+                offset = read.next_offset
         now = self.broker.clock()
         for gid, record in groups.items():
             if record is not None:

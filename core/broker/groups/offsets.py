@@ -6,9 +6,10 @@ The driver (manager.py) changes this store only after the matching records are i
 Expiry follows Kafka (KIP-211): the offsets of a group that has a protocol expire
 `offsets.retention.minutes` after the group became Empty, all together; a group without a
 protocol (its consumers assign partitions themselves) loses each offset that long after its
-commit; a live "consumer" group loses the offsets of topics no member subscribes to any more,
+commit; a Stable "consumer" group loses the offsets of topics no member subscribes to any more,
 counted from their commit. An offset committed with an explicit retention (OffsetCommit v2-4)
-expires at that time instead. Other live groups keep everything.
+expires at that time instead, unless its topic is subscribed. Other live groups (rebalancing,
+or not "consumer") keep everything.
 """
 from __future__ import annotations
 
@@ -63,23 +64,25 @@ class OffsetStore:
     def expired(self, group: str, now_ms: int, retention_ms: int, *, has_protocol: bool,
                 is_empty: bool, empty_since_ms: int,
                 subscribed: Optional[set[str]]) -> list[TopicPartition]:
-        """The partitions whose offsets have expired. `subscribed` is None when the group's
-        subscriptions are unknown (then a live group keeps its offsets)."""
-        offsets = self._groups.get(group, {})
+        """The partitions whose offsets have expired. `subscribed` is what the members of a
+        Stable "consumer" group subscribe to; None for any other live group, which then keeps
+        every offset (Kafka's ClassicGroup.offsetExpirationCondition). Offsets of a subscribed
+        topic never expire, not even at an explicit expire timestamp."""
+        if has_protocol and is_empty:
+            def base(c: CommittedOffset) -> int:
+                return empty_since_ms if empty_since_ms >= 0 else c.commit_timestamp_ms
+        elif not has_protocol or subscribed is not None:
+            def base(c: CommittedOffset) -> int:
+                return c.commit_timestamp_ms
+        else:
+            return []
         out = []
-        for tp, c in offsets.items():
+        for tp, c in self._groups.get(group, {}).items():
+            if subscribed is not None and tp[0] in subscribed:
+                continue
             if c.expire_timestamp_ms >= 0:
                 if now_ms >= c.expire_timestamp_ms:
                     out.append(tp)
-                continue
-            if has_protocol and is_empty:
-                base = empty_since_ms if empty_since_ms >= 0 else c.commit_timestamp_ms
-            elif not has_protocol:
-                base = c.commit_timestamp_ms
-            elif subscribed is not None and tp[0] not in subscribed:
-                base = c.commit_timestamp_ms
-            else:
-                continue
-            if now_ms - base >= retention_ms:
+            elif now_ms - base(c) >= retention_ms:
                 out.append(tp)
         return out
