@@ -1,0 +1,54 @@
+"""The values Raft reasons about: log entries and (offset, epoch) positions."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+NO_LEADER = -1       # Kafka's sentinel for "no known leader" / "no vote" / "unknown replica"
+UNKNOWN_OFFSET = -1  # Kafka's sentinel for an offset nobody knows yet (e.g. an unset HW)
+
+
+class OffsetAndEpoch(NamedTuple):
+    """A log position and the epoch of the entry just before it (Kafka's OffsetAndEpoch).
+
+    Do not compare these with `<`: tuple order is offset first, but logs are ranked epoch
+    first (see election.log_is_up_to_date).
+    """
+    offset: int
+    epoch: int
+
+
+class SnapshotId(NamedTuple):
+    """A snapshot covers offsets [0, end_offset); `epoch` is that of the entry at end_offset - 1.
+
+    Kafka names the two fields EndOffset and Epoch in FetchSnapshot and in Fetch's SnapshotId.
+    """
+    end_offset: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One entry of the replicated log. `payload` is opaque to Raft (later: a record batch).
+
+    `control` marks entries Raft writes itself, like Kafka's control batches: the LeaderChange
+    record a leader appends when its epoch starts. Applications skip them when applying.
+    """
+    offset: int
+    epoch: int
+    payload: bytes
+    control: bool = False
+
+    @property
+    def size(self) -> int:
+        return len(self.payload)
+
+
+def leader_change_payload(leader_id: int, epoch: int, voters: frozenset[int]) -> bytes:
+    """The body of the control entry that opens a leader's epoch.
+
+    Kafka writes a LeaderChangeMessage here; until the metadata record codec exists this is a
+    readable stand-in carrying the same facts (who leads, which voters).
+    """
+    voter_list = ",".join(str(v) for v in sorted(voters))
+    return f"LeaderChange(leader={leader_id},epoch={epoch},voters={voter_list})".encode()
