@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import groups_cmd, node_cmd, topics_cmd
+from . import groups_cmd, node_cmd, storage_cmd, topics_cmd
 
 
 class CliError(Exception):
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     node_cmd.register(sub)
     topics_cmd.register(sub)
     groups_cmd.register(sub)
+    storage_cmd.register(sub)
     return parser
 
 

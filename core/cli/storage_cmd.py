@@ -1,0 +1,63 @@
+"""`seaway storage`: Kafka's kafka-storage tool. `format` gives a node's directories their
+cluster id before the first start, so that every node of a cluster agrees on it (a single node
+started without it formats itself with a new id); `random-uuid` makes an id; `info` shows what
+a node's directories hold."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("storage", help="format and inspect a node's storage",
+                       description="Format and inspect a node's log directories (like kafka-storage).")
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+
+    a = actions.add_parser("random-uuid", help="print a new cluster id")
+    a.set_defaults(func=random_uuid)
+
+    f = actions.add_parser("format", help="write meta.properties with the cluster id into every log dir")
+    f.add_argument("--config", "-c", metavar="FILE", required=True, help="the node's properties file")
+    f.add_argument("--cluster-id", "-t", required=True, help="the cluster id, from `seaway storage random-uuid`")
+    f.add_argument("--ignore-formatted", "-g", action="store_true",
+                   help="skip directories already formatted for this cluster instead of failing")
+    f.set_defaults(func=format_dirs)
+
+    i = actions.add_parser("info", help="show the cluster and node id of each log dir")
+    i.add_argument("--config", "-c", metavar="FILE", required=True, help="the node's properties file")
+    i.set_defaults(func=info)
+
+
+def _config(path: str):
+    from core.config import BrokerConfig, load_properties
+    return BrokerConfig(load_properties(path), warn_unknown=False)
+
+
+def random_uuid(args) -> int:
+    from core.broker.catalog import new_cluster_id
+    print(new_cluster_id())
+    return 0
+
+
+def format_dirs(args) -> int:
+    from core.broker.catalog import format_storage
+    config = _config(args.config)
+    for directory, what in format_storage([Path(d) for d in config.log_dirs], config.node_id,
+                                          args.cluster_id, ignore_formatted=args.ignore_formatted):
+        print(f"{what}: {directory} (cluster {args.cluster_id}, node {config.node_id})")
+    return 0
+
+
+def info(args) -> int:
+    from core.broker.catalog import read_meta
+    config = _config(args.config)
+    missing = 0
+    for d in config.log_dirs:
+        meta = read_meta(Path(d))
+        if meta is None:
+            print(f"{d}: not formatted")
+            missing += 1
+        else:
+            print(f"{d}: cluster {meta.get('cluster.id')}, node {meta.get('node.id')}, "
+                  f"meta.properties version {meta.get('version')}")
+    return 1 if missing else 0
