@@ -37,18 +37,18 @@ from __future__ import annotations
 import json
 import os
 import re
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 from core.log import Log, LogConfig, now_ms
 from core.log.checkpoint import fsync_dir, write_durably
-from core.protocol.records import ATTR_CONTROL, build_batch, decode_batch, scan_batches
+from core.protocol.records import ATTR_CONTROL, decode_batch, scan_batches
 from core.raft.entries import NO_LEADER, Entry, SnapshotId
 from core.raft.log import RaftLog
 from core.raft.ready import Ready, Snapshot
 from core.raft.state import QuorumState
+from core.raft.wire import entry_batch
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION_DIR = f"{METADATA_TOPIC}-0"
@@ -58,7 +58,6 @@ SNAPSHOT_SUFFIX = ".checkpoint"             # Kafka's Snapshots.SUFFIX
 PARTIAL_SUFFIX = SNAPSHOT_SUFFIX + ".part"  # Kafka's Snapshots.PARTIAL_SUFFIX
 DELETED_SUFFIX = SNAPSHOT_SUFFIX + ".deleted"
 RETAINED_SNAPSHOTS = 2                      # as RaftNode: a transfer under way can finish
-LEADER_CHANGE_CONTROL_KEY = struct.pack(">hh", 0, 2)   # ControlRecordType.LEADER_CHANGE
 
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 _READ_CHUNK = 8 << 20
@@ -219,7 +218,7 @@ class MetadataLog:
         for i, entry in enumerate(entries):
             if i and entry.offset != entries[i - 1].offset + 1:
                 raise ValueError(f"entries skip from {entries[i - 1].offset} to {entry.offset}")
-            data += _batch([entry], ts)
+            data += entry_batch([entry], ts)
         self._log.append(data, assign_offsets=False, apply_flush_policy=False)
         self._log.flush()
 
@@ -382,13 +381,6 @@ class MetadataLog:
             if seg.base_offset <= offset:
                 return seg.path
         return segs[0].path
-
-
-def _batch(run: list[Entry], ts: int) -> bytes:
-    first = run[0]
-    key = LEADER_CHANGE_CONTROL_KEY if first.control else None
-    return build_batch([(key, e.payload, [], ts) for e in run], base_offset=first.offset,
-                       partition_leader_epoch=first.epoch, control=first.control)
 
 
 # ------------------------------------------------------------------------------- together

@@ -40,6 +40,7 @@ from typing import Iterable
 
 from core.protocol import messages as m
 from core.protocol.errors import DecodeError, EncodeError, ErrorCode
+from core.protocol.metadata_records import ControlRecordType, encode_control_key
 from core.protocol.records import (ATTR_CONTROL, HEADER_SIZE, MAGIC, build_batch, decode_batch,
                                    iter_batch_headers)
 from core.raft.entries import NO_LEADER, Entry, SnapshotId
@@ -65,8 +66,8 @@ VERSIONS: dict[int, range] = {
     DESCRIBE_QUORUM: range(0, 3),
 }
 
-# Kafka's control record key: int16 version (0) + int16 type; LEADER_CHANGE is type 2.
-LEADER_CHANGE_KEY = struct.pack(">hh", 0, 2)
+# Kafka's control record key (int16 version 0 + int16 type) of the entry opening an epoch.
+LEADER_CHANGE_KEY = encode_control_key(ControlRecordType.LEADER_CHANGE)
 
 
 class NotExpressible(EncodeError):
@@ -84,6 +85,16 @@ class NotClusterMetadata(DecodeError):
 # --------------------------------------------------------------------------- entries <-> records
 
 
+def entry_batch(run: list[Entry], timestamp_ms: int = 0) -> bytes:
+    """One record batch for consecutive entries of one epoch and control flag: base offset and
+    partition leader epoch from the entries, one record per entry with the payload as value."""
+    first = run[0]
+    key = LEADER_CHANGE_KEY if first.control else None
+    return build_batch([(key, e.payload, None, timestamp_ms) for e in run],
+                       base_offset=first.offset, partition_leader_epoch=first.epoch,
+                       control=first.control)
+
+
 def entries_to_records(entries: Iterable[Entry], *, timestamp_ms: int = 0) -> bytes:
     """Record batches for `entries`: one batch per run of consecutive offsets that share epoch
     and control flag."""
@@ -91,14 +102,9 @@ def entries_to_records(entries: Iterable[Entry], *, timestamp_ms: int = 0) -> by
     run: list[Entry] = []
 
     def flush() -> None:
-        if not run:
-            return
-        first = run[0]
-        key = LEADER_CHANGE_KEY if first.control else None
-        out.extend(build_batch([(key, e.payload, None, timestamp_ms) for e in run],
-                               base_offset=first.offset, partition_leader_epoch=first.epoch,
-                               control=first.control))
-        run.clear()
+        if run:
+            out.extend(entry_batch(run, timestamp_ms))
+            run.clear()
 
     for e in entries:
         if not isinstance(e.payload, (bytes, bytearray, memoryview)):
