@@ -178,6 +178,22 @@ class _Recorder:
     def last(self, ev: str) -> dict | None:
         return next((e for e in reversed(self.snapshot()) if e["ev"] == ev), None)
 
+    # members that run in a thread set `thread`, `stopping` and `exception`
+    def stop(self, timeout: float = 30.0) -> None:
+        self.stopping.set()
+        if self.thread is not None:
+            self.thread.join(timeout)
+            assert not self.thread.is_alive(), f"{self.name} did not close within {timeout}s"
+        if self.exception is not None:
+            raise self.exception
+
+    def _run_safely(self) -> None:
+        try:
+            self.run()
+        except BaseException as exc:  # surfaced by stop()
+            self.exception = exc
+            self.emit(ev="crashed", text=repr(exc))
+
 
 class ConfluentMember(_Recorder):
     """A confluent-kafka consumer in a group, polling one message at a time. Offsets are committed
@@ -205,21 +221,6 @@ class ConfluentMember(_Recorder):
         self.thread = threading.Thread(target=self._run_safely, name=self.name, daemon=True)
         self.thread.start()
         return self
-
-    def stop(self, timeout: float = 30.0) -> None:
-        self.stopping.set()
-        if self.thread is not None:
-            self.thread.join(timeout)
-            assert not self.thread.is_alive(), f"{self.name} did not close within {timeout}s"
-        if self.exception is not None:
-            raise self.exception
-
-    def _run_safely(self) -> None:
-        try:
-            self.run()
-        except BaseException as exc:  # surfaced by stop()
-            self.exception = exc
-            self.emit(ev="crashed", text=repr(exc))
 
     def _commit(self) -> None:
         todo = {p: o for p, o in self.positions.items() if self._committed.get(p) != o}
@@ -311,19 +312,6 @@ class KafkaPythonMember(_Recorder):
         self.thread.start()
         return self
 
-    def stop(self, timeout: float = 30.0) -> None:
-        self.stopping.set()
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), f"{self.name} did not close within {timeout}s"
-        if self.exception is not None:
-            raise self.exception
-
-    def _run_safely(self) -> None:
-        try:
-            self.run()
-        except BaseException as exc:
-            self.exception = exc
-            self.emit(ev="crashed", text=repr(exc))
 
     def run(self) -> None:
         from kafka import ConsumerRebalanceListener, KafkaConsumer

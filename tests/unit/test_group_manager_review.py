@@ -10,38 +10,15 @@ import anyio
 import pytest
 from anyio.lowlevel import checkpoint
 
-from core.broker.broker import Broker
 from core.broker.groups.events import JoinGroup, SyncGroup
 from core.broker.groups.state import GroupState
 from core.broker.groups.storage import CommittedOffset
-from core.config import BrokerConfig
 from core.protocol.consumer_protocol import Subscription, encode_subscription
 from core.protocol.errors import ErrorCode as E
+from tests.unit.test_group_manager import MINUTE, Clock, create_topic, make_broker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
-MINUTE = 60_000
-
-
-class Clock:
-    def __init__(self, now=1_000_000):
-        self.now = now
-
-    def __call__(self):
-        return self.now
-
-
-def make_broker(tmp_path, clock, **extra) -> Broker:
-    props = {"node.id": "1", "log.dirs": str(tmp_path / "data"), "offsets.topic.num.partitions": "4",
-             "offsets.retention.minutes": "10", "group.initial.rebalance.delay.ms": "0"}
-    props.update({k.replace("_", "."): str(v) for k, v in extra.items()})
-    broker = Broker(BrokerConfig(props), clock=clock)
-    broker.open()
-    return broker
-
-
-async def create_topic(broker: Broker, name="t", partitions=2):
-    await broker.create_topic(name, partitions, 1, {})
 
 
 async def settle() -> None:
