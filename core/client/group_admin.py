@@ -339,14 +339,7 @@ class GroupAdmin:
                     retention_time_ms=-1,
                     topics=[R.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in topics.items()])
             resp = await conn.send(req, api_key=OFFSET_COMMIT)
-            out: dict[TopicPartition, KafkaError | None] = {}
-            for t in resp.topics:
-                for p in t.partitions:
-                    tp = (t.name, p.partition_index)
-                    if tp in todo:
-                        out[tp] = KafkaError(p.error_code, f"commit offset of group {group_id!r} for "
-                                                           f"{t.name}-{p.partition_index}") if p.error_code else None
-            return _fill(out, todo)
+            return _fill(_partition_errors(resp.topics, todo, f"commit offset of group {group_id!r}"), todo)
 
         return await self._one_group(group_id, wanted, one)
 
@@ -369,16 +362,21 @@ class GroupAdmin:
                 if not err.retriable:
                     raise err
                 return {tp: err for tp in todo}
-            out: dict[TopicPartition, KafkaError | None] = {}
-            for t in resp.topics:
-                for p in t.partitions:
-                    tp = (t.name, p.partition_index)
-                    if tp in todo:
-                        out[tp] = KafkaError(p.error_code, f"delete offset of group {group_id!r} for "
-                                                           f"{t.name}-{p.partition_index}") if p.error_code else None
-            return _fill(out, todo)
+            return _fill(_partition_errors(resp.topics, todo, f"delete offset of group {group_id!r}"), todo)
 
         return await self._one_group(group_id, dict.fromkeys(partitions), one)
+
+
+def _partition_errors(topics, todo, what: str) -> dict[TopicPartition, KafkaError | None]:
+    """Per-partition error codes of a response, for the partitions asked about."""
+    out: dict[TopicPartition, KafkaError | None] = {}
+    for t in topics:
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            if tp in todo:
+                out[tp] = KafkaError(p.error_code, f"{what} for {t.name}-{p.partition_index}") \
+                    if p.error_code else None
+    return out
 
 
 def _fetch_topics(cls, partitions: list[TopicPartition] | None):

@@ -27,7 +27,6 @@ from core.protocol.records import InvalidBatch, decode_batch, scan_batches
 from core.security.authorizer import Operation, ResourceType
 
 from ..producer_state import Verdict
-from ..broker import INTERNAL_TOPICS
 from ..recompress import recompress, target_codec
 
 log = logging.getLogger(__name__)
@@ -45,7 +44,7 @@ async def _produce_partition(ctx, topic, index: int, records) -> PR:
     partition = topic.partition(index)
     if partition is None:
         return _error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    if topic.name in INTERNAL_TOPICS:
+    if topic.internal:
         # only the coordinator writes there; a client record could corrupt group state
         return _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot append to internal topic {topic.name}")
     if records is None or len(records) == 0:
