@@ -354,6 +354,9 @@ def test_static_member_rejoin_fences_the_old_member_id(w):
     assert _commit_code(w, group, gen, old) == E.UNKNOWN_MEMBER_ID
     d = describe(w, group)
     assert [(mm.member_id, mm.group_instance_id) for mm in d.members] == [(new.member_id, "inst-1")]
+    # the group keeps an offset, so the cleanup (every 300 ms here) leaves it alone once it is
+    # Empty; an Empty group with no offsets would rightly be removed (Dead) at any moment
+    assert _commit_code(w, group, gen, new.member_id) == 0
     # an admin removes static members by instance id (LeaveGroup v3+, KIP-345)
     resp = w.call(13, 4, m.LeaveGroupRequest(group_id=group, members=[
         m.LeaveGroupRequest.MemberIdentity(member_id="", group_instance_id="inst-1", reason=None),
@@ -772,6 +775,10 @@ def test_every_version_of_every_group_api(w, step):
     if v[16] >= 4:
         assert listed[group].group_state == "Stable"
 
+    if target != group:
+        # give the group an offset too: the cleanup (every 300 ms here) removes an Empty group
+        # that has none, which would race the Empty and DeleteGroups checks below
+        assert commit(w, group, {(TOPIC, 1): 1}, gen, mid) == {(TOPIC, 1): 0}
     if v[13] >= 3:
         leave = w.call(13, v[13], m.LeaveGroupRequest(group_id=group, members=[
             m.LeaveGroupRequest.MemberIdentity(member_id=mid, group_instance_id=None, reason="sweep")]))
