@@ -53,6 +53,25 @@ def parse_listeners(key: str, value: list[str], protocol_map: dict[str, str]) ->
     return out
 
 
+_VOTER_RE = re.compile(r"^(\d+)@(\[[^\]]*\]|[^:@]+):(\d+)$")
+
+
+def parse_voters(items: list[str]) -> dict[int, tuple[str, int]]:
+    """controller.quorum.voters: `id@host:port,...` -> {id: (host, port)}."""
+    voters: dict[int, tuple[str, int]] = {}
+    for item in items:
+        m = _VOTER_RE.match(item.strip())
+        if not m:
+            raise ConfigError(f"controller.quorum.voters: {item!r} is not ID@HOST:PORT")
+        node_id, host, port = int(m.group(1)), m.group(2).strip("[]"), int(m.group(3))
+        if not 0 < port <= 65535:
+            raise ConfigError(f"controller.quorum.voters: port {port} is out of range")
+        if node_id in voters:
+            raise ConfigError(f"controller.quorum.voters: voter {node_id} is listed twice")
+        voters[node_id] = (host, port)
+    return voters
+
+
 def _broker_defs() -> list[ConfigDef]:
     defs = [
         ConfigDef("node.id", _T.INT, 1, "this node's id in the cluster", minimum=0),
@@ -65,6 +84,23 @@ def _broker_defs() -> list[ConfigDef]:
         ConfigDef("inter.broker.listener.name", _T.STRING, None, "listener brokers talk to each other on"),
         ConfigDef("controller.listener.names", _T.LIST, [], "listeners that serve the controller quorum"),
         ConfigDef("controller.quorum.voters", _T.LIST, [], "id@host:port of each controller"),
+        ConfigDef("controller.quorum.election.timeout.ms", _T.INT, 1000,
+                  "how long a voter without a leader waits before it campaigns", minimum=1),
+        ConfigDef("controller.quorum.election.backoff.max.ms", _T.INT, 1000,
+                  "cap of a losing candidate's backoff", minimum=0),
+        ConfigDef("controller.quorum.fetch.timeout.ms", _T.INT, 2000,
+                  "a voter that hears nothing from its leader this long campaigns", minimum=1),
+        ConfigDef("controller.quorum.request.timeout.ms", _T.INT, 2000,
+                  "an unanswered quorum request is given up after this long", minimum=1),
+        ConfigDef("controller.quorum.retry.backoff.ms", _T.INT, 20, "pause before re-sending a failed "
+                  "quorum request", minimum=0),
+        ConfigDef("metadata.log.dir", _T.STRING, None,
+                  "directory of the __cluster_metadata log (default: the first of log.dirs)"),
+        ConfigDef("metadata.log.max.record.bytes.between.snapshots", _T.LONG, 20 * 1024 * 1024,
+                  "metadata log bytes after which a new snapshot is written", minimum=1),
+        ConfigDef("broker.session.timeout.ms", _T.INT, 9000,
+                  "a broker that has not heartbeated this long is fenced", minimum=1),
+        ConfigDef("broker.heartbeat.interval.ms", _T.INT, 2000, "how often a broker heartbeats", minimum=1),
         ConfigDef("log.dirs", _T.LIST, None, "directories that hold partition logs"),
         ConfigDef("log.dir", _T.STRING, "/tmp/seaway-logs", "log directory when log.dirs is unset"),
         ConfigDef("num.partitions", _T.INT, 1, "partitions of an auto-created topic", minimum=1),
@@ -219,6 +255,9 @@ class BrokerConfig:
             if proto.upper() not in SECURITY_PROTOCOLS:
                 raise ConfigError(f"listener.security.protocol.map: unknown security protocol {proto!r}")
             pmap[name.upper()] = proto.upper()
+        for name in v["controller.listener.names"]:
+            # As Kafka 3.x does: a controller listener missing from the map is PLAINTEXT.
+            pmap.setdefault(name.upper(), "PLAINTEXT")
         self.protocol_map = pmap
         self.listeners = parse_listeners("listeners", v["listeners"], pmap)
         if not self.listeners:
@@ -234,8 +273,58 @@ class BrokerConfig:
                 Listener(l.name, l.host or "127.0.0.1", l.port, l.security_protocol) if l.host not in ("", "0.0.0.0", "::")
                 else Listener(l.name, "127.0.0.1", l.port, l.security_protocol)
                 for l in self.listeners]
+        self._derive_quorum()
         if v["message.max.bytes"] > v["socket.request.max.bytes"]:
             log.warning("message.max.bytes is larger than socket.request.max.bytes")
+
+    def _derive_quorum(self) -> None:
+        """KRaft settings. With `controller.quorum.voters` set the node is part of a quorum
+        cluster; without it a node is a whole cluster on its own (the standalone mode)."""
+        v = self.values
+        roles = v["process.roles"]
+        if not roles or len(set(roles)) != len(roles):
+            raise ConfigError(f"process.roles: {','.join(roles)!r} must be broker, controller or both")
+        self.roles = frozenset(roles)
+        self.quorum_voters = parse_voters(v["controller.quorum.voters"])
+        self.controller_listener_names = [n.upper() for n in v["controller.listener.names"]]
+        self.metadata_log_dir = Path(v["metadata.log.dir"]) if v["metadata.log.dir"] else self.log_dirs[0]
+        if not self.quorum_voters:
+            if v["controller.listener.names"]:
+                raise ConfigError("controller.quorum.voters: required when controller.listener.names is set")
+            return
+        if not self.controller_listener_names:
+            raise ConfigError("controller.listener.names: required when controller.quorum.voters is set")
+        names = {l.name for l in self.listeners}
+        if "controller" in self.roles:
+            if self.node_id not in self.quorum_voters:
+                raise ConfigError(f"controller.quorum.voters: node.id {self.node_id} has the controller "
+                                  f"role but is not one of the voters")
+            missing = [n for n in self.controller_listener_names if n not in names]
+            if missing:
+                raise ConfigError(f"controller.listener.names: {missing[0]} is not one of listeners")
+        else:
+            if self.node_id in self.quorum_voters:
+                raise ConfigError(f"controller.quorum.voters: node.id {self.node_id} is a voter but "
+                                  f"process.roles has no controller")
+            if names & set(self.controller_listener_names):
+                raise ConfigError("listeners: a broker-only node must not listen on a controller listener")
+        if "broker" in self.roles:
+            if not names - set(self.controller_listener_names):
+                raise ConfigError("listeners: a broker needs a listener that is not a controller listener")
+        else:
+            if names - set(self.controller_listener_names):
+                raise ConfigError("listeners: a controller-only node may listen only on controller.listener.names")
+        # Clients are never told about controller listeners.
+        self.advertised_listeners = [l for l in self.advertised_listeners
+                                     if l.name not in self.controller_listener_names] \
+            or self.advertised_listeners
+
+    @property
+    def kraft(self) -> bool:
+        return bool(self.quorum_voters)
+
+    def is_controller_listener(self, name: str) -> bool:
+        return name in self.controller_listener_names
 
     @property
     def node_id(self) -> int:

@@ -1,0 +1,108 @@
+"""What the controller's parts share: results, request errors, per-item answers, topic naming
+rules, and the working image an operation builds its records against."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Iterable
+
+from core.protocol.codegen import Message
+from core.protocol.errors import ErrorCode
+
+from .image import MetadataDelta, MetadataImage
+
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+MAX_TOPIC_NAME = 249
+_LEGAL_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+# Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: one request may not make a larger batch.
+MAX_RECORDS_PER_USER_OP = 10_000
+TOO_LARGE_MESSAGE = "Unable to perform excessively large batch operation."
+
+
+@dataclass
+class ControllerResult:
+    """Records to append to the metadata log, and the response to send once they commit
+    (or at once when there are none). `response` is the wire response object of the API that
+    was asked, built for the version asked."""
+    records: list[Message] = field(default_factory=list)
+    response: Message | None = None
+
+
+class ApiError(Exception):
+    """A request (or one item of it) fails with this Kafka error code and message."""
+
+    def __init__(self, code: ErrorCode, message: str | None = None):
+        super().__init__(message or code.name)
+        self.code = code
+        self.message = message
+
+
+def answer_each(items: Iterable, key: Callable[[Any], Hashable], duplicate: str,
+                result: Callable[[Any], Message],
+                act: Callable[[Any, Message], None]) -> list[Message]:
+    """One result per request item, in request order. An item whose key appears more than
+    once fails with INVALID_REQUEST (`duplicate` is the message); otherwise `act(item,
+    result)` fills in the result or raises ApiError, whose code and message the result gets."""
+    items = list(items)
+    seen = Counter(key(item) for item in items)
+    out = []
+    for item in items:
+        res = result(item)
+        try:
+            if seen[key(item)] > 1:
+                raise ApiError(ErrorCode.INVALID_REQUEST, duplicate)
+            act(item, res)
+        except ApiError as exc:
+            res.error_code, res.error_message = exc.code, exc.message
+        out.append(res)
+    return out
+
+
+def topic_name_error(name: str) -> str | None:
+    """Why `name` is not a legal topic name (Kafka's Topic.validate wording), or None."""
+    if name == "":
+        reason = "the empty string is not allowed"
+    elif name in (".", ".."):
+        reason = f"'{name}' is not allowed"
+    elif len(name) > MAX_TOPIC_NAME:
+        reason = f"the length of '{name}' is longer than the max allowed length {MAX_TOPIC_NAME}"
+    elif not _LEGAL_TOPIC_CHARS.issuperset(name):
+        reason = (f"'{name}' contains one or more characters other than ASCII alphanumerics, "
+                  "'.', '_' and '-'")
+    else:
+        return None
+    return f"Topic name is invalid: {reason}"
+
+
+class Working:
+    """The records one operation has generated so far and the image they lead to.
+
+    Records are replayed into one MetadataDelta as they are added, so generating N records
+    costs O(N) and the image is only rebuilt when someone reads it after a change. Add only
+    records that are final: a record that fails to replay means a controller bug, and the
+    whole operation is then discarded.
+    """
+
+    def __init__(self, base: MetadataImage):
+        self._delta = MetadataDelta(base)
+        self._image = base
+        self._stale = False
+        self.records: list[Message] = []
+
+    @property
+    def image(self) -> MetadataImage:
+        if self._stale:
+            self._image = self._delta.image()
+            self._stale = False
+        return self._image
+
+    def add(self, records: Iterable[Message]) -> None:
+        for record in records:
+            self._delta.replay(record)
+            self.records.append(record)
+            self._stale = True
+
+    def room(self) -> int:
+        """How many more records this operation may add."""
+        return MAX_RECORDS_PER_USER_OP - len(self.records)

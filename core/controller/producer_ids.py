@@ -1,0 +1,60 @@
+"""Producer id blocks: AllocateProducerIds (KIP-730), Kafka's ProducerIdControlManager.
+
+In a KRaft cluster a broker does not pick producer ids itself: it asks the active controller
+for a block of PRODUCER_ID_BLOCK_SIZE ids and hands them out to InitProducerId until the block
+runs low. The controller keeps one number, the image's `next_producer_id` (the first id of the
+next block; 0 on a fresh log), and grants [next, next + 1000) by writing a
+ProducerIdsRecord(BrokerId, BrokerEpoch, NextProducerId=next + 1000). Blocks are taken from the
+pending image, so two requests in flight never get the same block; a block whose record never
+commits is simply lost (its ids are never reused: the next block starts after the committed
+ones, and ids need only be unique, not dense).
+
+Checks, in Kafka's order:
+* the broker must be registered with exactly the epoch it sends (ClusterControlManager.
+  checkBrokerEpoch): otherwise STALE_BROKER_EPOCH. A fenced broker may allocate; Kafka does not
+  look at fencing here.
+* the block must end at or below Long.MAX_VALUE: otherwise UNKNOWN_SERVER_ERROR, no record.
+
+The response has no error message field; errors carry only the code (ProducerIdStart and
+ProducerIdLen stay 0), as Kafka's AllocateProducerIdsRequest.getErrorResponse builds them.
+"""
+from __future__ import annotations
+
+from core.protocol import messages as m
+from core.protocol.codegen import Message
+from core.protocol.errors import ErrorCode
+
+from .common import ApiError, Working
+
+PRODUCER_ID_BLOCK_SIZE = 1000   # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
+MAX_PRODUCER_ID = 2**63 - 1     # Long.MAX_VALUE
+
+
+def check_broker_epoch(w: Working, broker_id: int, broker_epoch: int) -> None:
+    """Kafka's ClusterControlManager.checkBrokerEpoch, against the pending image."""
+    reg = w.image.brokers.get(broker_id)
+    if reg is None:
+        raise ApiError(ErrorCode.STALE_BROKER_EPOCH,
+                       f"No broker registration found for broker id {broker_id}")
+    if reg.epoch != broker_epoch:
+        raise ApiError(ErrorCode.STALE_BROKER_EPOCH,
+                       f"Expected broker epoch {reg.epoch}, but got broker epoch {broker_epoch}")
+
+
+def allocate_producer_ids(w: Working, request) -> Message:
+    """Grant the requesting broker the next block; adds its ProducerIdsRecord to `w`."""
+    check_broker_epoch(w, request.broker_id, request.broker_epoch)
+    first = w.image.next_producer_id
+    if first > MAX_PRODUCER_ID - PRODUCER_ID_BLOCK_SIZE:
+        raise ApiError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                       "Exhausted all producerIds as the next block's end producerId has "
+                       "exceeded the int64 type limit")
+    w.add([m.ProducerIdsRecord(broker_id=request.broker_id, broker_epoch=request.broker_epoch,
+                               next_producer_id=first + PRODUCER_ID_BLOCK_SIZE)])
+    return m.AllocateProducerIdsResponse(throttle_time_ms=0, error_code=0, producer_id_start=first,
+                                         producer_id_len=PRODUCER_ID_BLOCK_SIZE)
+
+
+def error_response(code: ErrorCode) -> Message:
+    return m.AllocateProducerIdsResponse(throttle_time_ms=0, error_code=code, producer_id_start=0,
+                                         producer_id_len=0)
