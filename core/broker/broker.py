@@ -29,6 +29,7 @@ from .producer_state import ProducerIdAllocator, delete_snapshots, read_allocato
 
 PRODUCER_ID_FILE = "producer-id-block"
 from .partition import Partition
+from core.raft.storage import METADATA_PARTITION_DIR
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,8 @@ def validate_topic_name(name: str) -> None:
 class Topic:
     name: str
     topic_id: bytes
-    partitions: list[Partition]
+    # Indexed by partition; None where (in a KRaft cluster) another broker hosts it.
+    partitions: list[Partition | None]
     configs: TopicConfigs
 
     @property
@@ -83,7 +85,7 @@ def now_ms() -> int:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, *, clock=now_ms):
+    def __init__(self, config: BrokerConfig, *, clock=now_ms, metrics: BrokerMetrics | None = None):
         self.config = config
         self.node_id = config.node_id
         self.clock = clock
@@ -94,12 +96,13 @@ class Broker:
         self.started_at = 0
         self.connections: set = set()   # open client connections (connection.Connection)
         self.draining = False           # set at shutdown: finish current requests, take no more
-        self.metrics = BrokerMetrics()
+        self.metrics = metrics or BrokerMetrics()
         self.metrics.watch_broker(self)
         # Topic creation, deletion and alteration take turns: each checks, then does I/O in
         # a worker thread, and must not interleave with another on the same catalog.
         self.admin_lock = anyio.Lock()
         self.groups = GroupManager(self)
+        self.kraft = None   # KRaftLink in a KRaft cluster: the quorum, the controller channel, the sync
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -108,8 +111,12 @@ class Broker:
         Runs in a worker thread before the node serves anything."""
         dirs = self.config.log_dirs
         self.cluster_id = ensure_meta(dirs, self.node_id, self.config["cluster.id"])
-        self.catalog = Catalog(dirs[0])
         self.producer_ids = ProducerIdAllocator.from_bytes(read_allocator_state(dirs[0] / PRODUCER_ID_FILE))
+        if self.config.kraft:
+            # Topics come from the metadata log (metadata_sync.py), once it has been read.
+            self.started_at = self.clock()
+            return
+        self.catalog = Catalog(dirs[0])
         self._sweep_leftovers()
         t0 = time.monotonic()
         try:
@@ -137,7 +144,8 @@ class Broker:
                     continue
                 if entry.name.endswith(DELETE_SUFFIX):
                     shutil.rmtree(entry.path, ignore_errors=True)
-                elif _PARTITION_DIR.match(entry.name) and entry.name not in known:
+                elif _PARTITION_DIR.match(entry.name) and entry.name not in known \
+                        and entry.name != METADATA_PARTITION_DIR:
                     log.warning("removing %s: its topic is not in the catalog", entry.path)
                     shutil.rmtree(entry.path, ignore_errors=True)
 
@@ -146,6 +154,8 @@ class Broker:
         others from closing."""
         for topic in list(self.topics.values()):
             for p in topic.partitions:
+                if p is None:
+                    continue
                 try:
                     if not p.offline and p.log.log_end_offset != p.snapshot_offset:
                         p.producers.write_snapshot(p.log.directory, p.log.log_end_offset)
@@ -227,6 +237,17 @@ class Broker:
         for p in partitions:
             p.log.close()
             p.log.delete()
+
+    def leader_partition(self, topic: Topic | None, index: int) -> tuple[Partition | None, ErrorCode]:
+        """This node's leader replica of a partition, or the error a client gets for it:
+        NOT_LEADER_OR_FOLLOWER when the partition exists but another broker leads it (the
+        client refreshes its metadata and goes there), else UNKNOWN_TOPIC_OR_PARTITION."""
+        p = topic.partition(index) if topic is not None else None
+        if p is not None and p.is_leader:
+            return p, ErrorCode.NONE
+        if topic is not None and 0 <= index < len(topic.partitions):
+            return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
     def partition(self, topic: str, index: int) -> Partition | None:
         t = self.topics.get(topic)
@@ -372,8 +393,11 @@ class Broker:
     # ------------------------------------------------------------------ background jobs
 
     def all_partitions(self):
+        """Every partition with a replica on this node."""
         for topic in list(self.topics.values()):
-            yield from topic.partitions
+            for p in topic.partitions:
+                if p is not None:
+                    yield p
 
     async def run_flush_scheduler(self) -> None:
         """Every log.flush.scheduler.interval.ms, fsync what is due: flush.ms ages and

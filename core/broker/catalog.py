@@ -38,8 +38,12 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 def new_cluster_id() -> str:
-    """A random 16-byte id in Kafka's URL-safe base64 form (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A random 16-byte id in Kafka's URL-safe base64 form (22 characters). Like Kafka's
+    Uuid.randomUuid, never one that starts with '-': command lines would read it as an option."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
 
 
 def parse_cluster_id(text: str) -> str:

@@ -51,14 +51,21 @@ def encode_response(api_key: int, version: int, correlation_id: int, header_vers
 
 
 class Connection:
-    def __init__(self, broker, authorizer, listener, stream: ByteStream, peer: str):
-        self.broker = broker
+    """`server` is what owns the connection: the Broker on client listeners, the controller
+    on controller listeners (config, metrics, the open connections and the draining flag);
+    `handlers` is that listener's request table."""
+
+    def __init__(self, server, authorizer, listener, stream: ByteStream, peer: str, *,
+                 handlers=None, controller=None):
+        self.broker = server
+        self.handlers = HANDLERS if handlers is None else handlers
+        self.controller = controller
         self.authorizer = authorizer
         self.listener = listener
         self.stream = stream
         self.peer = peer
-        self.max_request = broker.config["socket.request.max.bytes"]
-        self.max_idle = broker.config["connections.max.idle.ms"] / 1000
+        self.max_request = server.config["socket.request.max.bytes"]
+        self.max_idle = server.config["connections.max.idle.ms"] / 1000
         self._idle_scope: anyio.CancelScope | None = None
 
     def close_when_idle(self) -> None:
@@ -119,7 +126,7 @@ class Connection:
             raise CloseConnection
         api_key, version = _KEY_VERSION.unpack_from(frame)
         api = m.API.get(api_key)
-        if api is None or api_key not in HANDLERS:
+        if api is None or api_key not in self.handlers:
             bad.labels("unknown_api").inc()
             log.warning("%s: unknown API key %d; closing connection", self.peer, api_key)
             raise CloseConnection
@@ -127,7 +134,7 @@ class Connection:
         if not api.supports(version):
             if api_key == 18:
                 # KIP-511: answer in v0 with our ranges so the client can retry with one of them.
-                resp = api_versions_response(ErrorCode.UNSUPPORTED_VERSION)
+                resp = api_versions_response(ErrorCode.UNSUPPORTED_VERSION, self.handlers)
                 return encode_response(18, 0, correlation_id, 0, resp)
             bad.labels("unsupported_version").inc()
             log.warning("%s: %s version %d is not supported (%d-%d); closing connection",
@@ -135,18 +142,23 @@ class Connection:
             raise CloseConnection
         try:
             header, body_at = m.REQUEST_HEADER.decode(api.request_header_version(version), frame, whole=False)
-            request = api.request.decode(version, frame, body_at)
+            # Kafka reads a request's fields and ignores what follows them, and librdkafka
+            # 2.x relies on it (its admin Metadata v12 ends with 3 extra bytes), so do we.
+            request, end = api.request.decode(version, frame, body_at, whole=False)
+            if end != len(frame):
+                log.debug("%s: %s v%d request has %d trailing bytes; ignored as Kafka does",
+                          self.peer, api.name, version, len(frame) - end)
         except DecodeError as exc:
             bad.labels("malformed").inc()
             log.warning("%s: malformed %s v%d request: %s; closing connection", self.peer, api.name, version, exc)
             raise CloseConnection from None
         ctx = RequestContext(self.broker, self.authorizer, self.listener, self.peer, api_key, version,
-                             correlation_id, header.client_id)
+                             correlation_id, header.client_id, controller=self.controller)
         requests, latency = self.broker.metrics.for_api(api.name)
         requests.inc()
         started = time.perf_counter()
         try:
-            response = await HANDLERS[api_key](ctx, request)
+            response = await self.handlers[api_key](ctx, request)
         except CloseConnection:
             raise
         except Exception:

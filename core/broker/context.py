@@ -22,6 +22,7 @@ class RequestContext:
     correlation_id: int = 0
     client_id: str | None = None
     principal: str = ANONYMOUS
+    controller: object = None   # the controller role, on controller listeners
     close_after_response: bool = field(default=False)  # acks=0 errors: Kafka closes the socket
 
     def authorize(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:

@@ -66,7 +66,7 @@ class _PartitionCollector:
         size = GaugeMetricFamily("seaway_partition_size_bytes", "Bytes of segment files",
                                  labels=["topic", "partition"])
         for topic in list(self.broker.topics.values()):
-            for p in list(topic.partitions):
+            for p in [p for p in topic.partitions if p is not None]:
                 labels = [topic.name, str(p.index)]
                 leo.add_metric(labels, p.log.log_end_offset)
                 start.add_metric(labels, p.log_start_offset)

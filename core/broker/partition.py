@@ -30,6 +30,8 @@ class Partition:
         self.index = index
         self.log = log
         self.leader_epoch = 0
+        # A standalone node leads everything; in a KRaft cluster the metadata image says.
+        self.is_leader = True
         self.producers = producers if producers is not None else ProducerState()
         self.snapshot_offset = -1  # log end offset of the latest producer snapshot written
         self._waiters: set[anyio.Event] = set()

@@ -19,37 +19,64 @@ from core.config import BrokerConfig
 from core.config.broker import Listener
 from core.security.authorizer import AllowAll
 
+from core.config.defs import ConfigError
+from core.node.controller_apis import CONTROLLER_HANDLERS
+from core.node.lifecycle import BrokerLifecycle
+from core.node.quorum import ControllerServer, QuorumMember
+
 from .broker import Broker
+from .catalog import META_FILE, ensure_meta
 from .connection import Connection
+from .forwarding import KRaftLink
+from .metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class NodeHandle:
-    broker: Broker
+    broker: Broker | None                     # the broker role (None on a controller-only node)
+    config: BrokerConfig | None = None
+    controller: ControllerServer | None = None   # the controller role
+    quorum: QuorumMember | None = None        # KRaft mode: this node's raft driver and image
+    lifecycle: BrokerLifecycle | None = None  # KRaft broker: registration and heartbeats
     bound: dict[str, tuple[str, int]] = field(default_factory=dict)  # listener -> (host, port)
     cancel_scope: anyio.CancelScope | None = None
     listener_scopes: list[anyio.CancelScope] = field(default_factory=list)
     stopped: anyio.Event = field(default_factory=anyio.Event)  # set once logs are closed
     metrics_port: int | None = None
+    draining: bool = False
+
+    def _servers(self) -> list:
+        return [s for s in (self.broker, self.controller) if s is not None]
 
     async def shutdown(self) -> None:
-        broker = self.broker
-        broker.draining = True
+        self.draining = True
+        for server in self._servers():
+            server.draining = True
         for scope in self.listener_scopes:
             scope.cancel()
-        broker.groups.unload_all()  # parked joins and syncs answer NOT_COORDINATOR now
-        for conn in list(broker.connections):
-            conn.close_when_idle()
-        for p in broker.all_partitions():
-            p.wake_waiters()  # long polls answer now
-        with anyio.move_on_after(broker.config["shutdown.timeout.ms"] / 1000):
-            while broker.connections:
+        if self.lifecycle is not None:
+            # Controlled shutdown: the controller moves our leaderships away first.
+            granted = await self.lifecycle.shutdown(timeout_s=self.config["shutdown.timeout.ms"] / 2000)
+            log.info("controlled shutdown %s", "granted" if granted else "not granted in time; stopping anyway")
+        broker = self.broker
+        if broker is not None:
+            broker.groups.unload_all()  # parked joins and syncs answer NOT_COORDINATOR now
+            for p in broker.all_partitions():
+                p.wake_waiters()  # long polls answer now
+        for server in self._servers():
+            for conn in list(server.connections):
+                conn.close_when_idle()
+        with anyio.move_on_after(self.config["shutdown.timeout.ms"] / 1000):
+            while any(server.connections for server in self._servers()):
                 await anyio.sleep(0.01)
-        if broker.connections:
-            log.warning("%d connections still busy after shutdown.timeout.ms; cancelling them",
-                        len(broker.connections))
+        busy = sum(len(server.connections) for server in self._servers())
+        if busy:
+            log.warning("%d connections still busy after shutdown.timeout.ms; cancelling them", busy)
+        if self.quorum is not None:
+            # A leader hands over before it goes, so the others need not wait out a timeout.
+            await self.quorum.driver.resign_and_flush(timeout_s=1.0)
         self.stop()
 
     def stop(self) -> None:
@@ -57,8 +84,8 @@ class NodeHandle:
             self.cancel_scope.cancel()
 
 
-async def _serve_listener(listener_cfg: Listener, tcp_listener, broker: Broker, authorizer,
-                          accepting: anyio.CancelScope) -> None:
+async def _serve_listener(listener_cfg: Listener, tcp_listener, server, authorizer,
+                          accepting: anyio.CancelScope, handlers=None, controller=None) -> None:
     """Accept until `accepting` is cancelled; the connections live in their own task group
     outside that scope, so that they can drain after the listener has closed."""
     async def on_connection(stream):
@@ -69,7 +96,8 @@ async def _serve_listener(listener_cfg: Listener, tcp_listener, broker: Broker, 
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except Exception:  # the socket may already be gone
             peer_text = "?"
-        await Connection(broker, authorizer, listener_cfg, stream, peer_text).run()
+        await Connection(server, authorizer, listener_cfg, stream, peer_text, handlers=handlers,
+                         controller=controller).run()
 
     async with anyio.create_task_group() as connections:
         async with tcp_listener:
@@ -88,37 +116,83 @@ def _fix_advertised(config: BrokerConfig, bound: dict[str, tuple[str, int]]) -> 
 
 
 async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
-    broker = Broker(config)
-    await anyio.to_thread.run_sync(broker.open)
+    """Run the roles of `process.roles`. Without controller.quorum.voters the node is a whole
+    cluster on its own (standalone); with them it joins the KRaft quorum: as a voter if it is
+    a controller, as an observer if it is only a broker."""
+    metrics = BrokerMetrics()
+    broker = quorum = controller = None
+    if config.kraft:
+        cluster_id = await anyio.to_thread.run_sync(_storage_identity, config)
+        quorum = QuorumMember(config, cluster_id)
+        if "controller" in config.roles:
+            controller = ControllerServer(config, quorum, metrics)
+    lifecycle = None
+    if "broker" in config.roles or not config.kraft:
+        broker = Broker(config, metrics=metrics)
+        await anyio.to_thread.run_sync(broker.open)
+        if config.kraft:
+            lifecycle = BrokerLifecycle(config, quorum, listeners=config.advertised_listeners)
+            broker.kraft = KRaftLink(broker, quorum, lifecycle)
     authorizer = AllowAll()
-    handle = NodeHandle(broker)
+    handle = NodeHandle(broker, config=config, controller=controller, quorum=quorum, lifecycle=lifecycle)
     if config["metrics.port"] is not None:
-        handle.metrics_port = broker.metrics.serve(config["metrics.port"], config.listeners[0].host or "0.0.0.0")
+        handle.metrics_port = metrics.serve(config["metrics.port"], config.listeners[0].host or "0.0.0.0")
         log.info("metrics on http://%s:%d/metrics", config.listeners[0].host or "0.0.0.0", handle.metrics_port)
     try:
         async with anyio.create_task_group() as tg:
             handle.cancel_scope = tg.cancel_scope
+            if quorum is not None:
+                await tg.start(quorum.driver.run)
+                tg.start_soon(quorum.run_snapshots)
+            if controller is not None:
+                tg.start_soon(controller.runner.run)
             for lc in config.listeners:
+                if config.is_controller_listener(lc.name):
+                    if controller is None:
+                        continue
+                    server, handlers = controller, CONTROLLER_HANDLERS
+                else:
+                    server, handlers = broker, None
                 tcp = await anyio.create_tcp_listener(local_host=lc.host or None, local_port=lc.port,
                                                       reuse_port=False)
                 addr = tcp.extra(SocketAttribute.local_address)
                 handle.bound[lc.name] = (addr[0], addr[1])
                 scope = anyio.CancelScope()
                 handle.listener_scopes.append(scope)
-                tg.start_soon(_serve_listener, lc, tcp, broker, authorizer, scope)
+                tg.start_soon(_serve_listener, lc, tcp, server, authorizer, scope, handlers, controller)
             _fix_advertised(config, handle.bound)
-            tg.start_soon(broker.run_flush_scheduler)
-            tg.start_soon(broker.run_retention)
-            tg.start_soon(broker.run_producer_snapshots)
-            tg.start_soon(broker.run_cleaner)
-            tg.start_soon(broker.groups.run_writer)
-            tg.start_soon(broker.groups.run_timers)
-            tg.start_soon(broker.groups.run_expiry)
-            log.info("node %d of cluster %s listening on %s", broker.node_id, broker.cluster_id,
+            if lifecycle is not None:
+                lifecycle.listeners = config.advertised_listeners
+                tg.start_soon(broker.kraft.sync.run)
+                tg.start_soon(lifecycle.run)
+            if broker is not None:
+                tg.start_soon(broker.run_flush_scheduler)
+                tg.start_soon(broker.run_retention)
+                tg.start_soon(broker.run_producer_snapshots)
+                tg.start_soon(broker.run_cleaner)
+                tg.start_soon(broker.groups.run_writer)
+                tg.start_soon(broker.groups.run_timers)
+                tg.start_soon(broker.groups.run_expiry)
+            log.info("node %d (%s) of cluster %s listening on %s", config.node_id,
+                     ",".join(sorted(config.roles)), broker.cluster_id if broker else quorum.cluster_id,
                      ", ".join(f"{n}://{h}:{p}" for n, (h, p) in handle.bound.items()))
             task_status.started(handle)
     finally:
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(broker.close)
-            log.info("node %d stopped; logs flushed and closed", broker.node_id)
+            if broker is not None:
+                await anyio.to_thread.run_sync(broker.close)
+            log.info("node %d stopped; logs flushed and closed", config.node_id)
             handle.stopped.set()
+
+
+def _storage_identity(config: BrokerConfig) -> str:
+    """The cluster id a KRaft node's storage was formatted with. Every node of a quorum must
+    agree on it, so (as Kafka does) a KRaft node never invents one: its directories must have
+    been formatted (`seaway storage format`) or cluster.id must be set."""
+    dirs = list(config.log_dirs)
+    if config.metadata_log_dir not in dirs:
+        dirs.append(config.metadata_log_dir)
+    if config["cluster.id"] is None and not any((d / META_FILE).exists() for d in dirs):
+        raise ConfigError(f"log.dirs: {dirs[0]} is not formatted; run `seaway storage format` "
+                          f"with the cluster id first (or set cluster.id)")
+    return ensure_meta(dirs, config.node_id, config["cluster.id"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import groups_cmd, node_cmd, storage_cmd, topics_cmd
+from . import groups_cmd, node_cmd, quorum_cmd, storage_cmd, topics_cmd
 
 
 class CliError(Exception):
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     topics_cmd.register(sub)
     groups_cmd.register(sub)
     storage_cmd.register(sub)
+    quorum_cmd.register(sub)
     return parser
 
 

@@ -66,7 +66,7 @@ async def _on_signals(handle) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with anyio.create_task_group() as tg:
             async for signum in signals:
-                if not handle.broker.draining:
+                if not handle.draining:
                     log.info("received %s; shutting down", signal.Signals(signum).name)
                     tg.start_soon(handle.shutdown)
                 else:

@@ -102,6 +102,7 @@ def _failed(result, code: E):
 
 class GroupManager:
     def __init__(self, broker: "Broker"):
+        self._loaded_partitions: set[int] = set()
         self.broker = broker
         cfg = broker.config
         self.num_partitions = cfg["offsets.topic.num.partitions"]
@@ -320,8 +321,13 @@ class GroupManager:
         topic = self.broker.topics.get(TOPIC)
         partition = topic.partition(storage.partition_for(group_id, len(topic.partitions))) \
             if topic is not None else None
+        if partition is None and topic is not None:
+            # KRaft: another broker leads this group's partition, so it coordinates the group.
+            raise CoordinatorError(E.NOT_COORDINATOR, f"this broker does not lead the group's {TOPIC} partition")
         if partition is None:
             raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE, f"{TOPIC} is not available")
+        if not partition.is_leader:
+            raise CoordinatorError(E.NOT_COORDINATOR, f"this broker does not lead the group's {TOPIC} partition")
         now = self.broker.clock()
         data = bytearray(build_batch([(k, v, None, now) for k, v in records]))
         limit = topic.configs.get("max.message.bytes")
@@ -342,10 +348,18 @@ class GroupManager:
             if TOPIC in self.broker.topics:
                 return
             cfg = self.broker.config
+            configs = {"cleanup.policy": "compact", "compression.type": "producer",
+                       "segment.bytes": str(cfg["offsets.topic.segment.bytes"])}
+            if self.broker.kraft is not None:
+                # The controller creates it and places its partitions; we see it in the image.
+                codes = await self.broker.kraft.create_topics(
+                    [TOPIC], self.num_partitions, cfg["offsets.topic.replication.factor"], configs)
+                if TOPIC not in self.broker.topics:
+                    raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE,
+                                           f"{TOPIC} is not available yet ({codes.get(TOPIC, E.NONE).name})")
+                return
             try:
-                await self.broker.create_topic(TOPIC, self.num_partitions, 1, {
-                    "cleanup.policy": "compact", "compression.type": "producer",
-                    "segment.bytes": str(cfg["offsets.topic.segment.bytes"])})
+                await self.broker.create_topic(TOPIC, self.num_partitions, 1, configs)
             except BrokerError as exc:
                 if exc.code != E.TOPIC_ALREADY_EXISTS:
                     raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
@@ -408,9 +422,30 @@ class GroupManager:
         topic = self.broker.topics.get(TOPIC)
         if topic is None:
             return
+        self.load_partitions([p for p in topic.partitions if p is not None])
+
+    async def on_metadata(self, image) -> None:
+        """KRaft: load the __consumer_offsets partitions this broker has come to lead (their
+        groups are coordinated here from now on)."""
+        topic = self.broker.topics.get(TOPIC)
+        if topic is None:
+            return
+        new = [p for p in topic.partitions
+               if p is not None and p.is_leader and p.index not in self._loaded_partitions]
+        if new:
+            # On the event loop: loading changes the coordinator's state, which requests are
+            # using meanwhile. (At open, load() runs in a thread before anything is served.)
+            self.load_partitions(new)
+
+    def coordinator_partition(self, group_id: str) -> int | None:
+        topic = self.broker.topics.get(TOPIC)
+        return None if topic is None else storage.partition_for(group_id, len(topic.partitions))
+
+    def load_partitions(self, partitions) -> None:
         groups: dict[str, object] = {}
         skipped = 0
-        for partition in topic.partitions:
+        self._loaded_partitions.update(p.index for p in partitions)
+        for partition in partitions:
             plog = partition.log
             offset, end = plog.log_start_offset, plog.log_end_offset
             while offset < end:

@@ -5,7 +5,7 @@ A handler is `async def handle(ctx, request) -> response | None`; None means "se
 """
 from . import (alter_configs, api_versions, create_partitions, create_topics, delete_groups,
                delete_records, delete_topics, describe_cluster, describe_configs, describe_groups, fetch,
-               find_coordinator, heartbeat, init_producer_id, join_group, leave_group, list_groups,
+               find_coordinator, forwarded, heartbeat, init_producer_id, join_group, leave_group, list_groups,
                list_offsets, metadata, offset_commit, offset_delete, offset_fetch, produce, sync_group)
 
 _MODULES = (produce, fetch, list_offsets, metadata, api_versions, create_topics, delete_topics,
@@ -16,4 +16,4 @@ _MODULES = (produce, fetch, list_offsets, metadata, api_versions, create_topics,
 HANDLERS = {}
 for _mod in _MODULES:
     for _key, _fn in _mod.HANDLES.items():
-        HANDLERS[_key] = _fn
+        HANDLERS[_key] = forwarded.kraft_or(_fn) if _key in forwarded.FORWARDED else _fn

@@ -12,10 +12,17 @@ from core.protocol.errors import ErrorCode
 R = m.ApiVersionsResponse
 
 
-def api_versions_response(error: ErrorCode = ErrorCode.NONE) -> R:
-    from . import HANDLERS
-    keys = [R.ApiVersion(api_key=k, min_version=api.min_version, max_version=api.max_version)
-            for k, api in sorted(m.API.items()) if k in HANDLERS]
+def api_versions_response(error: ErrorCode = ErrorCode.NONE, handlers=None) -> R:
+    """Our ranges for the APIs of one listener's table. A table may narrow an API's range
+    with a `VERSIONS` attribute on its handler (the controller serves Fetch only for KRaft)."""
+    if handlers is None:
+        from . import HANDLERS as handlers
+    keys = []
+    for k, api in sorted(m.API.items()):
+        if k in handlers:
+            versions = getattr(handlers[k], "VERSIONS", None)
+            low, high = (versions[0], versions[-1]) if versions else (api.min_version, api.max_version)
+            keys.append(R.ApiVersion(api_key=k, min_version=low, max_version=high))
     return R(error_code=error, api_keys=keys, throttle_time_ms=0)
 
 

@@ -21,11 +21,11 @@ async def handle(ctx, req):
         parts = []
         for tp in t.partitions:
             res = R.DeleteRecordsPartitionResult(partition_index=tp.partition_index, low_watermark=-1, error_code=0)
-            p = b.partition(t.name, tp.partition_index)
+            p, missing = b.leader_partition(b.topics.get(t.name), tp.partition_index)
             if not ctx.authorize(Operation.DELETE, ResourceType.TOPIC, t.name):
                 res.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif p is None:
-                res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                res.error_code = missing
             elif p.offline:
                 res.error_code = ErrorCode.KAFKA_STORAGE_ERROR
             elif "delete" not in b.topics[t.name].configs.get("cleanup.policy"):

@@ -1,13 +1,16 @@
 """DescribeCluster (key 60), v0-1.
 
 The admin client's view of the cluster: brokers, controller, cluster id. v1 adds the endpoint
-type (1 = brokers, 2 = controllers, KIP-919); a node answers for brokers only.
+type (1 = brokers, 2 = controllers, KIP-919); a broker listener answers for brokers only
+(controller listeners answer type 2, core/node/controller_apis.py).
 """
 from __future__ import annotations
 
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.security.authorizer import ResourceType
+
+from .metadata import image_brokers
 
 R = m.DescribeClusterResponse
 UNKNOWN_OPS = -(2**31)
@@ -19,14 +22,20 @@ async def handle(ctx, req):
         return R(throttle_time_ms=0, error_code=ErrorCode.MISMATCHED_ENDPOINT_TYPE,
                  error_message="this listener serves brokers (endpoint type 1)", endpoint_type=1,
                  cluster_id=b.cluster_id, controller_id=-1, brokers=[])
-    adv = b.config.advertised(ctx.listener.name)
     ops = (ctx.authorizer.authorized_operations(ctx.principal, ResourceType.CLUSTER, "kafka-cluster")
            if req.include_cluster_authorized_operations else UNKNOWN_OPS)
+    if b.kraft is not None:
+        # The unfenced brokers of the image; like Metadata, a KRaft broker names itself as
+        # the controller, since it forwards what clients send the controller.
+        image = b.kraft.quorum.loader.image
+        brokers = [R.DescribeClusterBroker(broker_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
+                   for e in image_brokers(image, ctx.listener.name)]
+    else:
+        adv = b.config.advertised(ctx.listener.name)
+        brokers = [R.DescribeClusterBroker(broker_id=b.node_id, host=adv.host, port=adv.port,
+                                           rack=b.config["broker.rack"])]
     return R(throttle_time_ms=0, error_code=0, endpoint_type=1, cluster_id=b.cluster_id,
-             controller_id=b.node_id,
-             brokers=[R.DescribeClusterBroker(broker_id=b.node_id, host=adv.host, port=adv.port,
-                                              rack=b.config["broker.rack"])],
-             cluster_authorized_operations=ops)
+             controller_id=b.node_id, brokers=brokers, cluster_authorized_operations=ops)
 
 
 HANDLES = {60: handle}

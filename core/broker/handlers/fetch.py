@@ -66,13 +66,13 @@ class _PendingFetch:
             name = topic.name if topic else ft.topic
             reads = []
             for fp in ft.partitions:
-                p = topic.partition(fp.partition) if topic else None
+                p, missing = b.leader_partition(topic, fp.partition)
                 if topic is None:
                     error = ErrorCode.UNKNOWN_TOPIC_ID if self.by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 elif not ctx.authorize(Operation.READ, ResourceType.TOPIC, name):
                     error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 elif p is None:
-                    error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    error = missing
                 else:
                     error = p.check_leader_epoch(fp.current_leader_epoch)
                 reads.append(_Read(fp.partition, topic, p, fp.partition_max_bytes, fp.fetch_offset, error))

@@ -10,12 +10,30 @@ any other key type is INVALID_REQUEST.
 from __future__ import annotations
 
 from core.broker.groups.manager import CoordinatorError
+from core.broker.groups.storage import TOPIC
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.security.authorizer import Operation, ResourceType
 
 R = m.FindCoordinatorResponse
 GROUP, TRANSACTION = 0, 1
+
+
+def _coordinator_node(ctx, key: str):
+    """(node id, host, port) of the group's coordinator: this node when standalone; in a
+    KRaft cluster the leader of the group's __consumer_offsets partition."""
+    b = ctx.broker
+    if b.kraft is None:
+        adv = b.config.advertised(ctx.listener.name)
+        return b.node_id, adv.host, adv.port
+    image = b.kraft.quorum.loader.image
+    index = b.groups.coordinator_partition(key)
+    reg = image.partition(TOPIC, index) if index is not None else None
+    broker = image.brokers.get(reg.leader) if reg is not None else None
+    if broker is None or broker.fenced:
+        return None
+    ep = next((e for e in broker.endpoints if e.name == ctx.listener.name), None)
+    return None if ep is None else (broker.id, ep.host, ep.port)
 
 
 async def _lookup(ctx, key: str, key_type: int) -> tuple[ErrorCode, str | None]:
@@ -32,21 +50,24 @@ async def _lookup(ctx, key: str, key_type: int) -> tuple[ErrorCode, str | None]:
     return ErrorCode.NONE, None
 
 
+async def _find(ctx, key: str, key_type: int):
+    code, message = await _lookup(ctx, key, key_type)
+    where = _coordinator_node(ctx, key) if code == ErrorCode.NONE else None
+    if code == ErrorCode.NONE and where is None:
+        code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group's partition has no leader"
+    return code, message, where or (-1, "", -1)
+
+
 async def handle(ctx, req):
-    adv = ctx.broker.config.advertised(ctx.listener.name)
-    node = ctx.broker.node_id
     if ctx.api_version >= 4:
         out = []
         for key in req.coordinator_keys:
-            code, message = await _lookup(ctx, key, req.key_type)
-            ok = code == ErrorCode.NONE
-            out.append(R.Coordinator(key=key, node_id=node if ok else -1, host=adv.host if ok else "",
-                                     port=adv.port if ok else -1, error_code=code, error_message=message))
+            code, message, (node, host, port) = await _find(ctx, key, req.key_type)
+            out.append(R.Coordinator(key=key, node_id=node, host=host, port=port, error_code=code,
+                                     error_message=message))
         return R(throttle_time_ms=0, coordinators=out)
-    code, message = await _lookup(ctx, req.key, req.key_type)
-    if code != ErrorCode.NONE:
-        return R(throttle_time_ms=0, error_code=code, error_message=message, node_id=-1, host="", port=-1)
-    return R(throttle_time_ms=0, error_code=0, error_message=None, node_id=node, host=adv.host, port=adv.port)
+    code, message, (node, host, port) = await _find(ctx, req.key, req.key_type)
+    return R(throttle_time_ms=0, error_code=code, error_message=message, node_id=node, host=host, port=port)
 
 
 HANDLES = {10: handle}

@@ -69,11 +69,11 @@ async def handle(ctx, req):
         parts = []
         for tp in t.partitions:
             pr = PR(partition_index=tp.partition_index, error_code=0, timestamp=-1, offset=-1, leader_epoch=-1)
-            p = b.partition(t.name, tp.partition_index)
+            p, missing = b.leader_partition(b.topics.get(t.name), tp.partition_index)
             if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, t.name):
                 pr.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif p is None:
-                pr.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                pr.error_code = missing
             elif p.offline:
                 pr.error_code = ErrorCode.KAFKA_STORAGE_ERROR
             elif epoch_error := p.check_leader_epoch(tp.current_leader_epoch):

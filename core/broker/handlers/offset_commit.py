@@ -48,7 +48,7 @@ async def handle(ctx, req):
             metadata = p.committed_metadata or ""
             if not readable:
                 codes[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif topic is None or topic.partition(p.partition_index) is None:
+            elif topic is None or not 0 <= p.partition_index < len(topic.partitions):
                 codes[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif len(metadata.encode()) > max_metadata:
                 codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE

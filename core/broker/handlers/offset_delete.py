@@ -44,7 +44,7 @@ async def handle(ctx, req):
             i = p.partition_index
             if not ctx.authorize(Operation.READ, ResourceType.TOPIC, t.name):
                 code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif topic is None or topic.partition(i) is None:
+            elif topic is None or not 0 <= i < len(topic.partitions):
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif group.state is not GroupState.EMPTY and (subscribed is None or t.name in subscribed):
                 code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC

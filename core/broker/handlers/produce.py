@@ -41,9 +41,9 @@ def _error(index: int, code: ErrorCode, message: str | None = None) -> PR:
 
 
 async def _produce_partition(ctx, topic, index: int, records) -> PR:
-    partition = topic.partition(index)
+    partition, code = ctx.broker.leader_partition(topic, index)
     if partition is None:
-        return _error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return _error(index, code)
     if topic.internal:
         # only the coordinator writes there; a client record could corrupt group state
         return _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot append to internal topic {topic.name}")

@@ -1,0 +1,154 @@
+"""MetadataSync: a KRaft broker's local state, kept in step with the metadata image.
+
+Kafka's BrokerMetadataPublisher in one loop. Whenever the loader applies committed records, the
+loop takes the latest image and reconciles (under the broker's admin lock, file work in worker
+threads):
+
+* topics the image no longer has (or has under another id: deleted and created again) are
+  removed here: partition directories moved aside and deleted, their group offsets dropped;
+* every topic of the image is known to the broker (Topic), with its configs (the image's topic
+  overrides over this node's defaults) applied to its logs; partitions hosted elsewhere are
+  None in Topic.partitions, so requests for them get NOT_LEADER_OR_FOLLOWER;
+* partitions whose replicas include this broker are opened (created if new), and each learns
+  whether this broker leads it and in which leader epoch.
+
+The first reconcile also sweeps partition directories of topics the image does not hold (a
+topic deleted while this broker was down). Until that first reconcile the broker has no
+topics and serves none: `ready` is set once it has caught up with the log it found at start.
+
+Moving replicas between brokers, follower fetching and the ISR are partition replication
+(issue 5); here a replica is only opened, closed and told who leads.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+import anyio
+
+from core.config import ConfigError
+from core.config.topic import TopicConfigs
+from core.controller.image import MetadataImage
+from core.raft.storage import METADATA_PARTITION_DIR
+
+from .broker import DELETE_SUFFIX, Topic, _PARTITION_DIR
+
+log = logging.getLogger(__name__)
+
+
+class MetadataSync:
+    def __init__(self, broker, quorum):
+        self.broker = broker
+        self.quorum = quorum
+        self.synced_offset = -1            # loader offset of the image last reconciled
+        self.ready = anyio.Event()
+        self._changed = anyio.Event()
+        self._progress = anyio.Event()
+        self._swept = False
+        quorum.loader.publishers.append(self._on_publish)
+
+    def _on_publish(self, before, after, next_offset: int) -> None:
+        self._changed.set()
+
+    async def run(self) -> None:
+        loader = self.quorum.loader
+        while True:
+            await self._changed.wait()
+            self._changed = anyio.Event()
+            image, offset = loader.image, loader.next_offset
+            async with self.broker.admin_lock:
+                await self.reconcile(image)
+            self.synced_offset = offset
+            self._progress.set()
+            self._progress = anyio.Event()
+            if not self.ready.is_set() and offset >= self.quorum.driver.high_watermark:
+                self.ready.set()
+
+    async def wait_synced(self, predicate, timeout_s: float) -> bool:
+        with anyio.move_on_after(timeout_s):
+            while not predicate():
+                await self._progress.wait()
+            return True
+        return predicate()
+
+    # ------------------------------------------------------------------ reconcile
+
+    async def reconcile(self, image: MetadataImage) -> None:
+        broker = self.broker
+        me = broker.node_id
+        for name, topic in list(broker.topics.items()):
+            if image.topics.get(topic.topic_id) is None or image.topic_ids.get(name) != topic.topic_id:
+                await self._remove(topic)
+        defaults = broker.config.topic_defaults()
+        for topic_id, timg in image.topics.items():
+            try:
+                overrides = TopicConfigs.validate(dict(image.topic_config(timg.name)))
+            except ConfigError as exc:   # written by a newer controller: keep our defaults
+                log.warning("topic %s: ignoring configs we cannot read: %s", timg.name, exc)
+                overrides = {}
+            topic = broker.topics_by_id.get(topic_id)
+            if topic is None:
+                topic = Topic(timg.name, topic_id, [], TopicConfigs(overrides, defaults))
+                broker.topics[timg.name] = topic
+                broker.topics_by_id[topic_id] = topic
+            elif topic.configs.overrides != overrides:
+                topic.configs = TopicConfigs(overrides, defaults)
+                lc = broker._log_config(topic.configs)
+                for p in topic.partitions:
+                    if p is not None:
+                        p.update_config(lc)
+            count = max(timg.partitions, default=-1) + 1
+            if len(topic.partitions) < count:
+                topic.partitions.extend([None] * (count - len(topic.partitions)))
+            wanted = [i for i, reg in sorted(timg.partitions.items())
+                      if me in reg.replicas and topic.partitions[i] is None]
+            if wanted:
+                lc = broker._log_config(topic.configs)
+                try:
+                    opened = await anyio.to_thread.run_sync(broker._open_partitions, timg.name, wanted, lc)
+                except OSError as exc:
+                    log.error("topic %s: cannot open partitions %s: %s", timg.name, wanted, exc)
+                    opened = []
+                for p in opened:
+                    topic.partitions[p.index] = p
+            for i, reg in timg.partitions.items():
+                p = topic.partitions[i]
+                if p is not None:
+                    p.is_leader = reg.leader == me
+                    p.leader_epoch = max(reg.leader_epoch, 0)
+        if not self._swept:
+            self._swept = True
+            await anyio.to_thread.run_sync(self._sweep, image)
+        await broker.groups.on_metadata(image)
+
+    async def _remove(self, topic: Topic) -> None:
+        broker = self.broker
+        broker.topics.pop(topic.name, None)
+        broker.topics_by_id.pop(topic.topic_id, None)
+        local = [p for p in topic.partitions if p is not None]
+        for p in local:
+            p.wake_waiters()
+        moved = [await p.retire(DELETE_SUFFIX) for p in local]
+        await anyio.to_thread.run_sync(lambda: [shutil.rmtree(d, ignore_errors=True) for d in moved])
+        log.info("removed topic %s", topic.name)
+        await broker.groups.on_topic_deleted(topic.name)
+
+    def _sweep(self, image: MetadataImage) -> None:
+        """Partition directories the image does not place here: their topic was deleted (or
+        moved away) while this broker was down."""
+        me = self.broker.node_id
+        keep = {f"{t.name}-{i}" for t in image.topics.values()
+                for i, reg in t.partitions.items() if me in reg.replicas}
+        for d in self.broker.config.log_dirs:
+            if not d.exists():
+                continue
+            for entry in os.scandir(d):
+                if not entry.is_dir():
+                    continue
+                if entry.name.endswith(DELETE_SUFFIX):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                elif (_PARTITION_DIR.match(entry.name) and entry.name not in keep
+                      and entry.name != METADATA_PARTITION_DIR):
+                    log.warning("removing %s: the metadata log does not place it on this broker", entry.path)
+                    shutil.rmtree(entry.path, ignore_errors=True)

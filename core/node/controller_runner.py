@@ -1,0 +1,138 @@
+"""ControllerRunner: the active-controller loop around the pure QuorumController.
+
+The QuorumController (core/controller) decides; this does the waiting and the I/O:
+
+* It is fed every committed metadata record by the MetadataLoader (replay per run of records,
+  and the loaded snapshot), on every controller, active or not.
+* It activates the controller once this node leads the quorum *and* has applied the
+  LeaderChange entry that opened its epoch (so it has everything committed before), with the
+  log end offset, where the controller starts counting the offsets of its own records.
+  It deactivates it as soon as the leader changes.
+* A request (controller_apis.py) becomes records under one lock, so records reach the log in
+  the order the controller generated them and its offset count stays true. The records are
+  proposed to Raft; the response leaves once the loader has applied the last of them. If the
+  epoch changes first, the answer is NOT_CONTROLLER, as Kafka's controller gives when its
+  write may not have made it: the client retries against the new controller.
+* Timers: tick() when the controller's next deadline passes (broker session expiry, periodic
+  elections); its records are proposed like a request's.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import anyio
+
+from core.controller.controller import QuorumController
+from core.controller.settings import ControllerConfig
+from core.protocol.errors import ErrorCode
+from core.protocol.metadata_records import encode_record
+from core.raft.errors import NotLeaderError
+
+
+log = logging.getLogger(__name__)
+
+COMMIT_TIMEOUT_S = 30.0
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class ControllerRunner:
+    def __init__(self, config, quorum):
+        self.config = config
+        self.quorum = quorum
+        self.node_id = config.node_id
+        self.controller = QuorumController(config.node_id, quorum.cluster_id,
+                                           ControllerConfig.from_broker_config(config), clock=now_ms)
+        loader = quorum.loader
+        loader.record_listeners.append(self._on_records)
+        loader.snapshot_listeners.append(self.controller.load_snapshot)
+        loader.leader_listeners.append(self._on_leader)
+        self._lock = anyio.Lock()
+        self._wake = anyio.Event()
+        self._active_epoch = -1
+
+    # ------------------------------------------------------------------ loader callbacks
+
+    def _on_records(self, records, last_offset: int) -> None:
+        self.controller.replay(records, last_offset)
+        self._wake.set()
+
+    def _on_leader(self, leader) -> None:
+        if self.controller.is_active and leader.leader_id != self.node_id:
+            log.info("controller %d is no longer active (leader %d, epoch %d)", self.node_id,
+                     leader.leader_id, leader.leader_epoch)
+            self.controller.deactivate()
+            self._active_epoch = -1
+        self._wake.set()
+
+    def _should_activate(self) -> bool:
+        leader = self.quorum.driver.leader
+        return (leader.leader_id == self.node_id and not self.controller.is_active
+                and self.quorum.loader.last_epoch == leader.leader_epoch)
+
+    # ------------------------------------------------------------------ the loop
+
+    async def run(self) -> None:
+        while True:
+            if self._should_activate():
+                await self._activate()
+            deadline = self.controller.next_deadline_ms()
+            wait = None if deadline is None else max(0.0, (deadline - now_ms()) / 1000)
+            with anyio.move_on_after(wait):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+            deadline = self.controller.next_deadline_ms()
+            if deadline is not None and now_ms() >= deadline:
+                async with self._lock:
+                    records = self.controller.tick()
+                    if records:
+                        await self._append(records)
+
+    async def _activate(self) -> None:
+        async with self._lock:
+            epoch = self.quorum.driver.leader.leader_epoch
+            end = await self.quorum.driver.log_end_offset()
+            records = self.controller.activate(end)
+            self._active_epoch = epoch
+            log.info("controller %d is active in epoch %d from offset %d", self.node_id, epoch, end)
+            if records:
+                await self._append(records)
+
+    async def _append(self, records):
+        """Propose records (under the lock); returns the OffsetAndEpoch after the last one."""
+        try:
+            return await self.quorum.driver.propose([encode_record(r) for r in records])
+        except NotLeaderError:
+            self.controller.deactivate()
+            self._active_epoch = -1
+            raise
+
+    # ------------------------------------------------------------------ requests
+
+    async def handle(self, api_key: int, version: int, request):
+        """Answer a controller request once its records are committed."""
+        controller = self.controller
+        async with self._lock:
+            result = controller.handle(api_key, request, version)
+            if not result.records:
+                return result.response
+            try:
+                end = await self._append(result.records)
+            except NotLeaderError:
+                return self._not_controller(api_key, version, request)
+        loader = self.quorum.loader
+        driver = self.quorum.driver
+        committed = await loader.wait_for(
+            lambda: loader.next_offset >= end.offset or driver.leader.leader_epoch != end.epoch,
+            COMMIT_TIMEOUT_S)
+        if not committed or loader.next_offset < end.offset:
+            return self._not_controller(api_key, version, request)
+        return result.response
+
+    @staticmethod
+    def _not_controller(api_key: int, version: int, request):
+        return QuorumController._error_response(api_key, request, version, ErrorCode.NOT_CONTROLLER,
+                                                "The active controller changed before the write committed.")

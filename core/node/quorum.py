@@ -1,0 +1,74 @@
+"""A node's membership in the metadata quorum, and the controller role built on it.
+
+`QuorumMember` is what every KRaft node runs: a Raft driver on the __cluster_metadata log
+(a voter if the node is a controller, an observer otherwise) and the MetadataLoader that keeps
+the committed image. `ControllerServer` is the controller role: it owns the connections of the
+controller listeners and answers their requests (controller_apis.py).
+"""
+from __future__ import annotations
+
+import logging
+
+from core.config import BrokerConfig
+from core.raft.config import QuorumConfig
+from core.raft.driver import RaftDriver
+
+from .loader import MetadataLoader, snapshot_bytes
+
+log = logging.getLogger(__name__)
+
+
+class QuorumMember:
+    def __init__(self, config: BrokerConfig, cluster_id: str):
+        self.config = config
+        self.cluster_id = cluster_id
+        self.loader = MetadataLoader()
+        try:
+            quorum_config = QuorumConfig.from_properties(config.values)
+        except ValueError as exc:
+            from core.config.defs import ConfigError
+            raise ConfigError(str(exc)) from None
+        self.driver = RaftDriver(config.node_id, config.quorum_voters, config.metadata_log_dir,
+                                 cluster_id=cluster_id, listener=self.loader, config=quorum_config)
+
+    async def run_snapshots(self) -> None:
+        """After metadata.log.max.record.bytes.between.snapshots bytes of new records, write
+        the image as a snapshot so the log before it can go and a restart replays only what
+        came after (every node, for its own copy of the log, as Kafka's SnapshotGenerator)."""
+        loader = self.loader
+        limit = self.config["metadata.log.max.record.bytes.between.snapshots"]
+        while True:
+            await loader.wait_for(lambda: loader.bytes_since_snapshot >= limit, timeout_s=60)
+            if loader.bytes_since_snapshot < limit:
+                continue
+            end, image, epoch = loader.next_offset, loader.image, loader.last_epoch
+            loader.bytes_since_snapshot = 0
+            try:
+                snapshot_id = await self.driver.create_snapshot(end, snapshot_bytes(image, epoch))
+            except Exception:   # a failed snapshot costs restart time, not correctness
+                log.exception("writing a metadata snapshot at offset %d failed", end)
+                continue
+            log.info("wrote metadata snapshot %s", snapshot_id)
+
+    @property
+    def is_voter(self) -> bool:
+        return self.config.node_id in self.config.quorum_voters
+
+    @property
+    def leader_id(self) -> int:
+        return self.driver.leader.leader_id
+
+    @property
+    def is_active_controller(self) -> bool:
+        return self.is_voter and self.driver.leader.leader_id == self.config.node_id
+
+
+class ControllerServer:
+    def __init__(self, config: BrokerConfig, quorum: QuorumMember, metrics):
+        self.config = config
+        self.quorum = quorum
+        self.metrics = metrics
+        self.connections: set = set()
+        self.draining = False
+        from .controller_runner import ControllerRunner
+        self.runner = ControllerRunner(config, quorum)

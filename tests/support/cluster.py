@@ -1,0 +1,178 @@
+"""Run a KRaft cluster of real Seaway node processes.
+
+    with KRaftCluster(tmp_path, controllers=3) as c:          # controllers only
+    with KRaftCluster(tmp_path, controllers=3, brokers=3) as c:
+    with KRaftCluster(tmp_path, combined=3) as c:             # broker,controller nodes
+        c.wait_for_leader()                                    # -> (leader id, epoch)
+        c.kill(c.leader_id())                                  # kill -9
+        c.nodes[2].start()
+
+Every node's storage is formatted with one cluster id first (`seaway storage format`), as an
+operator does. Controllers listen on CONTROLLER://127.0.0.1:<port>, brokers on PLAINTEXT.
+Node ids: controllers (and combined nodes) 1..n, brokers 101, 102, ...
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+
+from .node import REPO, NodeError, SeawayNode, free_port
+
+FAST_QUORUM = {
+    # Kafka's defaults are 1 s election and 2 s fetch timeouts; tests keep them, so that the
+    # failover times measured here are the ones an operator gets.
+    "log.flush.scheduler.interval.ms": "200",
+}
+
+
+class KRaftCluster:
+    def __init__(self, directory: Path, *, controllers: int = 0, brokers: int = 0, combined: int = 0,
+                 overrides: dict[str, str] | None = None, cluster_id: str | None = None):
+        if combined and controllers:
+            raise ValueError("a cluster has combined nodes or dedicated controllers, not both")
+        self.directory = Path(directory)
+        self.overrides = dict(FAST_QUORUM, **(overrides or {}))
+        self.cluster_id = cluster_id or subprocess.run(
+            [sys.executable, "-m", "core.cli", "storage", "random-uuid"], cwd=REPO, check=True,
+            capture_output=True, text=True).stdout.strip()
+        voter_ids = list(range(1, (controllers or combined) + 1))
+        self.controller_ports = {i: free_port() for i in voter_ids}
+        self.voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.controller_ports.items())
+        self.nodes: dict[int, SeawayNode] = {}
+        for i in voter_ids:
+            self._add(i, "broker,controller" if combined else "controller")
+        for b in range(brokers):
+            self._add(101 + b, "broker")
+
+    def _add(self, node_id: int, roles: str) -> None:
+        props = {"process.roles": roles, "controller.quorum.voters": self.voters,
+                 "controller.listener.names": "CONTROLLER"}
+        listeners = []
+        broker_port = None
+        if "broker" in roles:
+            broker_port = free_port()
+            listeners.append(f"PLAINTEXT://127.0.0.1:{broker_port}")
+        if "controller" in roles:
+            listeners.append(f"CONTROLLER://127.0.0.1:{self.controller_ports[node_id]}")
+        props["listeners"] = ",".join(listeners)
+        props.update(self.overrides)
+        port = broker_port or self.controller_ports[node_id]
+        node = SeawayNode(self.directory / f"node-{node_id}", props, port=port, node_id=node_id)
+        subprocess.run([sys.executable, "-m", "core.cli", "storage", "format", "-c", str(node.config_path),
+                        f"--cluster-id={self.cluster_id}"], cwd=REPO, check=True, capture_output=True)
+        self.nodes[node_id] = node
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def controller_bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.controller_ports.values())
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for i, n in self.nodes.items() if "broker" in self.roles(i))
+
+    def roles(self, node_id: int) -> str:
+        return self.nodes[node_id].config_path.read_text().split("process.roles=")[1].split("\n")[0]
+
+    def running(self) -> list[int]:
+        return [i for i, n in self.nodes.items() if n.proc is not None and n.proc.poll() is None]
+
+    def describe(self, timeout: float = 5.0):
+        """The active controller's DescribeQuorum answer, or None if there is no leader yet."""
+        from core.cli.main import CliError
+        from core.cli.quorum_cmd import describe_quorum
+        live = ",".join(f"127.0.0.1:{p}" for i, p in self.controller_ports.items() if i in self.running())
+        if not live:
+            return None
+        try:
+            return anyio.run(describe_quorum, live, int(timeout * 1000))[1]
+        except (CliError, TimeoutError, OSError):
+            return None
+
+    def leader_id(self) -> int | None:
+        d = self.describe()
+        return None if d is None else d.leader_id
+
+    def wait_for_leader(self, timeout: float = 30.0, *, not_in=(), min_epoch: int = 0):
+        """(leader id, epoch) once a running voter leads (not one of `not_in`, epoch >= min_epoch)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            d = self.describe()
+            if (d is not None and d.leader_id >= 0 and d.leader_id not in not_in
+                    and d.leader_epoch >= min_epoch and d.leader_id in self.running()):
+                return d.leader_id, d.leader_epoch
+            time.sleep(0.05)
+        raise NodeError(f"no leader within {timeout}s;\n" + self.log_tails())
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> "KRaftCluster":
+        for node in self.nodes.values():
+            node.start()
+        return self
+
+    def kill(self, node_id: int) -> None:
+        self.nodes[node_id].kill()
+
+    def stop(self) -> None:
+        """SIGTERM every node at once, as an operator stopping the cluster would (one at a
+        time, the last brokers would wait for a controller quorum that has already gone)."""
+        import signal
+        for node in self.nodes.values():
+            if node.proc is not None and node.proc.poll() is None:
+                node.proc.send_signal(signal.SIGTERM)
+        for node in self.nodes.values():
+            try:
+                node.stop(timeout=20)
+            except NodeError:
+                pass
+
+    def log_tails(self, lines: int = 25) -> str:
+        return "\n".join(f"--- node {i} ---\n{n.log_tail(lines)}" for i, n in self.nodes.items())
+
+    def __enter__(self) -> "KRaftCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        for node in self.nodes.values():
+            if node.proc is not None and node.proc.stdout:
+                node.proc.stdout.close()
+
+
+# ---------------------------------------------------------------------- requests to controllers
+
+def create_topics_request(names, partitions: int = 1, replication_factor: int = 1, configs=None):
+    from core.protocol import messages as m
+    R = m.CreateTopicsRequest
+    return R(topics=[R.CreatableTopic(name=n, num_partitions=partitions,
+                                      replication_factor=replication_factor, assignments=[],
+                                      configs=[R.CreatableTopicConfig(name=k, value=v)
+                                               for k, v in (configs or {}).items()])
+                     for n in names], timeout_ms=5000, validate_only=False)
+
+
+def ask_controller(cluster: KRaftCluster, api_key: int, request, timeout: float = 10.0):
+    """Send a request to the active controller (found with DescribeQuorum) and return the
+    response; raises NodeError if there is no leader and KafkaError if it cannot be reached."""
+    from core.client.connection import BrokerConnection
+
+    d = cluster.describe(timeout=timeout)
+    if d is None or d.leader_id < 0:
+        raise NodeError("no active controller")
+
+    async def send():
+        conn = BrokerConnection("127.0.0.1", cluster.controller_ports[d.leader_id],
+                                request_timeout_ms=int(timeout * 1000),
+                                connect_timeout_ms=int(timeout * 1000))
+        await conn.connect()
+        try:
+            return await conn.send(request, api_key)
+        finally:
+            await conn.close()
+    return anyio.run(send)
