@@ -378,8 +378,14 @@ class Broker:
 
     async def allocate_producer_id(self) -> int:
         """A producer id never handed out before, even across restarts: blocks of ids are
-        recorded on disk before any id of theirs is used."""
+        recorded on disk before any id of theirs is used. In a KRaft cluster the controller
+        hands out the blocks (AllocateProducerIds), so no two brokers share an id."""
         async with self.admin_lock:
+            if self.kraft is not None:
+                if self.producer_ids.needs_block():
+                    start, length = await self.kraft.allocate_producer_ids()
+                    self.producer_ids.use_block(start, length)
+                return self.producer_ids.allocate()
             if self.producer_ids.needs_block():
                 data = self.producer_ids.reserve_block()
                 path = self.config.log_dirs[0] / PRODUCER_ID_FILE

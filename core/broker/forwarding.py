@@ -107,6 +107,26 @@ class KRaftLink:
         self.channel = ControllerChannel(broker.config, quorum)
         self.sync = MetadataSync(broker, quorum)
 
+    async def allocate_producer_ids(self, timeout_s: float = 10.0) -> tuple[int, int]:
+        """A block of producer ids from the controller: (first id, count). Raises BrokerError
+        (COORDINATOR_LOAD_IN_PROGRESS, retriable) until the broker is registered and a
+        controller answers."""
+        from core.protocol import messages as m
+
+        from .broker import BrokerError
+        epoch = self.lifecycle.broker_epoch
+        if epoch < 0:
+            raise BrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "this broker is not registered yet")
+        try:
+            answer = await self.channel.send(67, m.AllocateProducerIdsRequest(
+                broker_id=self.broker.node_id, broker_epoch=epoch), 0, timeout_s)
+        except KafkaError as exc:
+            raise BrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, str(exc)) from None
+        if answer.error_code:
+            raise BrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                              f"the controller refused a producer id block: {ErrorCode(answer.error_code).name}")
+        return answer.producer_id_start, answer.producer_id_len
+
     async def create_topics(self, names, num_partitions: int = -1, replication_factor: int = -1,
                             configs: dict[str, str] | None = None,
                             timeout_s: float = 10.0) -> dict[str, ErrorCode]:

@@ -453,6 +453,14 @@ class ProducerIdAllocator:
         self._end = self._persisted_end = self._pending_end   # contiguous with the last block
         self._pending_end = None
 
+    def use_block(self, start: int, length: int) -> None:
+        """A block the KRaft controller allocated (AllocateProducerIds): it is durable in the
+        metadata log already, so its ids may be handed out at once. Blocks only go up."""
+        if start < self._next or length <= 0:
+            raise ValueError(f"producer id block [{start}, {start + length}) does not follow {self._next}")
+        self._next, self._end = start, start + length
+        self._persisted_end = self._end
+
     def allocate(self) -> int:
         if self.needs_block():
             raise ProducerIdsExhausted("no persisted producer id block")

@@ -20,8 +20,11 @@ def register(sub) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
     d = actions.add_parser("describe", help="leader, epoch, high watermark, voters and observers")
-    d.add_argument("--bootstrap-controller", "-C", metavar="HOST:PORT[,HOST:PORT]", required=True,
-                   help="controller listener(s) to ask")
+    where = d.add_mutually_exclusive_group(required=True)
+    where.add_argument("--bootstrap-controller", "-C", metavar="HOST:PORT[,HOST:PORT]",
+                       help="controller listener(s) to ask")
+    where.add_argument("--bootstrap-server", "-b", metavar="HOST:PORT[,HOST:PORT]",
+                       help="broker(s) to ask; a broker forwards the question to the active controller")
     what = d.add_mutually_exclusive_group()
     what.add_argument("--status", action="store_true", help="the quorum's summary (default)")
     what.add_argument("--replication", action="store_true", help="one row per voter and observer")
@@ -34,10 +37,15 @@ async def _describe(args) -> int:
     from .main import CliError
     try:
         with anyio.fail_after(args.timeout):
-            cluster_id, described = await describe_quorum(args.bootstrap_controller,
-                                                          int(args.timeout * 1000))
+            if args.bootstrap_controller:
+                cluster_id, described = await describe_quorum(args.bootstrap_controller,
+                                                              int(args.timeout * 1000))
+            else:
+                cluster_id, described = await describe_quorum_via_broker(args.bootstrap_server,
+                                                                         int(args.timeout * 1000))
     except TimeoutError:
-        raise CliError(f"no answer from {args.bootstrap_controller} within {args.timeout:g}s") from None
+        where = args.bootstrap_controller or args.bootstrap_server
+        raise CliError(f"no answer from {where} within {args.timeout:g}s") from None
     now = int(time.time() * 1000)
     if args.replication:
         rows = replication_rows(described)
@@ -73,8 +81,6 @@ async def describe_quorum(bootstrap: str, timeout_ms: int):
     from core.client.connection import BrokerConnection
     from core.client.errors import KafkaError
     from core.protocol import messages as m
-    from core.raft import wire
-    from core.raft.messages import DescribeQuorumRequest
 
     from .main import CliError
 
@@ -105,19 +111,65 @@ async def describe_quorum(bootstrap: str, timeout_ms: int):
                                 request_timeout_ms=timeout_ms, connect_timeout_ms=timeout_ms)
         try:
             await conn.connect()
-            version = conn.version_for(55, wire.VERSIONS[55][-1])
-            key, request = wire.to_wire(DescribeQuorumRequest(), version)
-            answer = wire.from_wire(key, version, await conn.send(request, key, version=version),
-                                    is_request=False)
+            answer, raw = await _ask_quorum(conn)
         except KafkaError as exc:
             raise CliError(f"controller {leader.broker_id} at {leader.host}:{leader.port}: {exc}") from None
         finally:
             await conn.close()
-        if answer.error_code or answer.partition_error_code:
-            code = answer.error_code or answer.partition_error_code
-            raise CliError(f"controller {leader.broker_id} answered {code.name}; try again")
+        code = raw.error_code if answer is None else answer.partition_error_code
+        if code:
+            raise CliError(f"controller {leader.broker_id} answered {_code_name(code)}; try again")
         return cluster.cluster_id, answer
     raise CliError("no controller answered: " + "; ".join(errors))
+
+
+async def _ask_quorum(conn):
+    from core.raft import wire
+    from core.raft.messages import DescribeQuorumRequest
+    version = conn.version_for(55, wire.VERSIONS[55][-1])
+    key, request = wire.to_wire(DescribeQuorumRequest(), version)
+    raw = await conn.send(request, key, version=version)
+    if raw.error_code:
+        return None, raw
+    return wire.from_wire(key, version, raw, is_request=False), raw
+
+
+async def describe_quorum_via_broker(bootstrap: str, timeout_ms: int):
+    """(cluster id, DescribeQuorumResponse), asked of a broker, which forwards it."""
+    from core.client.client import parse_bootstrap
+    from core.client.connection import BrokerConnection
+    from core.client.errors import KafkaError
+    from core.protocol import messages as m
+
+    from .main import CliError
+    errors = []
+    for host, port in parse_bootstrap(bootstrap):
+        conn = BrokerConnection(host, port, client_id="seaway-cli", request_timeout_ms=timeout_ms,
+                                connect_timeout_ms=timeout_ms)
+        try:
+            await conn.connect()
+            cluster = await conn.send(m.DescribeClusterRequest(include_cluster_authorized_operations=False), 60)
+            answer, raw = await _ask_quorum(conn)
+        except KafkaError as exc:
+            errors.append(f"{host}:{port}: {exc}")
+            continue
+        finally:
+            await conn.close()
+        if answer is None:
+            raise CliError(f"{host}:{port} answered {_code_name(raw.error_code)}"
+                           + (f": {raw.error_message}" if getattr(raw, "error_message", None) else ""))
+        if answer.partition_error_code:
+            raise CliError(f"the controller answered {answer.partition_error_code.name}; try again")
+        return cluster.cluster_id, answer
+    raise CliError("no broker answered: " + "; ".join(errors))
+
+
+def _code_name(code: int) -> str:
+    from core.protocol.errors import ErrorCode
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
 
 
 def status_of(cluster_id: str, d, now_ms: int) -> dict:

@@ -1,9 +1,7 @@
 """ControllerConfig: the node settings the controller state machine acts on, by Kafka's names.
 
-The node's properties are parsed once by core.config (BrokerConfig); this picks out what the
-controller needs. Settings BrokerConfig does not define yet (the broker-session and periodic
-election settings, which only a controller reads) are parsed here with the same ConfigDef
-machinery, so a bad value fails the same way: a ConfigError naming the key.
+The node's properties are parsed once by core.config (BrokerConfig), which checks every value
+and names the key of a bad one; this picks out what the controller needs.
 """
 from __future__ import annotations
 
@@ -11,27 +9,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from core.config import BrokerConfig, ConfigDef, ConfigError, ConfigType
+from core.config import BrokerConfig, ConfigError
 from core.config.broker import parse_voters
 from core.config.topic import TOPIC_CONFIGS
 
-_T = ConfigType
-
-# Kafka's defaults (KRaftConfigs, ReplicationConfigs, ServerConfigs).
-_CONTROLLER_ONLY = {d.name: d for d in (
-    ConfigDef("broker.session.timeout.ms", _T.INT, 9000,
-              "a broker that has not heartbeated for this long is fenced", minimum=1),
-    ConfigDef("broker.heartbeat.interval.ms", _T.INT, 2000,
-              "how often brokers heartbeat to the controller", minimum=1),
-    ConfigDef("auto.leader.rebalance.enable", _T.BOOLEAN, True,
-              "move leadership back to each partition's preferred replica"),
-    ConfigDef("leader.imbalance.check.interval.seconds", _T.LONG, 300,
-              "how often the controller looks for partitions not led by their preferred replica",
-              minimum=1),
-    ConfigDef("unclean.leader.election.interval.ms", _T.LONG, 300_000,
-              "how often the controller tries unclean elections for leaderless partitions",
-              minimum=1),
-)}
 
 
 @dataclass(frozen=True)
@@ -78,13 +59,7 @@ class ControllerConfig:
 
     @classmethod
     def from_broker_config(cls, config: BrokerConfig) -> "ControllerConfig":
-        def get(name: str) -> Any:
-            if name in config.values:
-                return config.values[name]
-            definition = _CONTROLLER_ONLY[name]
-            raw = config.unused.get(name)
-            return definition.default if raw is None else definition.parse(raw)
-
+        get = config.__getitem__
         defaults = {name: TOPIC_CONFIGS[name].render(value)
                     for name, value in config.topic_defaults().items()}
         return cls(

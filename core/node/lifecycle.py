@@ -22,7 +22,6 @@ answers should_shut_down (it has moved leadership away), bounded by the caller's
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 
 import anyio

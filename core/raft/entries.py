@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
+
+from core.protocol.messages import DATA
 
 NO_LEADER = -1       # Kafka's sentinel for "no known leader" / "no vote" / "unknown replica"
 UNKNOWN_OFFSET = -1  # Kafka's sentinel for an offset nobody knows yet (e.g. an unset HW)
@@ -44,11 +46,13 @@ class Entry:
         return len(self.payload)
 
 
-def leader_change_payload(leader_id: int, epoch: int, voters: frozenset[int]) -> bytes:
-    """The body of the control entry that opens a leader's epoch.
-
-    Kafka writes a LeaderChangeMessage here; until the metadata record codec exists this is a
-    readable stand-in carrying the same facts (who leads, which voters).
-    """
-    voter_list = ",".join(str(v) for v in sorted(voters))
-    return f"LeaderChange(leader={leader_id},epoch={epoch},voters={voter_list})".encode()
+def leader_change_payload(leader_id: int, voters: Iterable[int], granting_voters: Iterable[int] = ()) -> bytes:
+    """The body of the control entry that opens a leader's epoch: Kafka's LeaderChangeMessage
+    (written at schema version 0, as Kafka writes it), naming the leader, the voters and those
+    that voted for it. The epoch is the entry's own (its batch's partition leader epoch)."""
+    codec = DATA["LeaderChangeMessage"]
+    Voter = codec.cls.Voter
+    return codec.encode(0, codec.cls(
+        version=0, leader_id=leader_id,
+        voters=[Voter(voter_id=v) for v in sorted(voters)],
+        granting_voters=[Voter(voter_id=v) for v in sorted(granting_voters)]))

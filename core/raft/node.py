@@ -417,12 +417,13 @@ class RaftNode:
     def become_leader(self) -> None:
         assert self.role is Role.CANDIDATE
         epoch = self.epoch
+        granting = self.state.election.granted   # the candidate's tally, before it is replaced
         self.quorum_state = QuorumState(epoch, self.node_id, self.node_id)
         state = LeaderState(self.node_id, epoch, self.log.end_offset, self.voters,
                             self.config, self.now())
         self._set_role(Role.LEADER, state, leader)
         # Open the epoch with an entry of our own, so the high watermark can move (progress.py).
-        self.log.append_as_leader([leader_change_payload(self.node_id, epoch, self.voters)],
+        self.log.append_as_leader([leader_change_payload(self.node_id, self.voters, granting)],
                                   epoch, control=True)
         leader.on_become(self)
 

@@ -120,3 +120,14 @@ def test_node_bad_config_is_one_line(tmp_path, props, needle):
 def test_node_missing_config_file_is_one_line(tmp_path):
     proc = seaway("node", "--config", str(tmp_path / "nope.properties"), check=False)
     assert proc.returncode == 1 and "nope.properties" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_quorum_describe_on_a_standalone_node_is_one_line_naming_why(node):
+    proc = seaway("quorum", "describe", "--bootstrap-server", node.bootstrap, check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "standalone" in proc.stderr and "INVALID_REQUEST" in proc.stderr
+    proc = seaway("quorum", "describe", "--bootstrap-controller", node.bootstrap, check=False)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "not a controller listener" in proc.stderr
+    proc = seaway("quorum", "describe", check=False)
+    assert proc.returncode == 2 and "--bootstrap-controller" in proc.stderr

@@ -46,6 +46,25 @@ def partitions(cluster, topic: str) -> dict[int, tuple[int, list[int], list[int]
     return {p.id: (p.leader, list(p.replicas), list(p.isrs)) for p in md.topics[topic].partitions.values()}
 
 
+def init_producer_id(bootstrap: str) -> int:
+    import anyio
+
+    from core.client.connection import BrokerConnection
+    from core.protocol import messages as m
+    host, port = bootstrap.rsplit(":", 1)
+
+    async def ask() -> int:
+        conn = await BrokerConnection(host, int(port)).connect()
+        try:
+            r = await conn.send(m.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000,
+                                                        producer_id=-1, producer_epoch=-1), 22)
+            assert r.error_code == 0, r
+            return r.producer_id
+        finally:
+            await conn.close()
+    return anyio.run(ask)
+
+
 def round_trip_every_client(cluster, topic: str, parts: int) -> None:
     for name, client in CLIENTS.items():
         records = [Record(key=f"{name}-{i}".encode(), value=f"v{i}".encode(), partition=i % parts)
@@ -71,6 +90,10 @@ def test_a_kraft_cluster_serves_every_client(tmp_path, shape):
         assert {leader for leader, _, _ in layout.values()} == set(ids)
         assert all(sorted(replicas) == ids and sorted(isr) == ids for _, replicas, isr in layout.values())
         round_trip_every_client(cluster, topic, 6)
+        # Producer ids come from the controller in blocks: no two brokers hand out the same.
+        pids = [init_producer_id(node.bootstrap) for i, node in cluster.nodes.items() if i in ids
+                for _ in range(2)]
+        assert len(set(pids)) == len(pids) and min(pids) >= 0, pids
         # Admin writes go through any broker to the controller and show in every broker's view.
         a = admin(cluster)
         fs = a.create_topics([NewTopic(topic, 1, 1)])

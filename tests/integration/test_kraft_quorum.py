@@ -67,6 +67,33 @@ def wait_caught_up(cluster, node_id: int, within: float = 20.0) -> None:
     raise AssertionError(f"node {node_id} did not catch up within {within}s\n{cluster.log_tails()}")
 
 
+def seaway(*args):
+    import subprocess
+    import sys
+
+    from tests.support.node import REPO
+    return subprocess.run([sys.executable, "-m", "core.cli", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+
+
+def check_quorum_cli(cluster, leader: int, epoch: int) -> None:
+    """`seaway quorum describe`, through a controller and through a broker, as
+    kafka-metadata-quorum shows it."""
+    import json
+    one_controller = f"127.0.0.1:{cluster.controller_ports[(leader % 3) + 1]}"  # not the leader
+    for where in (["-C", one_controller], ["-b", cluster.bootstrap]):
+        status = json.loads(seaway("quorum", "describe", *where, "--status", "-O", "json").stdout)
+        assert status["leader_id"] == leader and status["leader_epoch"] == epoch
+        assert status["current_voters"] == [1, 2, 3] and status["current_observers"] == [101]
+        assert status["cluster_id"] == cluster.cluster_id and status["high_watermark"] > 0
+        rows = json.loads(seaway("quorum", "describe", *where, "--replication", "-O", "json").stdout)
+        assert [(r["node_id"], r["status"]) for r in rows][0] == (leader, "Leader")
+        assert sorted(r["node_id"] for r in rows) == [1, 2, 3, 101]
+        assert {r["status"] for r in rows if r["node_id"] == 101} == {"Observer"}
+    text = seaway("quorum", "describe", "-C", cluster.controller_bootstrap).stdout
+    assert f"LeaderId:               {leader}" in text and "CurrentVoters:          [1,2,3]" in text
+
+
 def test_three_controllers_elect_and_a_new_leader_serves_within_5s_of_kill_9(tmp_path):
     with KRaftCluster(tmp_path, controllers=3, brokers=1) as cluster:
         leader, epoch = cluster.wait_for_leader()
@@ -75,6 +102,7 @@ def test_three_controllers_elect_and_a_new_leader_serves_within_5s_of_kill_9(tmp
         d = cluster.describe()
         assert sorted(v.replica_id for v in d.current_voters) == [1, 2, 3]
         assert [o.replica_id for o in d.observers] == [101]
+        check_quorum_cli(cluster, leader, epoch)
 
         cluster.kill(leader)
         took = create_until_ok(cluster, "after", within=15.0)

@@ -21,9 +21,9 @@ E = ErrorCode
 
 
 def _entries() -> tuple[Entry, ...]:
-    return (Entry(10, 3, leader_change_payload(1, 3, frozenset({1, 2, 3})), control=True),
+    return (Entry(10, 3, leader_change_payload(1, frozenset({1, 2, 3}), {1, 2}), control=True),
             Entry(11, 3, b"a"), Entry(12, 3, b""), Entry(13, 4, b"x" * 300),
-            Entry(14, 4, leader_change_payload(2, 5, frozenset({1, 2})), control=True),
+            Entry(14, 4, leader_change_payload(2, frozenset({1, 2}), {2}), control=True),
             Entry(15, 5, b"five"))
 
 
@@ -333,3 +333,18 @@ def test_entries_are_records_a_kafka_client_can_read() -> None:
     assert [(r.offset, r.key, r.value, r.timestamp) for r in recs] == \
         [(0, None, b"v0", 1234), (1, None, b"v1", 1234)]
     assert not (next(iter_batch_headers(buf)).attributes & ATTR_CONTROL)
+
+
+def test_the_entry_that_opens_an_epoch_is_kafkas_leader_change_message():
+    # Kafka's tools (and Kafka's raft reader) decode this control record; it must be the real
+    # LeaderChangeMessage, written at schema version 0, under a LEADER_CHANGE control key.
+    from core.protocol.metadata_records import ControlRecordType, decode_control_record
+    payload = leader_change_payload(3, frozenset({1, 2, 3}), {3, 1})
+    batch = wire.entries_to_records([Entry(7, 4, payload, control=True)])
+    (entry,) = wire.records_to_entries(batch)
+    assert entry.control and entry.epoch == 4
+    record = decode_control_record(wire.LEADER_CHANGE_KEY, entry.payload)
+    assert record.type is ControlRecordType.LEADER_CHANGE
+    assert record.message.leader_id == 3 and record.message.version == 0
+    assert [v.voter_id for v in record.message.voters] == [1, 2, 3]
+    assert [v.voter_id for v in record.message.granting_voters] == [1, 3]

@@ -441,3 +441,17 @@ def test_model_in_order_stream_always_accepted_and_retries_are_duplicates(counts
             assert v.is_duplicate and v.base_offset == off
         for old, _ in sent[:-NUM_BATCHES_TO_RETAIN]:
             assert state.validate(old).code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_allocator_uses_controller_blocks_and_never_goes_back():
+    alloc = ProducerIdAllocator()
+    assert alloc.needs_block()
+    alloc.use_block(5000, 2)
+    assert [alloc.allocate(), alloc.allocate()] == [5000, 5001]
+    assert alloc.needs_block()
+    with pytest.raises(ValueError):
+        alloc.use_block(4000, 1000)     # below ids already handed out
+    with pytest.raises(ValueError):
+        alloc.use_block(7000, 0)
+    alloc.use_block(7000, 1000)
+    assert alloc.allocate() == 7000

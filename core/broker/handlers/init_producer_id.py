@@ -4,11 +4,18 @@ Gives an idempotent producer its producer id, with epoch 0. As in Kafka, a produ
 transactional id always gets a new id, whatever id and epoch it passes (v3+, KIP-360): it
 bumps its epoch locally when it must, and partitions accept a new epoch that starts at
 sequence 0. Transactions are not supported yet, so a transactional id is refused.
+
+In a KRaft cluster the ids come in blocks of 1000 from the active controller
+(AllocateProducerIds), so brokers never hand out the same id; while no block can be had (the
+broker is not registered yet, or no controller answers) the answer is
+COORDINATOR_LOAD_IN_PROGRESS, which clients retry.
 """
 from __future__ import annotations
 
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
+
+from ..broker import BrokerError
 from core.security.authorizer import Operation, ResourceType
 
 R = m.InitProducerIdResponse
@@ -21,7 +28,10 @@ async def handle(ctx, req):
     if not ctx.authorize(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, "kafka-cluster"):
         return R(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1,
                  producer_epoch=-1)
-    producer_id = await ctx.broker.allocate_producer_id()
+    try:
+        producer_id = await ctx.broker.allocate_producer_id()
+    except BrokerError as exc:   # KRaft: no producer id block from the controller yet
+        return R(throttle_time_ms=0, error_code=exc.code, producer_id=-1, producer_epoch=-1)
     return R(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)
 
 
