@@ -266,7 +266,14 @@ class BrokerConfig:
             # As Kafka 3.x does: a controller listener missing from the map is PLAINTEXT.
             pmap.setdefault(name.upper(), "PLAINTEXT")
         self.protocol_map = pmap
-        self.listeners = parse_listeners("listeners", v["listeners"], pmap)
+        if v["controller.quorum.voters"] and not v["controller.listener.names"]:
+            raise ConfigError("controller.listener.names: required when controller.quorum.voters is set")
+        try:
+            self.listeners = parse_listeners("listeners", v["listeners"], pmap)
+        except ConfigError as exc:
+            if not v["controller.quorum.voters"] or "protocol.map" not in str(exc):
+                raise
+            raise ConfigError(f"{exc} or in controller.listener.names") from None
         if not self.listeners:
             raise ConfigError("listeners: at least one listener is required")
         if v["advertised.listeners"]:
