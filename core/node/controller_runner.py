@@ -77,19 +77,28 @@ class ControllerRunner:
 
     async def run(self) -> None:
         while True:
-            if self._should_activate():
-                await self._activate()
-            deadline = self.controller.next_deadline_ms()
-            wait = None if deadline is None else max(0.0, (deadline - now_ms()) / 1000)
-            with anyio.move_on_after(wait):
-                await self._wake.wait()
-            self._wake = anyio.Event()
-            deadline = self.controller.next_deadline_ms()
-            if deadline is not None and now_ms() >= deadline:
-                async with self._lock:
-                    records = self.controller.tick()
-                    if records:
-                        await self._append(records)
+            try:
+                await self._step()
+            except NotLeaderError:
+                # Leadership went while we were writing (a pause, a partition): _append has
+                # deactivated the controller; the new leader's controller takes over.
+                log.info("controller %d lost leadership while writing; standing by", self.node_id)
+
+    async def _step(self) -> None:
+        """Activate if due, wait for news or the controller's next deadline, tick if due."""
+        if self._should_activate():
+            await self._activate()
+        deadline = self.controller.next_deadline_ms()
+        wait = None if deadline is None else max(0.0, (deadline - now_ms()) / 1000)
+        with anyio.move_on_after(wait):
+            await self._wake.wait()
+        self._wake = anyio.Event()
+        deadline = self.controller.next_deadline_ms()
+        if deadline is not None and now_ms() >= deadline:
+            async with self._lock:
+                records = self.controller.tick()
+                if records:
+                    await self._append(records)
 
     async def _activate(self) -> None:
         async with self._lock:

@@ -15,7 +15,8 @@ import pytest
 
 from core.client.errors import KafkaError
 from core.protocol.errors import ErrorCode
-from tests.support.cluster import KRaftCluster, ask_controller, create_topics_request
+from tests.support.cluster import (KRaftCluster, ask_controller, create_topics_request, image_of,
+                                   read_metadata_log)
 from tests.support.node import NodeError
 
 
@@ -189,3 +190,54 @@ def test_all_metadata_survives_a_full_cluster_restart(tmp_path):
         assert epoch > epoch_before
         assert cluster.describe().high_watermark >= hw_before
         assert set(create(cluster, *names).values()) == {ErrorCode.TOPIC_ALREADY_EXISTS}
+
+
+def test_acknowledged_metadata_survives_pauses_and_kill_9_of_every_node(tmp_path):
+    """SIGSTOP the active controller (a new one takes over; the old one, resumed, follows),
+    then kill -9 every node at once right after a write was acknowledged. After a restart every
+    acknowledged write is there, and every node's log on disk holds the same entries and
+    describes the same image (checked by reading the files back)."""
+    with KRaftCluster(tmp_path, controllers=3, brokers=1) as cluster:
+        leader, epoch = cluster.wait_for_leader()
+        wait_broker_unfenced(cluster)
+        acknowledged = ["probe"]
+        assert create(cluster, "a1", "a2") == {"a1": ErrorCode.NONE, "a2": ErrorCode.NONE}
+        acknowledged += ["a1", "a2"]
+
+        cluster.nodes[leader].pause()
+        try:
+            create_until_ok(cluster, "b1", within=15.0)
+            acknowledged.append("b1")
+            second, second_epoch = cluster.wait_for_leader(not_in=(leader,))
+            assert second_epoch > epoch
+        finally:
+            cluster.nodes[leader].resume()
+        wait_caught_up(cluster, leader)
+        assert cluster.wait_for_leader()[0] != leader or cluster.describe().leader_epoch > second_epoch
+
+        assert create(cluster, "c1") == {"c1": ErrorCode.NONE}
+        acknowledged.append("c1")
+        for node_id in list(cluster.nodes):
+            cluster.kill(node_id)
+
+        cluster.start()
+        cluster.wait_for_leader()
+        wait_broker_unfenced(cluster)
+        codes = create(cluster, *acknowledged)
+        assert set(codes.values()) == {ErrorCode.TOPIC_ALREADY_EXISTS}, codes
+
+        for node_id in cluster.nodes:
+            wait_caught_up(cluster, node_id)
+        cluster.stop()
+
+    logs = {node_id: read_metadata_log(node) for node_id, node in cluster.nodes.items()}
+    ends = {node_id: entries[-1].offset + 1 for node_id, (_, entries) in logs.items()}
+    assert len(set(ends.values())) == 1, f"logs of different lengths after a clean stop: {ends}"
+    reference = logs[1][1]
+    for node_id, (snapshot, entries) in logs.items():
+        assert snapshot is None   # (no snapshots at the default threshold)
+        assert [(e.offset, e.epoch, e.control, e.payload) for e in entries] == \
+            [(e.offset, e.epoch, e.control, e.payload) for e in reference], f"node {node_id} differs"
+    image = image_of(None, reference)
+    assert set(acknowledged) <= set(image.topic_ids)
+    assert image.brokers[101].fenced in (True, False) and set(image.brokers) == {101}

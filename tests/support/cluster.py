@@ -176,3 +176,29 @@ def ask_controller(cluster: KRaftCluster, api_key: int, request, timeout: float 
         finally:
             await conn.close()
     return anyio.run(send)
+
+
+# ---------------------------------------------------------------------- reading logs back
+
+def read_metadata_log(node) -> tuple[object, tuple]:
+    """(snapshot or None, entries after it) of a stopped node's __cluster_metadata, read from
+    its files with the same code a restart uses."""
+    from core.config import BrokerConfig, load_properties
+    from core.raft.storage import RaftStorage
+    config = BrokerConfig(load_properties(node.config_path), warn_unknown=False)
+    storage = RaftStorage.open(config.metadata_log_dir)
+    try:
+        _, loaded = storage.load()
+        log = loaded.log
+        return loaded.snapshot, log.slice(log.start_offset, log.end_offset)
+    finally:
+        storage.close()
+
+
+def image_of(snapshot, entries):
+    """The metadata image a node's log describes (snapshot, then every metadata record)."""
+    from core.controller.image import MetadataImage
+    from core.node.loader import image_from_snapshot
+    from core.protocol.metadata_records import decode_record
+    image = image_from_snapshot(snapshot.data) if snapshot is not None else MetadataImage.empty()
+    return image.apply_all(decode_record(e.payload) for e in entries if not e.control)
