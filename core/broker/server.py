@@ -146,6 +146,7 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
                 tg.start_soon(quorum.run_snapshots)
             if controller is not None:
                 tg.start_soon(controller.runner.run)
+            broker_listeners = []
             for lc in config.listeners:
                 if config.is_controller_listener(lc.name):
                     if controller is None:
@@ -159,12 +160,17 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
                 handle.bound[lc.name] = (addr[0], addr[1])
                 scope = anyio.CancelScope()
                 handle.listener_scopes.append(scope)
-                tg.start_soon(_serve_listener, lc, tcp, server, authorizer, scope, handlers, controller)
+                serve = (_serve_listener, lc, tcp, server, authorizer, scope, handlers, controller)
+                if server is broker and lifecycle is not None:
+                    broker_listeners.append(serve)
+                else:
+                    tg.start_soon(*serve)
             _fix_advertised(config, handle.bound)
             if lifecycle is not None:
                 lifecycle.listeners = config.advertised_listeners
                 tg.start_soon(broker.kraft.sync.run)
                 tg.start_soon(lifecycle.run)
+                tg.start_soon(_serve_when_caught_up, tg, broker, lifecycle, broker_listeners)
             if broker is not None:
                 tg.start_soon(broker.run_flush_scheduler)
                 tg.start_soon(broker.run_retention)
@@ -183,6 +189,21 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
                 await anyio.to_thread.run_sync(broker.close)
             log.info("node %d stopped; logs flushed and closed", config.node_id)
             handle.stopped.set()
+
+
+async def _serve_when_caught_up(tg, broker: Broker, lifecycle: BrokerLifecycle, listeners: list) -> None:
+    """A KRaft broker's client listeners are bound at once (their ports go into the broker's
+    registration) but accept only once the broker has caught up with the metadata log and the
+    controller has unfenced it, as Kafka enables request processing only then: a client that
+    connects earlier waits in the accept backlog instead of being told the cluster is empty."""
+    log.info("broker %d: waiting to catch up with the metadata log and be unfenced", broker.node_id)
+    await lifecycle.unfenced.wait()
+    sync = broker.kraft.sync
+    target = broker.kraft.quorum.loader.next_offset
+    await sync.wait_synced(lambda: sync.synced_offset >= target, timeout_s=float("inf"))
+    for serve in listeners:
+        tg.start_soon(*serve)
+    log.info("broker %d is serving clients", broker.node_id)
 
 
 def _storage_identity(config: BrokerConfig) -> str:

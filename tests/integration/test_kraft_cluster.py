@@ -159,7 +159,7 @@ def test_controlled_shutdown_moves_leadership_before_the_broker_stops(tmp_path):
 
 
 def test_metadata_and_data_survive_a_full_cluster_restart(tmp_path):
-    with KRaftCluster(tmp_path, controllers=3, brokers=3) as cluster:
+    with KRaftCluster(tmp_path, controllers=3, brokers=3, overrides=OVERRIDES) as cluster:
         wait_brokers(cluster, [101, 102, 103])
         topic = unique_topic("restart")
         create_topic(cluster.bootstrap, topic, partitions=3, replication_factor=1,
@@ -169,7 +169,7 @@ def test_metadata_and_data_survive_a_full_cluster_restart(tmp_path):
         layout = partitions(cluster, topic)
         cluster.stop()
         cluster.start()
-        wait_brokers(cluster, [101, 102, 103])
+        wait_brokers(cluster, [101, 102, 103], timeout=60)
         assert partitions(cluster, topic) == layout
         res = ConfigResource("topic", topic)
         a = admin(cluster)

@@ -120,17 +120,21 @@ class KRaftCluster:
         self.nodes[node_id].kill()
 
     def stop(self) -> None:
-        """SIGTERM every node at once, as an operator stopping the cluster would (one at a
-        time, the last brokers would wait for a controller quorum that has already gone)."""
+        """Stop the cluster as an operator would: brokers first, all at once (each does its
+        controlled shutdown while the controllers are there to grant it), then the
+        controllers (and combined nodes) all at once."""
         import signal
-        for node in self.nodes.values():
-            if node.proc is not None and node.proc.poll() is None:
-                node.proc.send_signal(signal.SIGTERM)
-        for node in self.nodes.values():
-            try:
-                node.stop(timeout=20)
-            except NodeError:
-                pass
+        brokers = [n for i, n in self.nodes.items() if self.roles(i) == "broker"]
+        rest = [n for n in self.nodes.values() if n not in brokers]
+        for group in (brokers, rest):
+            for node in group:
+                if node.proc is not None and node.proc.poll() is None:
+                    node.proc.send_signal(signal.SIGTERM)
+            for node in group:
+                try:
+                    node.stop(timeout=20)
+                except NodeError:
+                    pass
 
     def log_tails(self, lines: int = 25) -> str:
         return "\n".join(f"--- node {i} ---\n{n.log_tail(lines)}" for i, n in self.nodes.items())
