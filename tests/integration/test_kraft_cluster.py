@@ -15,6 +15,7 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from core.protocol.errors import ErrorCode
 from tests.support.clients import CLIENTS, Record, create_topic, unique_topic
 from tests.support.cluster import KRaftCluster
 
@@ -207,3 +208,47 @@ def test_a_consumer_group_runs_on_a_kraft_cluster(tmp_path):
         req = ConsumerGroupTopicPartitions("g1", [TopicPartition(topic, p) for p in range(3)])
         offsets = a.list_consumer_group_offsets([req])["g1"].result(10)
         assert sorted(tp.offset for tp in offsets.topic_partitions) == [10, 10, 10]
+        # Only the leader of the group's __consumer_offsets partition coordinates it; the
+        # others send the client back to FindCoordinator.
+        coordinator, others = find_coordinator(cluster, "g1")
+        assert len(others) == 2
+        for bootstrap in others:
+            assert offset_fetch_error(bootstrap, "g1", topic) == ErrorCode.NOT_COORDINATOR
+        assert offset_fetch_error(coordinator, "g1", topic) == ErrorCode.NONE
+
+
+def find_coordinator(cluster, group: str) -> tuple[str, list[str]]:
+    import anyio
+
+    from core.client.connection import BrokerConnection
+    from core.protocol import messages as m
+
+    async def ask():
+        host, port = cluster.nodes[1].bootstrap.rsplit(":", 1)
+        conn = await BrokerConnection(host, int(port)).connect()
+        try:
+            return await conn.send(m.FindCoordinatorRequest(key=group, key_type=0), 10, version=3)
+        finally:
+            await conn.close()
+    answer = anyio.run(ask)
+    assert answer.error_code == 0, answer
+    me = f"{answer.host}:{answer.port}"
+    return me, [n.bootstrap for n in cluster.nodes.values() if n.bootstrap != me]
+
+
+def offset_fetch_error(bootstrap: str, group: str, topic: str) -> ErrorCode:
+    import anyio
+
+    from core.client.connection import BrokerConnection
+    from core.protocol import messages as m
+    R = m.OffsetFetchRequest
+
+    async def ask():
+        host, port = bootstrap.rsplit(":", 1)
+        conn = await BrokerConnection(host, int(port)).connect()
+        try:
+            return await conn.send(R(group_id=group, topics=[R.OffsetFetchRequestTopic(
+                name=topic, partition_indexes=[0])], require_stable=False), 9, version=7)
+        finally:
+            await conn.close()
+    return ErrorCode(anyio.run(ask).error_code)

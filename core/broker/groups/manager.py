@@ -28,6 +28,7 @@ import itertools
 import logging
 import secrets
 from collections import deque
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
@@ -39,8 +40,9 @@ from core.protocol.records import build_batch, iter_records, scan_batches
 
 from . import storage
 from .coordinator import Coordinator, GroupConfig
-from .events import (CancelTimer, DeleteResult, JoinResult, LeaveResult, PersistGroup, Respond,
-                     ScheduleTimer, SyncResult)
+from .events import (CancelTimer, DeleteGroups, DeleteResult, DescribeGroups, DescribeResult,
+                     GroupDescription, HeartbeatResult, JoinGroup, JoinResult, LeaveGroup, LeaveResult,
+                     ListGroups, PersistGroup, Respond, ScheduleTimer, SyncGroup, SyncResult)
 from .offsets import OffsetStore, TopicPartition
 from .state import GroupState
 from .storage import TOPIC, CommittedOffset, GroupKey, OffsetKey
@@ -129,9 +131,56 @@ class GroupManager:
     def new_request_id(self) -> int:
         return next(self._ids)
 
+    def is_coordinator(self, group_id: str) -> bool:
+        """Does this broker coordinate the group? Standalone: always. KRaft: when it leads the
+        group's __consumer_offsets partition and has loaded it (Kafka's isCoordinatorForGroup);
+        elsewhere group requests get NOT_COORDINATOR and the client asks FindCoordinator again."""
+        if self.broker.kraft is None:
+            return True
+        index = self.coordinator_partition(group_id)
+        if index is None:
+            return False
+        p = self.broker.topics[TOPIC].partitions[index]
+        return p is not None and p.is_leader and index in self._loaded_partitions
+
+    def _refuse(self, event):
+        """NOT_COORDINATOR answers for the groups of `event` this broker does not coordinate,
+        and the event narrowed to those it does (None when nothing is left to run)."""
+        code = E.NOT_COORDINATOR
+        if isinstance(event, (DescribeGroups, DeleteGroups)):
+            mine = tuple(g for g in event.group_ids if self.is_coordinator(g))
+            if len(mine) == len(event.group_ids):
+                return None, event
+            others = [g for g in event.group_ids if g not in mine]
+            if isinstance(event, DescribeGroups):
+                refused = DescribeResult(tuple(GroupDescription(g, code, "", "", "") for g in others))
+            else:
+                refused = DeleteResult(tuple((g, code) for g in others))
+            return refused, (dataclasses.replace(event, group_ids=mine) if mine else None)
+        if isinstance(event, ListGroups) or self.is_coordinator(event.group_id):
+            return None, event
+        if isinstance(event, JoinGroup):
+            return JoinResult(code, member_id=event.member_id), None
+        if isinstance(event, SyncGroup):
+            return SyncResult(code), None
+        if isinstance(event, LeaveGroup):
+            return LeaveResult(code), None
+        return HeartbeatResult(code), None
+
     async def request(self, event):
         """Run one coordinator event; returns the result the coordinator answers it with
         (possibly much later: a JoinGroup waits for the rebalance)."""
+        refused, event = self._refuse(event)
+        if event is None:
+            return refused
+        result = await self._request(event)
+        if refused is None:
+            return result
+        if isinstance(result, DescribeResult):
+            return DescribeResult(result.groups + refused.groups)
+        return DeleteResult(result.results + refused.results)
+
+    async def _request(self, event):
         future = self._future(event.request_id)
         self.submit(self.coordinator.handle(event))
         try:
@@ -142,6 +191,8 @@ class GroupManager:
     async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
                              instance_id: Optional[str],
                              offsets: dict[TopicPartition, CommittedOffset]) -> E:
+        if not self.is_coordinator(group_id):
+            return E.NOT_COORDINATOR
         err, actions = self.coordinator.validate_offset_commit(
             group_id, generation_id, member_id, instance_id, self.broker.clock())
         self.submit(actions)
@@ -430,12 +481,29 @@ class GroupManager:
         topic = self.broker.topics.get(TOPIC)
         if topic is None:
             return
+        gone = [i for i in self._loaded_partitions
+                if i >= len(topic.partitions) or topic.partitions[i] is None or not topic.partitions[i].is_leader]
+        for index in gone:
+            self._unload_partition(index, len(topic.partitions))
         new = [p for p in topic.partitions
                if p is not None and p.is_leader and p.index not in self._loaded_partitions]
         if new:
             # On the event loop: loading changes the coordinator's state, which requests are
             # using meanwhile. (At open, load() runs in a thread before anything is served.)
             self.load_partitions(new)
+
+    def _unload_partition(self, index: int, count: int) -> None:
+        """Another broker leads this __consumer_offsets partition now: forget its groups (their
+        parked requests answer NOT_COORDINATOR), as Kafka's onResignation does."""
+        self._loaded_partitions.discard(index)
+        now = self.broker.clock()
+        groups = set(self.coordinator.groups) | set(self.offsets.groups())
+        mine = [g for g in groups if storage.partition_for(g, count) == index]
+        for gid in mine:
+            if gid in self.coordinator.groups:
+                self.submit(self.coordinator.unload_group(gid, now))
+            self.offsets.remove_group(gid)
+        log.info("%s-%d is led elsewhere now: unloaded %d groups", TOPIC, index, len(mine))
 
     def coordinator_partition(self, group_id: str) -> int | None:
         topic = self.broker.topics.get(TOPIC)

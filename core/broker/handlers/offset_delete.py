@@ -28,6 +28,8 @@ async def handle(ctx, req):
     manager = b.groups
     if not ctx.authorize(Operation.DELETE, ResourceType.GROUP, req.group_id):
         return _response(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    if not manager.is_coordinator(req.group_id):
+        return _response(ErrorCode.NOT_COORDINATOR)
     group = manager.coordinator.groups.get(req.group_id)
     if group is None or group.state is GroupState.DEAD:
         return _response(ErrorCode.GROUP_ID_NOT_FOUND)

@@ -20,6 +20,8 @@ def _fetch(ctx, group_id, topics):
     if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
         return [], ErrorCode.GROUP_AUTHORIZATION_FAILED
     manager = ctx.broker.groups
+    if not manager.is_coordinator(group_id):
+        return [], ErrorCode.NOT_COORDINATOR
     if topics is None:
         found = manager.fetch_offsets(group_id, None)
         by_topic: dict[str, list] = {}
