@@ -13,8 +13,8 @@ threads):
   whether this broker leads it and in which leader epoch.
 
 The first reconcile also sweeps partition directories of topics the image does not hold (a
-topic deleted while this broker was down). Until that first reconcile the broker has no
-topics and serves none: `ready` is set once it has caught up with the log it found at start.
+topic deleted while this broker was down). The broker serves clients only once it has caught
+up and been unfenced (server.py), so no client sees the empty image of a starting broker.
 
 Moving replicas between brokers, follower fetching and the ISR are partition replication
 (issue 5); here a replica is only opened, closed and told who leads.
@@ -42,7 +42,6 @@ class MetadataSync:
         self.broker = broker
         self.quorum = quorum
         self.synced_offset = -1            # loader offset of the image last reconciled
-        self.ready = anyio.Event()
         self._changed = anyio.Event()
         self._progress = anyio.Event()
         self._swept = False
@@ -62,8 +61,6 @@ class MetadataSync:
             self.synced_offset = offset
             self._progress.set()
             self._progress = anyio.Event()
-            if not self.ready.is_set() and offset >= self.quorum.driver.high_watermark:
-                self.ready.set()
 
     async def wait_synced(self, predicate, timeout_s: float) -> bool:
         with anyio.move_on_after(timeout_s):

@@ -13,6 +13,7 @@ from core.config import BrokerConfig
 from core.raft.config import QuorumConfig
 from core.raft.driver import RaftDriver
 
+from .controller_runner import ControllerRunner
 from .loader import MetadataLoader, snapshot_bytes
 
 log = logging.getLogger(__name__)
@@ -51,16 +52,8 @@ class QuorumMember:
             log.info("wrote metadata snapshot %s", snapshot_id)
 
     @property
-    def is_voter(self) -> bool:
-        return self.config.node_id in self.config.quorum_voters
-
-    @property
     def leader_id(self) -> int:
         return self.driver.leader.leader_id
-
-    @property
-    def is_active_controller(self) -> bool:
-        return self.is_voter and self.driver.leader.leader_id == self.config.node_id
 
 
 class ControllerServer:
@@ -70,5 +63,4 @@ class ControllerServer:
         self.metrics = metrics
         self.connections: set = set()
         self.draining = False
-        from .controller_runner import ControllerRunner
         self.runner = ControllerRunner(config, quorum)
