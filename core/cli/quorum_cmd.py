@@ -78,7 +78,6 @@ async def _describe(args) -> int:
 async def describe_quorum(bootstrap: str, timeout_ms: int):
     """(cluster id, DescribeQuorumResponse) from the active controller."""
     from core.client.client import parse_bootstrap
-    from core.client.connection import BrokerConnection
     from core.client.errors import KafkaError
     from core.protocol import messages as m
 
@@ -86,8 +85,7 @@ async def describe_quorum(bootstrap: str, timeout_ms: int):
 
     errors = []
     for host, port in parse_bootstrap(bootstrap):
-        conn = BrokerConnection(host, port, client_id="seaway-cli", request_timeout_ms=timeout_ms,
-                                connect_timeout_ms=timeout_ms)
+        conn = _connection(host, port, timeout_ms)
         try:
             await conn.connect()
             cluster = await conn.send(m.DescribeClusterRequest(include_cluster_authorized_operations=False,
@@ -107,8 +105,7 @@ async def describe_quorum(bootstrap: str, timeout_ms: int):
         leader = next((b for b in cluster.brokers if b.broker_id == cluster.controller_id), None)
         if leader is None:
             raise CliError(f"controller {cluster.controller_id} leads but its address is unknown")
-        conn = BrokerConnection(leader.host, leader.port, client_id="seaway-cli",
-                                request_timeout_ms=timeout_ms, connect_timeout_ms=timeout_ms)
+        conn = _connection(leader.host, leader.port, timeout_ms)
         try:
             await conn.connect()
             answer, raw = await _ask_quorum(conn)
@@ -121,6 +118,12 @@ async def describe_quorum(bootstrap: str, timeout_ms: int):
             raise CliError(f"controller {leader.broker_id} answered {_code_name(code)}; try again")
         return cluster.cluster_id, answer
     raise CliError("no controller answered: " + "; ".join(errors))
+
+
+def _connection(host: str, port: int, timeout_ms: int):
+    from core.client.connection import BrokerConnection
+    return BrokerConnection(host, port, client_id="seaway-cli", request_timeout_ms=timeout_ms,
+                            connect_timeout_ms=timeout_ms)
 
 
 async def _ask_quorum(conn):
@@ -137,15 +140,13 @@ async def _ask_quorum(conn):
 async def describe_quorum_via_broker(bootstrap: str, timeout_ms: int):
     """(cluster id, DescribeQuorumResponse), asked of a broker, which forwards it."""
     from core.client.client import parse_bootstrap
-    from core.client.connection import BrokerConnection
     from core.client.errors import KafkaError
     from core.protocol import messages as m
 
     from .main import CliError
     errors = []
     for host, port in parse_bootstrap(bootstrap):
-        conn = BrokerConnection(host, port, client_id="seaway-cli", request_timeout_ms=timeout_ms,
-                                connect_timeout_ms=timeout_ms)
+        conn = _connection(host, port, timeout_ms)
         try:
             await conn.connect()
             cluster = await conn.send(m.DescribeClusterRequest(include_cluster_authorized_operations=False), 60)
