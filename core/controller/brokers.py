@@ -51,6 +51,17 @@ from .settings import ControllerConfig
 UncleanFor = Callable[[MetadataImage, str], bool]
 
 
+def check_broker_epoch(w: Working, broker_id: int, broker_epoch: int) -> None:
+    """Kafka's ClusterControlManager.checkBrokerEpoch, against the pending image."""
+    reg = w.image.brokers.get(broker_id)
+    if reg is None:
+        raise ApiError(ErrorCode.STALE_BROKER_EPOCH,
+                       f"No broker registration found for broker id {broker_id}")
+    if reg.epoch != broker_epoch:
+        raise ApiError(ErrorCode.STALE_BROKER_EPOCH,
+                       f"Expected broker epoch {reg.epoch}, but got broker epoch {broker_epoch}")
+
+
 class BrokerState(enum.Enum):
     FENCED = "fenced"
     UNFENCED = "unfenced"

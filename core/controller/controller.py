@@ -17,7 +17,9 @@ driver owns it, runs it from one task, and does the I/O:
     create_partitions,
     incremental_alter_configs,
     alter_configs,
-    allocate_producer_ids  (or handle(key, req, v))   ControllerResult(records, response)
+    allocate_producer_ids,
+    alter_partition,
+    elect_leaders  (or handle(key, req, v))           ControllerResult(records, response)
     tick()                                  records to append
     next_deadline_ms()                      when to call tick() next (None: no need)
 
@@ -33,7 +35,10 @@ State. The controller keeps two images (image.py):
 Each ControllerResult's `response` is the wire response object of the API asked (for the
 version asked). Its `records` (possibly none) must be appended to the metadata log as one
 batch, in order, before anything else the controller returns later; the response is sent when
-the log has committed the batch's last record, or at once when there are no records. A
+the log has committed the batch's last record. A result with no records was still read from
+the pending image, so its response waits until every record returned before it has committed
+(`has_uncommitted`), as Kafka's read-only controller operations wait for the purgatory: an
+AlterPartition that changes nothing must not answer with an ISR the log may yet lose. A
 validate-only request returns no records and leaves the pending image alone.
 
 Offsets. The controller counts offsets itself: activate() is told the log end offset (after
@@ -75,8 +80,9 @@ Where things live: brokers.py (registration, heartbeats, sessions, fencing, cont
 shutdown), placement.py (rack-aware replica placement), election.py (leader election and
 PartitionChangeRecords), topics.py (CreateTopics, DeleteTopics, CreatePartitions),
 configs.py (IncrementalAlterConfigs, AlterConfigs, effective topic configs), producer_ids.py
-(AllocateProducerIds), settings.py (ControllerConfig), common.py (ControllerResult, ApiError,
-the working image).
+(AllocateProducerIds), alter_partition.py (AlterPartition: ISR changes a leader asks for),
+elect_leaders.py (ElectLeaders: preferred and unclean elections an operator asks for),
+settings.py (ControllerConfig), common.py (ControllerResult, ApiError, the working image).
 """
 from __future__ import annotations
 
@@ -91,7 +97,7 @@ from core.protocol.codegen import Message
 from core.protocol.errors import ErrorCode
 from core.protocol.metadata_records import MetadataRecord
 
-from . import brokers, configs, election, producer_ids, topics
+from . import alter_partition, brokers, configs, elect_leaders, election, producer_ids, topics
 from .brokers import ClusterControl
 from .common import ApiError, ControllerResult, Working
 from .image import MetadataImage
@@ -105,7 +111,7 @@ BOOTSTRAP_METADATA_VERSION = 14     # 3.6-IV2
 MAX_ELECTIONS_PER_RUN = 1000        # Kafka's maxElectionsPerImbalance
 NOT_CONTROLLER_MESSAGE = "This node is not the active controller."
 
-HANDLED_APIS = frozenset({19, 20, 33, 37, 44, 62, 63, 64, 67})
+HANDLED_APIS = frozenset({19, 20, 33, 37, 43, 44, 56, 62, 63, 64, 67})
 
 
 def _message(record: Message | MetadataRecord) -> Message:
@@ -162,6 +168,11 @@ class QuorumController:
     def committed_offset(self) -> int:
         """Offset of the last committed record replayed (-1: none)."""
         return self._committed_offset
+
+    @property
+    def has_uncommitted(self) -> bool:
+        """Has this (active) controller returned records that have not been replayed yet?"""
+        return bool(self._uncommitted)
 
     @property
     def next_write_offset(self) -> int:
@@ -305,6 +316,10 @@ class QuorumController:
             return configs.error_response(api_key, request, code, message)
         if api_key == 67:
             return producer_ids.error_response(code)
+        if api_key == 56:
+            return alter_partition.error_response(code)
+        if api_key == 43:
+            return elect_leaders.error_response(request, code, message)
         return topics.error_response(api_key, request, version, code, message)
 
     def broker_registration(self, request, version: int,
@@ -366,10 +381,23 @@ class QuorumController:
             return ControllerResult(w.records, producer_ids.allocate_producer_ids(w, request))
         return self._run(67, request, version, generate)
 
+    def alter_partition(self, request, version: int) -> ControllerResult:
+        """AlterPartition (56): a partition leader's ISR change."""
+        def generate(w: Working) -> ControllerResult:
+            return ControllerResult(w.records, alter_partition.alter_partition(w, request, version))
+        return self._run(56, request, version, generate)
+
+    def elect_leaders(self, request, version: int) -> ControllerResult:
+        """ElectLeaders (43): preferred or unclean leader elections."""
+        def generate(w: Working) -> ControllerResult:
+            return ControllerResult(w.records, elect_leaders.elect_leaders(w, request, version))
+        return self._run(43, request, version, generate)
+
     def handle(self, api_key: int, request, version: int) -> ControllerResult:
         """Dispatch by API key (one of HANDLED_APIS)."""
         handler = {19: self.create_topics, 20: self.delete_topics, 33: self.alter_configs,
-                   37: self.create_partitions, 44: self.incremental_alter_configs,
+                   37: self.create_partitions, 43: self.elect_leaders,
+                   44: self.incremental_alter_configs, 56: self.alter_partition,
                    62: self.broker_registration, 63: self.broker_heartbeat,
                    64: self.unregister_broker, 67: self.allocate_producer_ids}.get(api_key)
         if handler is None:

@@ -76,9 +76,11 @@ def _elect(part: PartitionRegistration, isr: list[int], acceptable: Callable[[in
 
 def partition_change(topic_id: bytes, partition_id: int, part: PartitionRegistration,
                      acceptable: Callable[[int], bool], *, target_isr: list[int] | None = None,
-                     election: Election = Election.ONLINE) -> Message | None:
+                     election: Election = Election.ONLINE,
+                     target_recovery_state: int | None = None) -> Message | None:
     """The PartitionChangeRecord that elects a leader for `part` under `target_isr` (default:
-    its ISR), or None when nothing changes."""
+    its ISR) and sets `target_recovery_state` (default: unchanged, or RECOVERING after an
+    unclean election), or None when nothing changes."""
     isr = list(part.isr) if target_isr is None else list(target_isr)
     record = m.PartitionChangeRecord(partition_id=partition_id, topic_id=topic_id)
     leader, unclean = _elect(part, isr, acceptable, election)
@@ -90,6 +92,8 @@ def partition_change(topic_id: bytes, partition_id: int, part: PartitionRegistra
                 record.leader_recovery_state = RECOVERING
     if record.isr is None and isr and isr != list(part.isr):
         record.isr = isr
+    if target_recovery_state is not None and target_recovery_state != part.leader_recovery_state:
+        record.leader_recovery_state = target_recovery_state
     if record.isr is None and record.leader == -2 and record.leader_recovery_state == -1:
         return None
     return record

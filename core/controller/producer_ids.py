@@ -24,21 +24,11 @@ from core.protocol import messages as m
 from core.protocol.codegen import Message
 from core.protocol.errors import ErrorCode
 
+from .brokers import check_broker_epoch
 from .common import ApiError, Working
 
 PRODUCER_ID_BLOCK_SIZE = 1000   # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
 MAX_PRODUCER_ID = 2**63 - 1     # Long.MAX_VALUE
-
-
-def check_broker_epoch(w: Working, broker_id: int, broker_epoch: int) -> None:
-    """Kafka's ClusterControlManager.checkBrokerEpoch, against the pending image."""
-    reg = w.image.brokers.get(broker_id)
-    if reg is None:
-        raise ApiError(ErrorCode.STALE_BROKER_EPOCH,
-                       f"No broker registration found for broker id {broker_id}")
-    if reg.epoch != broker_epoch:
-        raise ApiError(ErrorCode.STALE_BROKER_EPOCH,
-                       f"Expected broker epoch {reg.epoch}, but got broker epoch {broker_epoch}")
 
 
 def allocate_producer_ids(w: Working, request) -> Message:

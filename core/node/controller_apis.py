@@ -1,10 +1,10 @@
 """The controller listener's requests: what a node with the controller role serves on the
 listeners named by controller.listener.names.
 
-Controller APIs (BrokerRegistration, BrokerHeartbeat, UnregisterBroker, and the admin requests
-brokers forward: CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
-IncrementalAlterConfigs) go to the ControllerRunner; a controller that is not active answers
-NOT_CONTROLLER, as Kafka's does.
+Controller APIs (BrokerRegistration, BrokerHeartbeat, UnregisterBroker, AllocateProducerIds,
+AlterPartition from partition leaders, and the admin requests brokers forward: CreateTopics,
+DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs, ElectLeaders) go to the
+ControllerRunner; a controller that is not active answers NOT_CONTROLLER, as Kafka's does.
 
 KRaft's RPCs (Vote 52, BeginQuorumEpoch 53, EndQuorumEpoch 54, DescribeQuorum 55,
 FetchSnapshot 59, and Fetch 1 for __cluster_metadata only, v12+) go to the Raft driver through
@@ -72,8 +72,7 @@ def _controller_handler(api_key: int):
 
 
 CONTROLLER_HANDLERS: dict = {18: _api_versions, 60: _describe_cluster}
-# CreateTopics, DeleteTopics, AlterConfigs, CreatePartitions, IncrementalAlterConfigs (which
-# brokers forward here), BrokerRegistration, BrokerHeartbeat, UnregisterBroker.
+# The QuorumController's APIs (HANDLED_APIS): those brokers forward here, and the brokers' own.
 for _key in HANDLED_APIS:
     CONTROLLER_HANDLERS[_key] = _controller_handler(_key)
 for _key in _REQUEST_OF:

@@ -10,9 +10,12 @@ The QuorumController (core/controller) decides; this does the waiting and the I/
   It deactivates it as soon as the leader changes.
 * A request (controller_apis.py) becomes records under one lock, so records reach the log in
   the order the controller generated them and its offset count stays true. The records are
-  proposed to Raft; the response leaves once the loader has applied the last of them. If the
-  epoch changes first, the answer is NOT_CONTROLLER, as Kafka's controller gives when its
-  write may not have made it: the client retries against the new controller.
+  proposed to Raft; the response leaves once the loader has applied the last of them. A
+  request that writes nothing was still answered from the controller's pending state, so it
+  waits for the last write proposed before it, if that has not committed yet (Kafka's
+  read-only operations wait in the purgatory the same way). If the epoch changes first, the
+  answer is NOT_CONTROLLER, as Kafka's controller gives when its write may not have made it:
+  the client retries against the new controller.
 * Timers: tick() when the controller's next deadline passes (broker session expiry, periodic
   elections); its records are proposed like a request's.
 """
@@ -53,6 +56,7 @@ class ControllerRunner:
         self._lock = anyio.Lock()
         self._wake = anyio.Event()
         self._active_epoch = -1
+        self._last_end = None   # OffsetAndEpoch after the last records proposed
 
     # ------------------------------------------------------------------ loader callbacks
 
@@ -113,7 +117,8 @@ class ControllerRunner:
     async def _append(self, records):
         """Propose records (under the lock); returns the OffsetAndEpoch after the last one."""
         try:
-            return await self.quorum.driver.propose([encode_record(r) for r in records])
+            self._last_end = await self.quorum.driver.propose([encode_record(r) for r in records])
+            return self._last_end
         except NotLeaderError:
             self.controller.deactivate()
             self._active_epoch = -1
@@ -126,12 +131,15 @@ class ControllerRunner:
         controller = self.controller
         async with self._lock:
             result = controller.handle(api_key, request, version)
-            if not result.records:
+            if result.records:
+                try:
+                    end = await self._append(result.records)
+                except NotLeaderError:
+                    return self._not_controller(api_key, version, request)
+            elif controller.has_uncommitted and self._last_end is not None:
+                end = self._last_end
+            else:
                 return result.response
-            try:
-                end = await self._append(result.records)
-            except NotLeaderError:
-                return self._not_controller(api_key, version, request)
         loader = self.quorum.loader
         driver = self.quorum.driver
         committed = await loader.wait_for(

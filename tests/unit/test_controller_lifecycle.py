@@ -19,6 +19,8 @@ I = m.IncrementalAlterConfigsRequest
 A = m.AlterConfigsRequest
 P = m.CreatePartitionsRequest
 D = m.DeleteTopicsRequest
+AP = m.AlterPartitionRequest
+EL = m.ElectLeadersRequest
 
 SAMPLE_REQUESTS = {
     62: (registration(1), 4),
@@ -30,10 +32,15 @@ SAMPLE_REQUESTS = {
     37: (P(topics=[P.CreatePartitionsTopic(name="t", count=2)], timeout_ms=1), 3),
     44: (I(resources=[I.AlterConfigsResource(resource_type=2, resource_name="t", configs=[])]), 1),
     33: (A(resources=[A.AlterConfigsResource(resource_type=4, resource_name="", configs=[])]), 2),
+    56: (AP(broker_id=1, broker_epoch=1, topics=[AP.TopicData(topic_name="t", partitions=[
+        AP.PartitionData(partition_index=0, new_isr=[1])])]), 1),
+    43: (EL(election_type=0, topic_partitions=[EL.TopicPartitions(topic="t", partitions=[0])]), 2),
 }
 
 
 def error_codes(response) -> list[int]:
+    if getattr(response, "error_code", 0):    # a top-level error (AlterPartition)
+        return [response.error_code]
     for items in ("topics", "responses", "results"):
         if hasattr(response, items):
             return [i.error_code for i in getattr(response, items)]

@@ -1,0 +1,179 @@
+"""AlterPartition (56): a partition leader asks the controller to change its ISR (Kafka's
+ReplicationControlManager.alterPartition and validateAlterPartitionData).
+
+Only the leader knows which followers have caught up, so it proposes the ISR; only the
+controller may make it true, so the leader acts on the new ISR once the answer carries it
+(KIP-497). The answer is the partition's registration after the change; the driver sends it
+once the change has committed.
+
+Top level: the requesting broker must be registered with the epoch it sends, in every version
+(Kafka's checkBrokerEpoch), else STALE_BROKER_EPOCH for the whole request.
+
+Per topic: by name (v0-1) or by id (v2+). An unknown topic fails each partition listed with
+UNKNOWN_TOPIC_OR_PARTITION (v0-1) or UNKNOWN_TOPIC_ID (v2+).
+
+Per partition, in Kafka's order, the first that applies:
+
+1. unknown partition: UNKNOWN_TOPIC_OR_PARTITION;
+2. a leader or partition epoch newer than ours: NOT_CONTROLLER (this controller is behind the
+   one that wrote them; the leader goes looking for the active one);
+3. an older leader epoch: FENCED_LEADER_EPOCH;
+4. the requester does not lead the partition: INVALID_REQUEST;
+5. an older partition epoch: INVALID_UPDATE_VERSION (the leader waits for newer metadata);
+6. an ISR with a duplicate, a broker that is not a replica, or without the leader:
+   INVALID_REQUEST;
+7. RECOVERING with more than one ISR member, or RECOVERED -> RECOVERING: INVALID_REQUEST
+   (KIP-704: only the leader of an unclean election recovers, alone). A recovery state that is
+   neither makes Kafka fail the whole request with UNKNOWN_SERVER_ERROR; it is INVALID_REQUEST
+   for that partition here;
+8. an ISR member that is not registered, is in controlled shutdown, is fenced, or (v3) names a
+   broker epoch other than -1 and other than its registration's (a restarted broker that has
+   not caught up again): INELIGIBLE_REPLICA from v2 on, OPERATION_NOT_ATTEMPTED before (older
+   leaders do not know the newer code). Kafka checks every member, not only added ones.
+
+A valid request becomes one PartitionChangeRecord with the new ISR and leader recovery state
+(v0 has no such field: RECOVERED). The leader stays (it is in the new ISR and, by step 8,
+active), so only the partition epoch bumps, not the leader epoch (KAFKA-15021). A request
+that changes nothing writes nothing and is answered with the current registration.
+
+Not modelled: reassignment (this controller never writes adding/removing replicas, so an ISR
+change never completes one, and Kafka's NEW_LEADER_ELECTED answer for that case does not
+arise) and ELR.
+"""
+from __future__ import annotations
+
+import logging
+
+from core.protocol import messages as m
+from core.protocol.codegen import Message
+from core.protocol.errors import ErrorCode
+
+from .brokers import check_broker_epoch
+from .common import ApiError, Working
+from .election import RECOVERED, RECOVERING, is_active, partition_change
+from .image import MetadataImage, PartitionRegistration, TopicImage, uuid_str
+
+log = logging.getLogger(__name__)
+
+R = m.AlterPartitionResponse
+NO_EPOCH = -1   # BrokerState.BrokerEpoch: not checked
+_ROUTINE = (ErrorCode.NOT_CONTROLLER, ErrorCode.FENCED_LEADER_EPOCH)
+
+
+def _topic(image: MetadataImage, t, version: int) -> TopicImage | None:
+    if version >= 2:
+        return image.topics.get(bytes(t.topic_id))
+    return image.topic(t.topic_name)
+
+
+def _members(p, version: int) -> list[tuple[int, int]]:
+    """(broker id, broker epoch) of each proposed ISR member."""
+    if version >= 3:
+        return [(b.broker_id, b.broker_epoch) for b in p.new_isr_with_epochs]
+    return [(b, NO_EPOCH) for b in p.new_isr]
+
+
+def _ineligible(image: MetadataImage, broker_id: int, epoch: int) -> str | None:
+    reg = image.brokers.get(broker_id)
+    if reg is None:
+        return "not registered"
+    if reg.in_controlled_shutdown:
+        return "shutting down"
+    if reg.fenced:
+        return "fenced"
+    if epoch != NO_EPOCH and epoch != reg.epoch:
+        return f"broker epoch mismatch: requested={epoch} VS expected={reg.epoch}"
+    return None
+
+
+def _validate(image: MetadataImage, requester: int, part: PartitionRegistration | None, p,
+              version: int) -> list[int]:
+    """The new ISR, or ApiError with the partition's error."""
+    if part is None:
+        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "unknown partition")
+    epochs = (f"leader/partition epochs {p.leader_epoch}/{p.partition_epoch}, ours "
+              f"{part.leader_epoch}/{part.partition_epoch}")
+    if p.leader_epoch > part.leader_epoch or p.partition_epoch > part.partition_epoch:
+        raise ApiError(ErrorCode.NOT_CONTROLLER, epochs)
+    if p.leader_epoch < part.leader_epoch:
+        raise ApiError(ErrorCode.FENCED_LEADER_EPOCH, epochs)
+    if requester != part.leader:
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"the leader is {part.leader}")
+    if p.partition_epoch < part.partition_epoch:
+        raise ApiError(ErrorCode.INVALID_UPDATE_VERSION, epochs)
+    members = _members(p, version)
+    isr = [b for b, _ in members]
+    if len(set(isr)) != len(isr) or not set(isr) <= set(part.replicas):
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"invalid ISR {isr}")
+    if part.leader not in isr:
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"ISR {isr} does not include the leader")
+    state = p.leader_recovery_state
+    if state not in (RECOVERED, RECOVERING):
+        raise ApiError(ErrorCode.INVALID_REQUEST, f"unknown leader recovery state {state}")
+    if state == RECOVERING and len(isr) > 1:
+        raise ApiError(ErrorCode.INVALID_REQUEST, "a recovering leader must be alone in the ISR")
+    if part.leader_recovery_state == RECOVERED and state == RECOVERING:
+        raise ApiError(ErrorCode.INVALID_REQUEST, "RECOVERED cannot become RECOVERING")
+    ineligible = [(b, why) for b, epoch in members
+                  if (why := _ineligible(image, b, epoch)) is not None]
+    if ineligible:
+        raise ApiError(ErrorCode.INELIGIBLE_REPLICA if version >= 2
+                       else ErrorCode.OPERATION_NOT_ATTEMPTED, f"ineligible replicas {ineligible}")
+    return isr
+
+
+def alter_partition(w: Working, request, version: int) -> Message:
+    """Answer an AlterPartition; adds its PartitionChangeRecords to `w`."""
+    check_broker_epoch(w, request.broker_id, request.broker_epoch)
+    image = w.image
+    # Brokers do not change here; partitions are read from the image before the request unless
+    # an earlier entry of the same request changed them (one image rebuild per request, not
+    # per partition: a leader may send thousands after a follower dies).
+    changed: dict[tuple[bytes, int], PartitionRegistration] = {}
+    records = []
+    topics = []
+    for t in request.topics:
+        out = R.TopicData(topic_name=t.topic_name, topic_id=t.topic_id, partitions=[])
+        topics.append(out)
+        topic = _topic(image, t, version)
+        if topic is None:
+            code = (ErrorCode.UNKNOWN_TOPIC_ID if version >= 2
+                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            log.info("AlterPartition from broker %d: unknown topic %s", request.broker_id,
+                     t.topic_name if version < 2 else uuid_str(t.topic_id))
+            out.partitions = [R.PartitionData(partition_index=p.partition_index, error_code=code)
+                              for p in t.partitions]
+            continue
+        for p in t.partitions:
+            key = (topic.id, p.partition_index)
+            part = changed.get(key) or topic.partitions.get(p.partition_index)
+            try:
+                isr = _validate(image, request.broker_id, part, p, version)
+            except ApiError as exc:
+                # A leader a step behind (or ahead) of this controller is routine; Kafka logs
+                # those at debug too.
+                level = logging.DEBUG if exc.code in _ROUTINE else logging.INFO
+                log.log(level, "AlterPartition from broker %d for %s-%d refused: %s (%s)",
+                        request.broker_id, topic.name, p.partition_index, exc.code.name,
+                        exc.message)
+                out.partitions.append(R.PartitionData(partition_index=p.partition_index,
+                                                      error_code=exc.code))
+                continue
+            record = partition_change(topic.id, p.partition_index, part,
+                                      lambda r: is_active(image, r), target_isr=isr,
+                                      target_recovery_state=p.leader_recovery_state)
+            if record is not None:
+                records.append(record)
+                part = changed[key] = part.merge(record)
+            out.partitions.append(R.PartitionData(
+                partition_index=p.partition_index, error_code=0, leader_id=part.leader,
+                leader_epoch=part.leader_epoch, isr=list(part.isr),
+                leader_recovery_state=part.leader_recovery_state,
+                partition_epoch=part.partition_epoch))
+    w.add(records)
+    return R(throttle_time_ms=0, error_code=0, topics=topics)
+
+
+def error_response(code: ErrorCode) -> Message:
+    """The whole request failed (Kafka's AlterPartitionRequest.getErrorResponse: no topics)."""
+    return R(throttle_time_ms=0, error_code=code, topics=[])
