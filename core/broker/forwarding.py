@@ -60,7 +60,8 @@ class ControllerChannel:
             timeout = self.config["controller.quorum.request.timeout.ms"]
             conn = BrokerConnection(host, port, node_id=leader,
                                     client_id=f"broker-{self.config.node_id}-forwarding",
-                                    request_timeout_ms=30_000, connect_timeout_ms=timeout)
+                                    request_timeout_ms=30_000, connect_timeout_ms=timeout,
+                                    local_address=self.config["client.local.address"])
             await conn.connect()
             self._conn, self._target = conn, leader
             return conn
@@ -101,10 +102,12 @@ class KRaftLink:
 
     def __init__(self, broker, quorum, lifecycle):
         from .metadata_sync import MetadataSync
+        from .replica_manager import ReplicaManager
         self.broker = broker
         self.quorum = quorum
         self.lifecycle = lifecycle
         self.channel = ControllerChannel(broker.config, quorum)
+        self.replicas = ReplicaManager(broker, self)
         self.sync = MetadataSync(broker, quorum)
 
     async def allocate_producer_ids(self, timeout_s: float = 10.0) -> tuple[int, int]:

@@ -16,8 +16,10 @@ The first reconcile also sweeps partition directories of topics the image does n
 topic deleted while this broker was down). The broker serves clients only once it has caught
 up and been unfenced (server.py), so no client sees the empty image of a starting broker.
 
-Moving replicas between brokers, follower fetching and the ISR are partition replication
-(issue 5); here a replica is only opened, closed and told who leads.
+* each local partition gets its PartitionReplica (replica_manager.py) when opened, and every
+  image's registration of it, with the brokers' epochs and fencing: it leads, follows (its
+  fetcher pulls from the leader) or, when the image no longer places it here, it is closed and
+  its directory deleted.
 """
 from __future__ import annotations
 
@@ -32,7 +34,10 @@ from core.config.topic import TopicConfigs
 from core.controller.image import MetadataImage
 from core.raft.storage import METADATA_PARTITION_DIR
 
+from . import replica_files
 from .broker import DELETE_SUFFIX, Topic, _PARTITION_DIR
+from .replica_manager import recover_replica_log
+from .replication import BrokerInfo
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +76,24 @@ class MetadataSync:
 
     # ------------------------------------------------------------------ reconcile
 
+    @property
+    def replicas(self):
+        return self.broker.kraft.replicas
+
+    def _open_replicas(self, topic: str, indexes: list[int], lc):
+        """Open the partitions and recover each one's replication state (worker thread)."""
+        partitions = self.broker._open_partitions(topic, indexes, lc)
+        marks: dict = {}
+        for d in self.broker.config.log_dirs:
+            marks.update(replica_files.read_high_watermarks(d))
+        return [(p, recover_replica_log(p, marks)) for p in partitions]
+
     async def reconcile(self, image: MetadataImage) -> None:
         broker = self.broker
         me = broker.node_id
+        brokers = {b.id: BrokerInfo(b.epoch, b.fenced, b.in_controlled_shutdown)
+                   for b in image.brokers.values()}
+        broker_epoch = self.replicas.broker_epoch(image)
         for name, topic in list(broker.topics.items()):
             if image.topics.get(topic.topic_id) is None or image.topic_ids.get(name) != topic.topic_id:
                 await self._remove(topic)
@@ -95,6 +115,7 @@ class MetadataSync:
                 for p in topic.partitions:
                     if p is not None:
                         p.update_config(lc)
+                self.replicas.topic_configs_changed(topic)
             count = max(timg.partitions, default=-1) + 1
             if len(topic.partitions) < count:
                 topic.partitions.extend([None] * (count - len(topic.partitions)))
@@ -103,17 +124,21 @@ class MetadataSync:
             if wanted:
                 lc = broker._log_config(topic.configs)
                 try:
-                    opened = await anyio.to_thread.run_sync(broker._open_partitions, timg.name, wanted, lc)
+                    opened = await anyio.to_thread.run_sync(self._open_replicas, timg.name, wanted, lc)
                 except OSError as exc:
                     log.error("topic %s: cannot open partitions %s: %s", timg.name, wanted, exc)
                     opened = []
-                for p in opened:
+                for p, replica_log in opened:
+                    self.replicas.attach(p, topic, replica_log)
                     topic.partitions[p.index] = p
             for i, reg in timg.partitions.items():
                 p = topic.partitions[i]
-                if p is not None:
-                    p.is_leader = reg.leader == me
-                    p.leader_epoch = max(reg.leader_epoch, 0)
+                if p is None:
+                    continue
+                if me not in reg.replicas:
+                    await self._remove_partition(topic, p)
+                elif p.replica is not None:
+                    await self.replicas.apply_metadata(p, reg, brokers, broker_epoch)
         if not self._swept:
             self._swept = True
             await anyio.to_thread.run_sync(self._sweep, image)
@@ -125,11 +150,21 @@ class MetadataSync:
         broker.topics_by_id.pop(topic.topic_id, None)
         local = [p for p in topic.partitions if p is not None]
         for p in local:
+            await self.replicas.stop_replica(p, delete=True)
             p.wake_waiters()
         moved = [await p.retire(DELETE_SUFFIX) for p in local]
         await anyio.to_thread.run_sync(lambda: [shutil.rmtree(d, ignore_errors=True) for d in moved])
         log.info("removed topic %s", topic.name)
         await broker.groups.on_topic_deleted(topic.name)
+
+    async def _remove_partition(self, topic: Topic, p) -> None:
+        """The image moved this replica to other brokers (reassignment): stop and delete it."""
+        topic.partitions[p.index] = None
+        await self.replicas.stop_replica(p, delete=True)
+        p.wake_waiters()
+        moved = await p.retire(DELETE_SUFFIX)
+        await anyio.to_thread.run_sync(lambda: shutil.rmtree(moved, ignore_errors=True))
+        log.info("removed %r: no longer assigned to this broker", p)
 
     def _sweep(self, image: MetadataImage) -> None:
         """Partition directories the image does not place here: their topic was deleted (or

@@ -2,6 +2,12 @@
 
 All appends and reads run on the event loop; only fsync leaves it, in a worker thread, under
 the partition's lock, so that a flush never races an append or a segment deletion.
+
+On a standalone node the partition is its own whole ISR: everything appended is committed.
+In a KRaft cluster it has a `replica` (core/broker/replication's PartitionReplica, driven by
+replica_manager.py) that owns the high watermark, the leader epoch and who may append;
+appends, truncations and metadata changes all go through the partition lock, so the log bytes
+and the replica's idea of them change together.
 """
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ from core.log import Log, LogConfig, LogCorrupted
 from core.protocol.errors import ErrorCode
 from core.log import cleaner
 from core.log.checkpoint import write_durably
-from core.protocol.records import BatchInfo, iter_batch_headers
+from core.protocol.records import BatchInfo, iter_batch_headers, set_partition_leader_epoch
 
 from .producer_state import ProducerState, Verdict, delete_snapshots, latest_snapshot, snapshot_path
 
@@ -37,6 +43,8 @@ class Partition:
         self._waiters: set[anyio.Event] = set()
         self._lock = anyio.Lock()
         self.failure: str | None = None  # why the partition went offline, if it did
+        self.replica = None     # PartitionReplica in a KRaft cluster (replica_manager.py)
+        self.replicas = None    # its ReplicaManager
 
     @property
     def offline(self) -> bool:
@@ -84,18 +92,27 @@ class Partition:
 
     @property
     def high_watermark(self) -> int:
+        if self.replica is not None:
+            return self.replica.high_watermark
         # A single node is its own whole ISR, so everything appended is committed.
         return self.log.log_end_offset
+
+    @property
+    def lock(self) -> anyio.Lock:
+        return self._lock
 
     @property
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
 
-    async def append(self, data, batches: list[BatchInfo], now_ms: int):
+    async def append(self, data, batches: list[BatchInfo], now_ms: int, *, acks: int = -1,
+                     timeout_ms: int = 30_000):
         """Append validated client batches; returns once the flush policy is satisfied.
 
-        Returns the AppendResult, or a Verdict when the idempotent-producer check refuses the
-        batches or finds them already appended (a duplicate carries the original offset).
+        Returns the log's AppendResult, or a Verdict when the idempotent-producer check refuses
+        the batches or finds them already appended (a duplicate carries the original offset),
+        or (with a replica) an ErrorCode the replica refused the append with. With a replica
+        and acks=-1 the result may still wait for the ISR: `await wait_replicated(result)`.
         Check, append and state update happen under the lock, so no other append to this
         partition can slip between them."""
         async with self._lock:
@@ -104,8 +121,17 @@ class Partition:
             verdict = self._check_producers(batches)
             if verdict is not None:
                 return verdict
+            replicated = waiter = None
+            if self.replica is not None:
+                count = sum(b.last_offset_delta + 1 for b in batches)
+                replicated, waiter = self.replicas.append_as_leader(self, count, acks, timeout_ms)
+                if replicated.error:
+                    return replicated.error
+                set_partition_leader_epoch(data, batches, replicated.leader_epoch)
             try:
                 result = self.log.append(data, batches, apply_flush_policy=False)
+                if replicated is not None:
+                    self.replicas.appended(self, replicated, waiter, result)
                 if self.log.flush_due():
                     await anyio.to_thread.run_sync(self.log.maybe_flush)
             except OSError as exc:
@@ -118,6 +144,29 @@ class Partition:
                 offset += b.last_offset_delta + 1
         self.wake_waiters()
         return result
+
+    async def wait_replicated(self, result) -> ErrorCode:
+        """acks=all: NONE once the ISR holds an append's records, else the error that ended the
+        wait (NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT, NOT_LEADER_OR_FOLLOWER)."""
+        waiter = getattr(result, "replication", None)
+        if waiter is None:
+            return ErrorCode.NONE
+        await waiter.done.wait()
+        return waiter.error
+
+    async def append_as_follower(self, data, batches: list[BatchInfo]) -> None:
+        """Batches fetched from the leader, offsets and epochs as they are (caller holds the
+        lock: replica_manager.py)."""
+        self.log.append(data, batches, assign_offsets=False, apply_flush_policy=False)
+        self.producers.replay(batches)
+        if self.log.flush_due():
+            await anyio.to_thread.run_sync(self.log.maybe_flush)
+
+    def truncated(self) -> None:
+        """The log was cut (caller holds the lock): producer state above the cut is gone too,
+        so rebuild it from the latest snapshot below the new end, as Kafka does."""
+        self.producers, self.snapshot_offset = self.load_producer_state(self.log)
+        self.wake_waiters()
 
     def _check_producers(self, batches: list[BatchInfo]) -> Verdict | None:
         """None to append; else the verdict to answer with (an error or a duplicate)."""
@@ -195,21 +244,32 @@ class Partition:
 
     async def apply_retention(self) -> int:
         async with self._lock:
-            return self.log.apply_retention()
+            if self.replica is None:
+                return self.log.apply_retention()
+            # Never past the high watermark: followers may still need what lies above it.
+            deleted = self.log.apply_retention(high_watermark=self.replica.high_watermark)
+            if deleted:
+                self.replicas.log_start_advanced(self)
+            return deleted
 
     async def delete_records(self, before_offset: int) -> int:
         async with self._lock:
-            return self.log.delete_records(before_offset)
+            start = self.log.delete_records(before_offset)
+            if self.replica is not None:
+                self.replicas.log_start_advanced(self)
+            return start
 
     def update_config(self, config: LogConfig) -> None:
         self.log.update_config(config)
 
-    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True):
-        """Raises OffsetOutOfRange, or OSError (and the partition goes offline)."""
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True, committed: bool = True):
+        """Raises OffsetOutOfRange, or OSError (and the partition goes offline). Consumers
+        read only committed records (below the high watermark); followers read to the end."""
         if self.offline:
             raise OSError(f"partition is offline: {self.failure}")
         try:
-            return self.log.read(offset, max_bytes, max_offset=self.high_watermark, min_one_batch=min_one_batch)
+            return self.log.read(offset, max_bytes, max_offset=self.high_watermark if committed else None,
+                                 min_one_batch=min_one_batch)
         except (OSError, LogCorrupted) as exc:
             self.fail(exc)
             raise OSError(str(exc)) from exc

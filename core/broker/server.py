@@ -169,6 +169,8 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
             if lifecycle is not None:
                 lifecycle.listeners = config.advertised_listeners
                 tg.start_soon(broker.kraft.sync.run)
+                tg.start_soon(broker.kraft.replicas.run)
+                tg.start_soon(broker.groups.run_topic_creator)
                 tg.start_soon(lifecycle.run)
                 tg.start_soon(_serve_when_caught_up, tg, broker, lifecycle, broker_listeners)
             if broker is not None:
@@ -187,6 +189,8 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
         with anyio.CancelScope(shield=True):
             if broker is not None:
                 await anyio.to_thread.run_sync(broker.close)
+                if broker.kraft is not None:
+                    await anyio.to_thread.run_sync(broker.kraft.replicas.close)
             log.info("node %d stopped; logs flushed and closed", config.node_id)
             handle.stopped.set()
 

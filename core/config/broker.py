@@ -126,7 +126,9 @@ def _broker_defs() -> list[ConfigDef]:
                   "how often each partition's high watermark is checkpointed", minimum=1),
         ConfigDef("replica.selector.class", _T.STRING, None,
                   "KIP-392 replica selector: RackAwareReplicaSelector lets consumers fetch from "
-                  "a replica in their client.rack"),
+                  "a replica in their client.rack",
+                  choices=("org.apache.kafka.common.replica.RackAwareReplicaSelector", "RackAwareReplicaSelector",
+                           "org.apache.kafka.common.replica.LeaderSelector", "LeaderSelector")),
         ConfigDef("leader.replication.throttled.rate", _T.LONG, 2**63 - 1,
                   "bytes/s a leader sends to throttled followers (reassignment)", minimum=0),
         ConfigDef("follower.replication.throttled.rate", _T.LONG, 2**63 - 1,
@@ -366,6 +368,18 @@ class BrokerConfig:
 
     def is_controller_listener(self, name: str) -> bool:
         return name in self.controller_listener_names
+
+    @property
+    def inter_broker_listener_name(self) -> str:
+        """The listener followers fetch from: inter.broker.listener.name, else the first
+        listener that is not a controller listener (Kafka's default is PLAINTEXT)."""
+        name = self.values.get("inter.broker.listener.name")
+        if name:
+            return name
+        for listener in self.listeners:
+            if not self.is_controller_listener(listener.name):
+                return listener.name
+        return "PLAINTEXT"
 
     @property
     def node_id(self) -> int:

@@ -61,7 +61,29 @@ TOPIC_CONFIG_LIST = [
               "how far a record's timestamp may lie in the future", minimum=0,
               synonym="log.message.timestamp.after.max.ms"),
     ConfigDef("preallocate", _T.BOOLEAN, False, "preallocate segment files", synonym="log.preallocate"),
+    ConfigDef("leader.replication.throttled.replicas", _T.LIST, [],
+              "replicas (PARTITION:BROKER, or *) whose replication is throttled on the leader side "
+              "(leader.replication.throttled.rate)", validator=lambda v: _check_throttled(
+                  "leader.replication.throttled.replicas", v)),
+    ConfigDef("follower.replication.throttled.replicas", _T.LIST, [],
+              "replicas (PARTITION:BROKER, or *) whose replication is throttled on the follower side "
+              "(follower.replication.throttled.rate)", validator=lambda v: _check_throttled(
+                  "follower.replication.throttled.replicas", v)),
 ]
+
+
+def _check_throttled(name: str, items: list[str]) -> None:
+    if items == ["*"]:
+        return
+    for item in items:
+        partition, _, broker = item.partition(":")
+        if not (partition.isdigit() and broker.isdigit()):
+            raise ConfigError(f"{name}: {item!r} is not PARTITION:BROKER (or the list is not just *)")
+
+
+def is_throttled(items: list[str], partition: int, broker: int) -> bool:
+    """Does a *.replication.throttled.replicas list name this partition's replica on `broker`?"""
+    return items == ["*"] or f"{partition}:{broker}" in items
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in TOPIC_CONFIG_LIST}
 

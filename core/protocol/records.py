@@ -58,6 +58,7 @@ _BASE_OFFSET = struct.Struct(">q")
 _LENGTH_AND_MAGIC = struct.Struct(">qiib")  # baseOffset, batchLength, leaderEpoch, magic
 _CRC = struct.Struct(">I")
 _I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
 
 
 class InvalidBatch(ValueError):
@@ -179,6 +180,13 @@ def assign_offsets(buf: bytearray | memoryview, batches: Sequence[BatchInfo], fi
         _BASE_OFFSET.pack_into(buf, info.position, offset)
         offset += info.last_offset_delta + 1
     return offset
+
+
+def set_partition_leader_epoch(buf: bytearray | memoryview, batches: Sequence[BatchInfo], epoch: int) -> None:
+    """Stamp each batch with the leader epoch it is appended in (outside the CRC, like the
+    base offset)."""
+    for info in batches:
+        _I32.pack_into(buf, info.position + 12, epoch)
 
 
 def set_log_append_time(buf: bytearray | memoryview, batches: Sequence[BatchInfo], now_ms: int) -> None:

@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Append errors that mean another broker leads (or is about to lead) the group's partition.
+_MOVED = frozenset({E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH, E.UNKNOWN_TOPIC_OR_PARTITION})
+
 
 class CoordinatorError(Exception):
     """The offsets log cannot take a write; answered with `code`."""
@@ -125,6 +128,7 @@ class GroupManager:
         self._timers_changed = anyio.Event()
         self._sleeping_until: Optional[int] = None
         self._topic_lock = anyio.Lock()
+        self._topic_wanted = anyio.Event()   # KRaft: a request found __consumer_offsets missing
 
     # ------------------------------------------------------------------ requests
 
@@ -386,34 +390,56 @@ class GroupManager:
             raise CoordinatorError(E.INVALID_COMMIT_OFFSET_SIZE if commit else E.UNKNOWN_SERVER_ERROR,
                                    f"a {len(data)}-byte batch exceeds max.message.bytes {limit}")
         try:
-            await partition.append(data, scan_batches(data), now)
+            result = await partition.append(data, scan_batches(data), now)
         except OSError as exc:
             raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
+        code = result if isinstance(result, E) else await partition.wait_replicated(result)
+        if code:
+            # As Kafka's GroupMetadataManager maps a failed append of the group's records.
+            raise CoordinatorError(E.NOT_COORDINATOR if code in _MOVED else E.COORDINATOR_NOT_AVAILABLE,
+                                   f"writing {TOPIC} failed: {code.name}")
 
     async def ensure_topic(self) -> None:
-        """Create `__consumer_offsets` on first use, as Kafka does on the first FindCoordinator."""
+        """Create `__consumer_offsets` on first use, as Kafka does on the first FindCoordinator.
+
+        In a KRaft cluster the controller creates it, which takes a quorum commit (and blocks
+        for as long as the quorum has no majority); the request that asked must not wait for
+        that, since responses on a connection go out in order and a client's fetches would
+        queue behind it. So, as Kafka does, the creation runs in the background
+        (run_topic_creator) and the caller gets COORDINATOR_NOT_AVAILABLE, which clients retry.
+        """
         if TOPIC in self.broker.topics:
             return
+        if self.broker.kraft is not None:
+            self._topic_wanted.set()
+            raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE, f"{TOPIC} is being created")
         from ..broker import BrokerError
         async with self._topic_lock:
             if TOPIC in self.broker.topics:
                 return
-            cfg = self.broker.config
-            configs = {"cleanup.policy": "compact", "compression.type": "producer",
-                       "segment.bytes": str(cfg["offsets.topic.segment.bytes"])}
-            if self.broker.kraft is not None:
-                # The controller creates it and places its partitions; we see it in the image.
-                codes = await self.broker.kraft.create_topics(
-                    [TOPIC], self.num_partitions, cfg["offsets.topic.replication.factor"], configs)
-                if TOPIC not in self.broker.topics:
-                    raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE,
-                                           f"{TOPIC} is not available yet ({codes.get(TOPIC, E.NONE).name})")
-                return
             try:
-                await self.broker.create_topic(TOPIC, self.num_partitions, 1, configs)
+                await self.broker.create_topic(TOPIC, self.num_partitions, 1, self._topic_configs())
             except BrokerError as exc:
                 if exc.code != E.TOPIC_ALREADY_EXISTS:
                     raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
+
+    def _topic_configs(self) -> dict[str, str]:
+        return {"cleanup.policy": "compact", "compression.type": "producer",
+                "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"])}
+
+    async def run_topic_creator(self) -> None:
+        """KRaft: create __consumer_offsets through the controller when a request wanted it."""
+        while True:
+            await self._topic_wanted.wait()
+            if TOPIC not in self.broker.topics:
+                codes = await self.broker.kraft.create_topics(
+                    [TOPIC], self.num_partitions, self.broker.config["offsets.topic.replication.factor"],
+                    self._topic_configs())
+                if TOPIC not in self.broker.topics:
+                    log.info("%s not created yet (%s); will retry when asked", TOPIC,
+                             codes.get(TOPIC, E.NONE).name)
+                    await anyio.sleep(0.1)
+            self._topic_wanted = anyio.Event()
 
     # ------------------------------------------------------------------ timers and expiry
 

@@ -7,12 +7,13 @@ from . import (alter_configs, api_versions, create_partitions, create_topics, de
                delete_records, delete_topics, describe_cluster, describe_configs, describe_groups,
                describe_quorum, fetch, find_coordinator, forwarded, heartbeat, init_producer_id,
                join_group, leave_group, list_groups, list_offsets, metadata, offset_commit,
-               offset_delete, offset_fetch, produce, sync_group)
+               offset_delete, offset_fetch, offset_for_leader_epoch, produce, sync_group)
 
-_MODULES = (produce, fetch, list_offsets, metadata, api_versions, create_topics, delete_topics,
+_MODULES = (forwarded, produce, fetch, list_offsets, metadata, api_versions, create_topics, delete_topics,
             delete_records, describe_configs, alter_configs, create_partitions, describe_cluster,
             describe_quorum, init_producer_id, find_coordinator, join_group, sync_group, heartbeat, leave_group,
-            describe_groups, list_groups, delete_groups, offset_commit, offset_fetch, offset_delete)
+            describe_groups, list_groups, delete_groups, offset_commit, offset_fetch, offset_delete,
+            offset_for_leader_epoch)
 
 HANDLERS = {}
 for _mod in _MODULES:

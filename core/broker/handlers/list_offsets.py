@@ -7,6 +7,9 @@ with that record's own timestamp; no match answers offset -1.
 
 The log's indexes find the candidate batch; that one batch is then decoded to pick the exact
 record, as Kafka does. This is an admin lookup, never on the produce or fetch path.
+
+A follower (replica id >= 0) asking for the latest offset gets the leader's log end, not the
+high watermark: it is finding where its own log parts from the leader's.
 """
 from __future__ import annotations
 
@@ -80,7 +83,10 @@ async def handle(ctx, req):
                 pr.error_code = epoch_error
             else:
                 try:
-                    pr.offset, pr.timestamp = _lookup(p, tp.timestamp)
+                    if req.replica_id >= 0 and tp.timestamp == LATEST:
+                        pr.offset, pr.timestamp = p.log.log_end_offset, -1
+                    else:
+                        pr.offset, pr.timestamp = _lookup(p, tp.timestamp)
                     pr.leader_epoch = p.leader_epoch
                 except ValueError:
                     pr.error_code = ErrorCode.INVALID_REQUEST

@@ -7,9 +7,13 @@ topic whose compression.type names a codec other than the producer's has its bat
 and re-encoded (recompress.py), as Kafka does.
 
 acks: 0 sends no response (and an error closes the connection, as Kafka does, so the client
-learns of it); 1 and -1 answer after the append and after the flush policy is met. On a single
-node the ISR is the leader alone, so -1 waits for nothing more. Transactions are not
-supported yet: a transactional produce gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+learns of it); 1 answers after the leader's append and its flush policy. -1 (all) in a KRaft
+cluster refuses with NOT_ENOUGH_REPLICAS while the ISR is below min.insync.replicas, and
+otherwise answers once every ISR member has the records (the high watermark covers them), or
+with NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER or REQUEST_TIMED_OUT (timeout_ms)
+if that does not happen; the partitions of one request wait together. On a standalone node the
+ISR is the node alone, so -1 waits for nothing more. Transactions are not supported yet: a
+transactional produce gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 
 Idempotent producers (producer id set): the partition checks each batch's epoch and
 sequence against the producer's last five batches (producer_state.py). A retry of a batch
@@ -40,7 +44,9 @@ def _error(index: int, code: ErrorCode, message: str | None = None) -> PR:
               error_message=message)
 
 
-async def _produce_partition(ctx, topic, index: int, records) -> PR:
+async def _produce_partition(ctx, topic, index: int, records, acks: int = 1, timeout_ms: int = 30_000):
+    """The partition's answer, or (with acks=-1 in a cluster) (partition, append result) to
+    wait on."""
     partition, code = ctx.broker.leader_partition(topic, index)
     if partition is None:
         return _error(index, code)
@@ -76,7 +82,9 @@ async def _produce_partition(ctx, topic, index: int, records) -> PR:
             data, batches = recompress(data, batches, codec, max_decompressed=ctx.broker.config["socket.request.max.bytes"])
         except DecodeError as exc:
             return _error(index, ErrorCode.CORRUPT_MESSAGE, f"cannot recompress: {exc}")
-    result = await partition.append(data, batches, ctx.broker.clock())
+    result = await partition.append(data, batches, ctx.broker.clock(), acks=acks, timeout_ms=timeout_ms)
+    if isinstance(result, ErrorCode):
+        return _error(index, result)
     if isinstance(result, Verdict):
         if result.is_duplicate:  # already appended: answer as the first time, append nothing
             return PR(index=index, error_code=0, base_offset=result.base_offset, log_append_time_ms=-1,
@@ -85,6 +93,12 @@ async def _produce_partition(ctx, topic, index: int, records) -> PR:
     metrics = ctx.broker.metrics
     metrics.bytes_in.labels(topic.name).inc(len(data))
     metrics.records_in.labels(topic.name).inc(result.records)
+    if getattr(result, "replication", None) is not None:
+        return partition, result
+    return _appended(partition, index, result)
+
+
+def _appended(partition, index: int, result) -> PR:
     return PR(index=index, error_code=0, base_offset=result.base_offset,
               log_append_time_ms=result.log_append_time, log_start_offset=partition.log_start_offset)
 
@@ -113,6 +127,7 @@ def _check_timestamps(ctx, topic, batches) -> None:
 async def handle(ctx, req):
     b = ctx.broker
     responses = []
+    waiting = []   # acks=all appends the ISR has yet to confirm
     failed = False
     bad_acks = req.acks not in (0, 1, -1)
     for td in req.topic_data:
@@ -128,24 +143,36 @@ async def handle(ctx, req):
                 pr = _error(pd.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             elif topic is None:
                 pr = _error(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            elif req.acks == -1 and topic.configs.get("min.insync.replicas") > ISR_SIZE:
+            elif (req.acks == -1 and b.kraft is None
+                  and topic.configs.get("min.insync.replicas") > ISR_SIZE):
                 # The ISR of a single node is the node itself: one replica.
                 pr = _error(pd.index, ErrorCode.NOT_ENOUGH_REPLICAS,
                             f"min.insync.replicas is {topic.configs.get('min.insync.replicas')} "
                             f"but the in-sync replica set has {ISR_SIZE}")
             else:
                 try:
-                    pr = await _produce_partition(ctx, topic, pd.index, pd.records)
+                    pr = await _produce_partition(ctx, topic, pd.index, pd.records, req.acks, req.timeout_ms)
+                    if isinstance(pr, tuple):
+                        waiting.append((len(parts), parts, pd.index, *pr))
+                        pr = None
                 except InvalidBatch as exc:
                     pr = _error(pd.index, exc.code, str(exc))
                 except OSError as exc:
                     log.error("%s-%d: append failed: %s", td.name, pd.index, exc)
                     pr = _error(pd.index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
-            if pr.error_code:
+            if pr is not None and pr.error_code:
                 failed = True
                 b.metrics.partition_errors.labels("Produce", ErrorCode(pr.error_code).name).inc()
             parts.append(pr)
         responses.append(R.TopicProduceResponse(name=td.name, partition_responses=parts))
+    for slot, parts, index, partition, result in waiting:
+        # Each waits on its own ISR; together they take as long as the slowest.
+        code = await partition.wait_replicated(result)
+        if code:
+            b.metrics.partition_errors.labels("Produce", code.name).inc()
+            parts[slot] = _error(index, code)
+        else:
+            parts[slot] = _appended(partition, index, result)
     if req.acks == 0:
         ctx.close_after_response = failed
         return None
