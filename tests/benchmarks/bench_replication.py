@@ -1,0 +1,124 @@
+"""Replication cost: acks=all produce to RF=3 (min.insync.replicas=2) against RF=1, on one
+KRaft cluster of a controller and three brokers (real processes on this machine).
+
+    python tests/benchmarks/bench_replication.py            # ~2 minutes; prints a table
+    python tests/benchmarks/bench_replication.py --n 20000  # quicker
+
+Per scenario: a fresh 1-partition topic, confluent-kafka Producer (acks=all, idempotence,
+linger.ms=5, batch.size=1 MiB, 1 KiB values), N records timed from the first produce() to the
+end of flush(); then a paced producer (500 msg/s for 3 s, linger.ms=0) for per-record latency
+p50/p99 from produce() to the delivery report. The figures go in tests/benchmarks/README.md
+by hand, with the command.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from tests.support.cluster import KRaftCluster  # noqa: E402
+
+
+def wait_brokers(admin, n: int) -> None:
+    deadline = time.monotonic() + 60
+    while len(admin.list_topics(timeout=5).brokers) < n:
+        if time.monotonic() > deadline:
+            raise SystemExit("brokers did not register")
+        time.sleep(0.2)
+
+
+def create(admin, name: str, rf: int) -> None:
+    admin.create_topics([NewTopic(name, 1, rf, config={"min.insync.replicas": str(min(rf, 2))})])[name].result(30)
+    deadline = time.monotonic() + 30
+    while True:
+        p = admin.list_topics(name, timeout=5).topics[name].partitions[0]
+        if p.leader >= 0 and len(p.isrs) == rf:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{name}: no full ISR")
+        time.sleep(0.1)
+
+
+def throughput(bootstrap: str, topic: str, n: int, size: int) -> float:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                  "linger.ms": 5, "batch.size": 1 << 20, "delivery.report.only.error": True,
+                  "queue.buffering.max.messages": 1_000_000})
+    value = b"x" * size
+    for _ in range(2000):
+        p.produce(topic, value, partition=0)
+    p.flush(60)
+    start = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, value, partition=0)
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i % 1000 == 0:
+            p.poll(0)
+    if p.flush(120):
+        raise SystemExit("records left unacknowledged")
+    return n * size / (time.perf_counter() - start) / 1e6
+
+
+def latency(bootstrap: str, topic: str, rate: int = 500, seconds: float = 3.0) -> tuple[float, float]:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 0})
+    samples: list[float] = []
+
+    def done(err, msg, sent):
+        if err is None:
+            samples.append(time.perf_counter() - sent)
+    value = b"y" * 1024
+    interval = 1 / rate
+    next_at = time.perf_counter()
+    end = next_at + seconds
+    while next_at < end:
+        now = time.perf_counter()
+        if now < next_at:
+            p.poll(next_at - now)
+            continue
+        sent = time.perf_counter()
+        p.produce(topic, value, partition=0, on_delivery=lambda e, m, s=sent: done(e, m, s))
+        next_at += interval
+    p.flush(30)
+    samples.sort()
+    return statistics.median(samples) * 1000, samples[int(len(samples) * 0.99)] * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=100_000, help="records per throughput run (default 100000)")
+    ap.add_argument("--size", type=int, default=1024, help="value bytes (default 1024)")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d, KRaftCluster(Path(d), controllers=1, brokers=3) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        wait_brokers(admin, 3)
+        rows = []
+        for rf in (1, 3):
+            mbs, lat = [], []
+            for r in range(args.repeat):
+                topic = f"bench-rf{rf}-{r}"
+                create(admin, topic, rf)
+                mbs.append(throughput(cluster.bootstrap, topic, args.n, args.size))
+                lat.append(latency(cluster.bootstrap, topic))
+            rows.append((rf, statistics.median(mbs), min(mbs), max(mbs),
+                         statistics.median(x[0] for x in lat), statistics.median(x[1] for x in lat)))
+        print(f"{'RF':>3} {'MB/s (median, min-max)':>26} {'p50 ms':>8} {'p99 ms':>8}")
+        for rf, med, lo, hi, p50, p99 in rows:
+            print(f"{rf:>3} {med:>10.1f} ({lo:.1f}-{hi:.1f}){'':>8} {p50:>8.2f} {p99:>8.2f}")
+        print(f"RF=3 / RF=1 throughput: {rows[1][1] / rows[0][1]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
