@@ -459,35 +459,33 @@ class ReplicaManager:
             await anyio.sleep(interval)
             await self.checkpoint_high_watermarks()
 
+    def _high_watermarks_by_dir(self) -> dict[Path, dict[tuple[str, int], int]]:
+        by_dir: dict[Path, dict[tuple[str, int], int]] = {Path(d): {} for d in self.config.log_dirs}
+        for p in self.broker.all_partitions():
+            if p.replica is not None and not p.offline:
+                by_dir.setdefault(p.log.directory.parent, {})[(p.topic, p.index)] = p.replica.high_watermark
+        return by_dir
+
+    @staticmethod
+    def _write_high_watermarks(by_dir) -> None:
+        for d, marks in by_dir.items():
+            if d.exists():
+                replica_files.write_high_watermarks(d, marks)
+
     async def checkpoint_high_watermarks(self) -> None:
         if not self._hw_dirty:
             return
         self._hw_dirty = False
-        by_dir: dict[Path, dict[tuple[str, int], int]] = {}
-        for d in self.config.log_dirs:
-            by_dir[Path(d)] = {}
-        for p in self.broker.all_partitions():
-            if p.replica is not None and not p.offline:
-                by_dir.setdefault(p.log.directory.parent, {})[(p.topic, p.index)] = p.replica.high_watermark
-
-        def write():
-            for d, marks in by_dir.items():
-                if d.exists():
-                    replica_files.write_high_watermarks(d, marks)
+        by_dir = self._high_watermarks_by_dir()
         try:
-            await anyio.to_thread.run_sync(write)
+            await anyio.to_thread.run_sync(self._write_high_watermarks, by_dir)
         except OSError as exc:
             self._hw_dirty = True
             log.error("cannot checkpoint high watermarks: %s", exc)
 
     def close(self) -> None:
         """At shutdown (worker thread, after the logs flushed): the last high watermarks."""
-        by_dir: dict[Path, dict[tuple[str, int], int]] = {}
-        for p in self.broker.all_partitions():
-            if p.replica is not None and not p.offline:
-                by_dir.setdefault(p.log.directory.parent, {})[(p.topic, p.index)] = p.replica.high_watermark
-        for d, marks in by_dir.items():
-            try:
-                replica_files.write_high_watermarks(d, marks)
-            except OSError as exc:
-                log.error("%s: cannot checkpoint high watermarks: %s", d, exc)
+        try:
+            self._write_high_watermarks(self._high_watermarks_by_dir())
+        except OSError as exc:
+            log.error("cannot checkpoint high watermarks: %s", exc)
