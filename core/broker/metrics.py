@@ -33,6 +33,10 @@ class BrokerMetrics:
         self.bytes_out = Counter("seaway_bytes_out", "Record batch bytes served by Fetch, by topic", ["topic"],
                                  registry=r)
         self.connections = Gauge("seaway_connections", "Open client connections", registry=r)
+        self.isr_shrinks = Counter("seaway_isr_shrinks", "ISR shrinks committed for partitions this broker "
+                                   "leads", registry=r)
+        self.isr_expands = Counter("seaway_isr_expands", "ISR expansions committed for partitions this "
+                                   "broker leads", registry=r)
         self._request_children: dict[str, tuple] = {}
 
     def for_api(self, api: str):
@@ -45,6 +49,7 @@ class BrokerMetrics:
     def watch_broker(self, broker) -> None:
         self.registry.register(_PartitionCollector(broker))
         self.registry.register(_GroupCollector(broker))
+        self.registry.register(_ReplicationCollector(broker))
 
     def serve(self, port: int, host: str = "0.0.0.0") -> int:
         """Start the /metrics HTTP endpoint in a daemon thread; returns the bound port."""
@@ -73,6 +78,47 @@ class _PartitionCollector:
                 hw.add_metric(labels, p.high_watermark)
                 size.add_metric(labels, p.log.size_bytes)
         yield from (leo, start, hw, size)
+
+
+class _ReplicationCollector:
+    """Kafka's ReplicaManager gauges (UnderReplicatedPartitions, UnderMinIsrPartitionCount,
+    LeaderCount), the controller's OfflinePartitionsCount as this broker's image has it, and
+    each follower's lag behind the leader (leader log end minus the follower's fetch offset)."""
+
+    def __init__(self, broker):
+        self.broker = broker
+
+    def collect(self):
+        under = GaugeMetricFamily("seaway_under_replicated_partitions",
+                                  "Partitions this broker leads whose ISR lacks some replica")
+        under_min = GaugeMetricFamily("seaway_under_min_isr_partitions",
+                                      "Partitions this broker leads whose ISR is below min.insync.replicas")
+        leaders = GaugeMetricFamily("seaway_leader_partitions", "Partitions this broker leads")
+        offline = GaugeMetricFamily("seaway_offline_partitions", "Partitions without a leader (metadata image)")
+        lag = GaugeMetricFamily("seaway_follower_lag", "Offsets a follower is behind this leader",
+                                labels=["topic", "partition", "follower"])
+        counts = [0, 0, 0]
+        for p in list(self.broker.all_partitions()):
+            replica = p.replica
+            if replica is None or replica.leader is None:
+                continue
+            counts[0] += 1
+            counts[1] += replica.under_replicated
+            counts[2] += replica.under_min_isr
+            end = replica.log_end_offset
+            for progress in replica.leader.remotes.values():
+                if progress.log_end_offset >= 0:
+                    lag.add_metric([p.topic, str(p.index), str(progress.replica_id)],
+                                   max(end - progress.log_end_offset, 0))
+        leaders.add_metric([], counts[0])
+        under.add_metric([], counts[1])
+        under_min.add_metric([], counts[2])
+        kraft = getattr(self.broker, "kraft", None)
+        if kraft is not None:
+            image = kraft.quorum.loader.image
+            offline.add_metric([], sum(1 for t in image.topics.values()
+                                       for reg in t.partitions.values() if reg.leader < 0))
+        yield from (leaders, under, under_min, offline, lag)
 
 
 class _GroupCollector:

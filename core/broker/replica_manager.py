@@ -119,6 +119,7 @@ class ReplicaManager:
         self._fetchers: dict[int, object] = {}
         self._task_group = None
         self._hw_dirty = False
+        self._isr_sizes: dict[tuple[str, int], int] = {}
         self.records_lost = 0
         self.unclean_leaderships = 0
         self.leader_quota = ReplicationQuota(lambda: self.throttle_rate("leader.replication.throttled.rate"),
@@ -279,7 +280,26 @@ class ReplicaManager:
         for action in partition.replica.take_actions():
             if not self._do_light(partition, action):
                 raise RuntimeError(f"{partition!r}: {action} needs the partition lock")
+        self._after_input(partition)
+
+    def _after_input(self, partition) -> None:
         self._schedule(partition)
+        self._count_isr_change(partition)
+
+    def _count_isr_change(self, partition) -> None:
+        """Kafka's IsrShrinksPerSec / IsrExpandsPerSec: changes of the committed ISR of a
+        partition we lead, whether our AlterPartition answer or the metadata told us."""
+        replica = partition.replica
+        key = (partition.topic, partition.index)
+        if replica is None or replica.leader is None:
+            self._isr_sizes.pop(key, None)
+            return
+        size = len(replica.isr)
+        before = self._isr_sizes.get(key)
+        self._isr_sizes[key] = size
+        if before is not None and size != before:
+            metrics = self.broker.metrics
+            (metrics.isr_shrinks if size < before else metrics.isr_expands).inc()
 
     async def _execute(self, partition, *, locked: bool, fetched=None) -> None:
         replica = partition.replica
@@ -303,7 +323,7 @@ class ReplicaManager:
                 pass   # MetadataSync removes partitions no longer assigned here
             else:
                 raise RuntimeError(f"{partition!r}: unknown replica action {action}")
-        self._schedule(partition)
+        self._after_input(partition)
 
     def _do_light(self, partition, action) -> bool:
         """Actions without log bytes; False for the ones that need the lock."""

@@ -64,11 +64,28 @@ def isr_seen_by(cluster, node_id: int, topic: str) -> list[int]:
 
 
 @contextmanager
-def start_cluster(tmp_path: Path, **overrides):
-    with KRaftCluster(tmp_path, controllers=1, brokers=3, overrides=dict(OVERRIDES, **overrides)) as cluster:
+def start_cluster(tmp_path: Path, per_node: dict[int, dict[str, str]] | None = None, **overrides):
+    """One controller, brokers 101-103; `per_node` adds settings to single nodes."""
+    cluster = KRaftCluster(tmp_path, controllers=1, brokers=3, overrides=dict(OVERRIDES, **overrides))
+    for node_id, props in (per_node or {}).items():
+        with open(cluster.nodes[node_id].config_path, "a") as f:
+            f.writelines(f"{k}={v}\n" for k, v in props.items())
+    with cluster:
         wait_until(lambda: len(admin(cluster).list_topics(timeout=5).brokers) == 3, 30,
                    "three brokers registered", cluster)
         yield cluster
+
+
+def scrape(port: int) -> dict[str, float]:
+    """A node's Prometheus metrics without labels, by name."""
+    import urllib.request
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
 
 
 def create(cluster, topic: str, rf: int = 3, partitions: int = 1, **configs) -> None:
@@ -213,7 +230,12 @@ def test_consumers_see_only_what_the_isr_has(tmp_path):
 
 
 def test_isr_shrinks_and_grows_and_min_insync_replicas_guards_acks_all(tmp_path):
-    with start_cluster(tmp_path) as cluster:
+    from tests.support.node import free_port
+    ports = {n: free_port() for n in NODES}
+    # Sessions longer than the lag time: the leader's own AlterPartition shrinks the ISR before
+    # the controller could fence anyone.
+    with start_cluster(tmp_path, per_node={n: {"metrics.port": str(p)} for n, p in ports.items()},
+                       **{"broker.session.timeout.ms": "15000"}) as cluster:
         topic = unique_topic("isr")
         create(cluster, topic, min_insync_replicas=2)
         leader, _, _ = layout(cluster, topic)
@@ -232,6 +254,10 @@ def test_isr_shrinks_and_grows_and_min_insync_replicas_guards_acks_all(tmp_path)
                    "the ISR down to the leader", cluster)
         code, _ = raw_produce(cluster, leader, topic, acks=-1)
         assert code == ErrorCode.NOT_ENOUGH_REPLICAS
+        metrics = scrape(ports[leader])
+        assert metrics["seaway_under_replicated_partitions"] == 1
+        assert metrics["seaway_under_min_isr_partitions"] == 1
+        assert metrics["seaway_isr_shrinks_total"] >= 1
         assert raw_produce(cluster, leader, topic, acks=1)[0] == ErrorCode.NONE, "acks=1 does not need the ISR"
         # Both come back, catch up and rejoin; acks=all works again.
         cluster.sigcont(a)
@@ -239,6 +265,9 @@ def test_isr_shrinks_and_grows_and_min_insync_replicas_guards_acks_all(tmp_path)
         wait_until(lambda: isr_seen_by(cluster, leader, topic) == NODES, 30, "both followers back in the ISR",
                    cluster)
         assert raw_produce(cluster, leader, topic, acks=-1)[0] == ErrorCode.NONE
+        metrics = scrape(ports[leader])
+        assert metrics["seaway_under_replicated_partitions"] == 0
+        assert metrics["seaway_isr_expands_total"] >= 2 and metrics["seaway_leader_partitions"] >= 1
         wait_until(lambda: len({log_bytes(cluster, n, topic) for n in NODES}) == 1, 15,
                    "identical logs", cluster)
 
@@ -283,14 +312,9 @@ def test_offset_for_leader_epoch_answers_from_the_epoch_cache(tmp_path):
 def test_consumers_read_from_a_follower_in_their_rack(tmp_path):
     """KIP-392: the leader sends a consumer with client.rack to the in-sync follower in that
     rack, which serves records up to its high watermark."""
-    cluster = KRaftCluster(tmp_path, controllers=1, brokers=3, overrides=dict(
-        OVERRIDES, **{"replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector"}))
     racks = {101: "az-a", 102: "az-b", 103: "az-c"}
-    for node_id, rack in racks.items():
-        with open(cluster.nodes[node_id].config_path, "a") as f:
-            f.write(f"broker.rack={rack}\n")
-    with cluster:
-        wait_until(lambda: len(admin(cluster).list_topics(timeout=5).brokers) == 3, 30, "brokers", cluster)
+    with start_cluster(tmp_path, per_node={n: {"broker.rack": r} for n, r in racks.items()}, **{
+            "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector"}) as cluster:
         topic = unique_topic("rack")
         create(cluster, topic)
         values = [b"r%d" % i for i in range(50)]
