@@ -35,6 +35,10 @@ class BrokerMetrics:
         self.connections = Gauge("seaway_connections", "Open client connections", registry=r)
         self.isr_shrinks = Counter("seaway_isr_shrinks", "ISR shrinks committed for partitions this broker "
                                    "leads", registry=r)
+        self.unclean_leaderships = Counter("seaway_unclean_leaderships", "Leaderships this broker took "
+                                           "after an unclean election", registry=r)
+        self.records_lost = Counter("seaway_records_lost", "Offsets below the high watermark a replica "
+                                    "dropped after an unclean election", registry=r)
         self.isr_expands = Counter("seaway_isr_expands", "ISR expansions committed for partitions this "
                                    "broker leads", registry=r)
         self._request_children: dict[str, tuple] = {}

@@ -120,8 +120,6 @@ class ReplicaManager:
         self._task_group = None
         self._hw_dirty = False
         self._isr_sizes: dict[tuple[str, int], int] = {}
-        self.records_lost = 0
-        self.unclean_leaderships = 0
         self.leader_quota = ReplicationQuota(lambda: self.throttle_rate("leader.replication.throttled.rate"),
                                              self.clock)
         self.follower_quota = ReplicationQuota(lambda: self.throttle_rate("follower.replication.throttled.rate"),
@@ -344,12 +342,12 @@ class ReplicaManager:
             # Small and rare (a leader change); durable before the records that need it.
             replica_files.write_leader_epochs(partition.log.directory, action.entries)
         elif isinstance(action, RecordsLost):
-            self.records_lost += action.end_offset - action.start_offset
+            self.broker.metrics.records_lost.inc(action.end_offset - action.start_offset)
             log.error("%r: truncated [%d, %d) below its high watermark after an unclean leader "
                       "election (epoch %d): those records are lost", partition,
                       action.start_offset, action.end_offset, action.leader_epoch)
         elif isinstance(action, UncleanLeadership):
-            self.unclean_leaderships += 1
+            self.broker.metrics.unclean_leaderships.inc()
             log.error("%r: leading epoch %d after an unclean election from log end %d (high "
                       "watermark %d): records the old ISR held beyond it are lost", partition,
                       action.leader_epoch, action.log_end_offset, action.high_watermark)

@@ -373,7 +373,10 @@ def test_without_unclean_election_a_partition_with_no_live_isr_stays_offline(tmp
     offline (Metadata says so) even though an out-of-sync replica is alive; enabling
     unclean.leader.election.enable brings it back on that replica, which lacks (and reports)
     the records only the dead leader had."""
-    with start_cluster(tmp_path, **{"unclean.leader.election.interval.ms": "500"}) as cluster:
+    from tests.support.node import free_port
+    port = free_port()
+    with start_cluster(tmp_path, per_node={102: {"metrics.port": str(port)}},
+                       **{"unclean.leader.election.interval.ms": "500"}) as cluster:
         topic = unique_topic("unclean")
         a = admin(cluster)
         fs = a.create_topics([NewTopic(topic, 1, replica_assignment=[[101, 102]])])
@@ -404,6 +407,7 @@ def test_without_unclean_election_a_partition_with_no_live_isr_stays_offline(tmp
         got = consume(cluster, topic, 15, timeout=5, via=102)
         assert [v for _, v in got] == [b"both-%d" % i for i in range(10)]
         assert "unclean" in cluster.nodes[102].log_tail(200)
+        assert scrape(port)["seaway_unclean_leaderships_total"] == 1
 
 
 def test_a_replication_throttle_slows_only_the_throttled_catch_up(tmp_path):
