@@ -36,9 +36,15 @@ A valid request becomes one PartitionChangeRecord with the new ISR and leader re
 active), so only the partition epoch bumps, not the leader epoch (KAFKA-15021). A request
 that changes nothing writes nothing and is answered with the current registration.
 
-Not modelled: reassignment (this controller never writes adding/removing replicas, so an ISR
-change never completes one, and Kafka's NEW_LEADER_ELECTED answer for that case does not
-arise) and ELR.
+Reassignment (reassignment.py). The replicas a reassignment is adding are replicas, so by
+step 6 the leader may add them to the ISR once they have caught up; nothing else may join it.
+An ISR that completes the reassignment (election.py: every target replica in it) completes
+it in the same record: the replicas become the target, the removing replicas leave the ISR,
+and the leader epoch bumps. If the leader itself was being removed, a target replica of the
+new ISR leads, and the requester is answered NEW_LEADER_ELECTED (v2+; FENCED_LEADER_EPOCH
+before), with the record still written, as Kafka does: it learns the rest from the metadata.
+
+Not modelled: ELR.
 """
 from __future__ import annotations
 
@@ -51,7 +57,7 @@ from core.protocol.errors import ErrorCode
 from .brokers import check_broker_epoch
 from .common import ApiError, Working
 from .election import RECOVERED, RECOVERING, is_active, partition_change
-from .image import MetadataImage, PartitionRegistration, TopicImage, uuid_str
+from .image import NO_LEADER_CHANGE, MetadataImage, PartitionRegistration, TopicImage, uuid_str
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +171,21 @@ def alter_partition(w: Working, request, version: int) -> Message:
             if record is not None:
                 records.append(record)
                 part = changed[key] = part.merge(record)
+                if record.leader not in (NO_LEADER_CHANGE, request.broker_id):
+                    # The ISR completed a reassignment that moved leadership away.
+                    code = (ErrorCode.NEW_LEADER_ELECTED if version >= 2
+                            else ErrorCode.FENCED_LEADER_EPOCH)
+                    log.info("AlterPartition from broker %d for %s-%d completed its "
+                             "reassignment and moved leadership to %d; answering %s",
+                             request.broker_id, topic.name, p.partition_index, part.leader,
+                             code.name)
+                    out.partitions.append(R.PartitionData(partition_index=p.partition_index,
+                                                          error_code=code))
+                    continue
+                if record.adding_replicas is not None or record.removing_replicas is not None:
+                    log.info("AlterPartition from broker %d completed the reassignment of "
+                             "%s-%d: replicas %s", request.broker_id, topic.name,
+                             p.partition_index, list(part.replicas))
             out.partitions.append(R.PartitionData(
                 partition_index=p.partition_index, error_code=0, leader_id=part.leader,
                 leader_epoch=part.leader_epoch, isr=list(part.isr),

@@ -14,11 +14,13 @@ Each resource succeeds or fails on its own; all its changes apply or none. Value
 as the client sent them. A change is validated as the whole config it leads to: every topic
 setting must be known and parse (core.config's TOPIC_CONFIGS); a broker setting must be one
 that may change at run time, which here means the broker-level default of a topic setting
-(log.retention.ms, unclean.leader.election.enable, ...). Errors name the key: INVALID_CONFIG for
-values, INVALID_REQUEST for malformed resources, UNKNOWN_TOPIC_OR_PARTITION /
-BROKER_ID_NOT_REGISTERED for resources that do not exist (checked after the values, as Kafka
-does). A broker resource gets a record for every key given even if the value is unchanged
-(KAFKA-14136: brokers reload on it); a topic only for keys that change.
+(log.retention.ms, unclean.leader.election.enable, ...) or a replication throttle rate
+(leader.replication.throttled.rate, follower.replication.throttled.rate: bytes/s, a LONG >= 0,
+per broker or as the cluster default, as in Kafka; brokers read them from the image). Errors
+name the key: INVALID_CONFIG for values, INVALID_REQUEST for malformed resources,
+UNKNOWN_TOPIC_OR_PARTITION / BROKER_ID_NOT_REGISTERED for resources that do not exist (checked
+after the values, as Kafka does). A broker resource gets a record for every key given even if
+the value is unchanged (KAFKA-14136: brokers reload on it); a topic only for keys that change.
 """
 from __future__ import annotations
 
@@ -48,7 +50,11 @@ SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 4, 5
 _KNOWN_RESOURCE_TYPES = {TOPIC_RESOURCE, BROKER_RESOURCE, 8, 16, 32}
 
 _TOPIC_BY_SYNONYM = {d.synonym: d for d in TOPIC_CONFIG_LIST if d.synonym}
-DYNAMIC_BROKER_CONFIGS = frozenset(_TOPIC_BY_SYNONYM)
+# Kafka's DynamicConfig.Broker: the replication throttle rates (KIP-73) besides the
+# broker-level defaults of topic settings.
+THROTTLE_RATE_CONFIGS = frozenset({"leader.replication.throttled.rate",
+                                   "follower.replication.throttled.rate"})
+DYNAMIC_BROKER_CONFIGS = frozenset(_TOPIC_BY_SYNONYM) | THROTTLE_RATE_CONFIGS
 
 Stored = Mapping[str, str]
 

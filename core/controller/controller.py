@@ -19,7 +19,9 @@ driver owns it, runs it from one task, and does the I/O:
     alter_configs,
     allocate_producer_ids,
     alter_partition,
-    elect_leaders  (or handle(key, req, v))           ControllerResult(records, response)
+    elect_leaders,
+    alter_partition_reassignments,
+    list_partition_reassignments  (or handle(key, req, v))  ControllerResult(records, response)
     tick()                                  records to append
     next_deadline_ms()                      when to call tick() next (None: no need)
 
@@ -82,7 +84,9 @@ PartitionChangeRecords), topics.py (CreateTopics, DeleteTopics, CreatePartitions
 configs.py (IncrementalAlterConfigs, AlterConfigs, effective topic configs), producer_ids.py
 (AllocateProducerIds), alter_partition.py (AlterPartition: ISR changes a leader asks for),
 elect_leaders.py (ElectLeaders: preferred and unclean elections an operator asks for),
-settings.py (ControllerConfig), common.py (ControllerResult, ApiError, the working image).
+reassignment.py (AlterPartitionReassignments, ListPartitionReassignments: moving partitions
+between brokers, KIP-455), settings.py (ControllerConfig), common.py (ControllerResult,
+ApiError, the working image).
 """
 from __future__ import annotations
 
@@ -97,7 +101,8 @@ from core.protocol.codegen import Message
 from core.protocol.errors import ErrorCode
 from core.protocol.metadata_records import MetadataRecord
 
-from . import alter_partition, brokers, configs, elect_leaders, election, producer_ids, topics
+from . import (alter_partition, brokers, configs, elect_leaders, election, producer_ids,
+               reassignment, topics)
 from .brokers import ClusterControl
 from .common import ApiError, ControllerResult, Working
 from .image import MetadataImage
@@ -111,7 +116,7 @@ BOOTSTRAP_METADATA_VERSION = 14     # 3.6-IV2
 MAX_ELECTIONS_PER_RUN = 1000        # Kafka's maxElectionsPerImbalance
 NOT_CONTROLLER_MESSAGE = "This node is not the active controller."
 
-HANDLED_APIS = frozenset({19, 20, 33, 37, 43, 44, 56, 62, 63, 64, 67})
+HANDLED_APIS = frozenset({19, 20, 33, 37, 43, 44, 45, 46, 56, 62, 63, 64, 67})
 
 
 def _message(record: Message | MetadataRecord) -> Message:
@@ -320,6 +325,8 @@ class QuorumController:
             return alter_partition.error_response(code)
         if api_key == 43:
             return elect_leaders.error_response(request, code, message)
+        if api_key in (45, 46):
+            return reassignment.error_response(api_key, request, code, message)
         return topics.error_response(api_key, request, version, code, message)
 
     def broker_registration(self, request, version: int,
@@ -393,11 +400,25 @@ class QuorumController:
             return ControllerResult(w.records, elect_leaders.elect_leaders(w, request, version))
         return self._run(43, request, version, generate)
 
+    def alter_partition_reassignments(self, request, version: int) -> ControllerResult:
+        """AlterPartitionReassignments (45): start or cancel partition reassignments."""
+        def generate(w: Working) -> ControllerResult:
+            image = w.image
+            return ControllerResult(w.records, reassignment.alter_partition_reassignments(
+                w, request, version, unclean=lambda name: self._unclean(image, name)))
+        return self._run(45, request, version, generate)
+
+    def list_partition_reassignments(self, request, version: int) -> ControllerResult:
+        """ListPartitionReassignments (46): the reassignments in progress (no records)."""
+        return self._run(46, request, version, lambda w: ControllerResult(
+            [], reassignment.list_partition_reassignments(w.image, request, version)))
+
     def handle(self, api_key: int, request, version: int) -> ControllerResult:
         """Dispatch by API key (one of HANDLED_APIS)."""
         handler = {19: self.create_topics, 20: self.delete_topics, 33: self.alter_configs,
                    37: self.create_partitions, 43: self.elect_leaders,
-                   44: self.incremental_alter_configs, 56: self.alter_partition,
+                   44: self.incremental_alter_configs, 45: self.alter_partition_reassignments,
+                   46: self.list_partition_reassignments, 56: self.alter_partition,
                    62: self.broker_registration, 63: self.broker_heartbeat,
                    64: self.unregister_broker, 67: self.allocate_producer_ids}.get(api_key)
         if handler is None:

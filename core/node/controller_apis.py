@@ -3,8 +3,9 @@ listeners named by controller.listener.names.
 
 Controller APIs (BrokerRegistration, BrokerHeartbeat, UnregisterBroker, AllocateProducerIds,
 AlterPartition from partition leaders, and the admin requests brokers forward: CreateTopics,
-DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs, ElectLeaders) go to the
-ControllerRunner; a controller that is not active answers NOT_CONTROLLER, as Kafka's does.
+DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs, ElectLeaders,
+AlterPartitionReassignments, ListPartitionReassignments) go to the ControllerRunner; a
+controller that is not active answers NOT_CONTROLLER, as Kafka's does.
 
 KRaft's RPCs (Vote 52, BeginQuorumEpoch 53, EndQuorumEpoch 54, DescribeQuorum 55,
 FetchSnapshot 59, and Fetch 1 for __cluster_metadata only, v12+) go to the Raft driver through

@@ -21,6 +21,7 @@ P = m.CreatePartitionsRequest
 D = m.DeleteTopicsRequest
 AP = m.AlterPartitionRequest
 EL = m.ElectLeadersRequest
+RA = m.AlterPartitionReassignmentsRequest
 
 SAMPLE_REQUESTS = {
     62: (registration(1), 4),
@@ -35,6 +36,9 @@ SAMPLE_REQUESTS = {
     56: (AP(broker_id=1, broker_epoch=1, topics=[AP.TopicData(topic_name="t", partitions=[
         AP.PartitionData(partition_index=0, new_isr=[1])])]), 1),
     43: (EL(election_type=0, topic_partitions=[EL.TopicPartitions(topic="t", partitions=[0])]), 2),
+    45: (RA(timeout_ms=1, topics=[RA.ReassignableTopic(name="t", partitions=[
+        RA.ReassignablePartition(partition_index=0, replicas=[1])])]), 0),
+    46: (m.ListPartitionReassignmentsRequest(timeout_ms=1, topics=None), 0),
 }
 
 

@@ -1,6 +1,6 @@
 """The admin requests a KRaft broker forwards to the active controller: CreateTopics (19),
 DeleteTopics (20), AlterConfigs (33), CreatePartitions (37), IncrementalAlterConfigs (44),
-ElectLeaders (43).
+ElectLeaders (43), AlterPartitionReassignments (45), ListPartitionReassignments (46).
 
 A standalone node handles them itself (create_topics.py and the others). In a KRaft cluster
 the controller owns metadata: the broker sends it the request as it came (forwarding.py), and
@@ -16,13 +16,27 @@ the channel looks for the new controller (v0 has no top-level error; its electio
 PREFERRED). A standalone node leads every partition it has, so every existing partition
 answers ELECTION_NOT_NEEDED (left out when the request names no partitions, as the controller
 does) and any other UNKNOWN_TOPIC_OR_PARTITION.
+
+AlterPartitionReassignments (v0) needs ALTER on the cluster, ListPartitionReassignments (v0)
+DESCRIBE on the cluster (Kafka's checks), else CLUSTER_AUTHORIZATION_FAILED at the top and,
+for 45, for every partition listed. A KRaft broker forwards both, as Kafka's brokers do (46 is
+read-only, but only the controller knows what is in progress), and after a successful
+reassignment waits (bounded) until its own image shows each partition started, completed or
+cancelled, so that its Metadata answers show the new replicas. A standalone node is its
+own only broker: every partition is on it already, so a target of just this node changes
+nothing, any other target names a broker that is not registered (INVALID_REPLICA_ASSIGNMENT),
+a cancel finds NO_REASSIGNMENT_IN_PROGRESS, and nothing is ever in progress.
 """
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
 from core.client.errors import KafkaError
 from core.controller import elect_leaders as elections
+from core.controller import reassignment
+from core.controller.common import ApiError
+from core.controller.topics import check_manual_assignment
 from core.controller.controller import QuorumController
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
@@ -84,6 +98,10 @@ def _shown(ctx, request, answer, synced_before: int, image_before):
         done = [r.name for r in answer.results if r.error_code == 0]
         return (lambda: all(n in broker.topics and len(broker.topics[n].partitions) >= wanted[n]
                             for n in done)) if done else None
+    if ctx.api_key == 45:
+        return _reassignment_shown(broker.kraft.quorum.loader, request, answer)
+    if ctx.api_key == 46:
+        return None
     if ctx.api_key == 43:
         elected = [(r.topic, p.partition_id) for r in answer.replica_election_results
                    for p in r.partition_result if p.error_code == 0]
@@ -141,4 +159,76 @@ def _standalone_elections(broker, request):
     return R(throttle_time_ms=0, error_code=0, replica_election_results=results)
 
 
-HANDLES = {43: elect_leaders}
+# --------------------------------------------------------------------------- reassignments
+
+
+def _reassignment_shown(loader, request, answer):
+    """Holds once the loader's image (Metadata answers from it) shows every partition that
+    succeeded started or done (its replicas begin with the target) or cancelled (no
+    reassignment in progress)."""
+    targets = {(t.name, p.partition_index): p.replicas for t in request.topics
+               for p in t.partitions}
+    done = [(t.name, r.partition_index) for t in answer.responses for r in t.partitions
+            if r.error_code == 0]
+
+    def shown(name: str, index: int) -> bool:
+        part = loader.image.partition(name, index)
+        if part is None:
+            return True          # deleted meanwhile: nothing more to wait for
+        target = targets.get((name, index))
+        if target is None:
+            return not reassignment.in_progress(part)
+        return list(part.replicas[:len(target)]) == list(target)
+    return (lambda: all(shown(n, i) for n, i in done)) if done else None
+
+
+async def alter_partition_reassignments(ctx, request):
+    if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE):
+        return reassignment.error_response(45, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                           None)
+    if ctx.broker.kraft is not None:
+        return await forward(ctx, request)
+    return _standalone_reassignments(ctx.broker, request)
+
+
+async def list_partition_reassignments(ctx, request):
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
+        return reassignment.error_response(46, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                           None)
+    if ctx.broker.kraft is not None:
+        return await forward(ctx, request)
+    R = m.ListPartitionReassignmentsResponse
+    return R(throttle_time_ms=0, error_code=0, error_message=None, topics=[])
+
+
+def _standalone_reassignments(broker, request):
+    R = m.AlterPartitionReassignmentsResponse
+    # The controller's assignment checks, against a cluster of this one broker.
+    alone = SimpleNamespace(brokers={broker.node_id: None})
+
+    def result(name: str, p):
+        res = R.ReassignablePartitionResponse(partition_index=p.partition_index, error_code=0,
+                                              error_message=None)
+        topic = broker.topics.get(name)
+        try:
+            if topic is None:
+                raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                               f"Unable to find a topic named {name}.")
+            if not 0 <= p.partition_index < len(topic.partitions):
+                raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                               f"Unable to find partition {name}:{p.partition_index}.")
+            if p.replicas is None:
+                raise ApiError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)
+            check_manual_assignment(alone, list(p.replicas), None)
+        except ApiError as exc:
+            res.error_code, res.error_message = exc.code, exc.message
+        return res
+
+    return R(throttle_time_ms=0, error_code=0, error_message=None, responses=[
+        R.ReassignableTopicResponse(name=t.name, partitions=[result(t.name, p)
+                                                             for p in t.partitions])
+        for t in request.topics])
+
+
+HANDLES = {43: elect_leaders, 45: alter_partition_reassignments,
+           46: list_partition_reassignments}
