@@ -79,6 +79,9 @@ def latency(bootstrap: str, topic: str, rate: int = 500, seconds: float = 3.0) -
         if err is None:
             samples.append(time.perf_counter() - sent)
     value = b"y" * 1024
+    for _ in range(50):   # connections, metadata and the producer id before anything is timed
+        p.produce(topic, value, partition=0)
+    p.flush(30)
     interval = 1 / rate
     next_at = time.perf_counter()
     end = next_at + seconds
@@ -95,15 +98,40 @@ def latency(bootstrap: str, topic: str, rate: int = 500, seconds: float = 3.0) -
     return statistics.median(samples) * 1000, samples[int(len(samples) * 0.99)] * 1000
 
 
+def profile(cluster, topic_rf: int, args) -> None:
+    """py-spy the partition's leader and one follower during a throughput run."""
+    import subprocess
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    topic = f"bench-profile-rf{topic_rf}"
+    create(admin, topic, topic_rf)
+    part = admin.list_topics(topic, timeout=5).topics[topic].partitions[0]
+    spies = []
+    for role, node_id in [("leader", part.leader)] + [("follower", r) for r in part.replicas if r != part.leader][:1]:
+        out = Path(args.profile) / f"{role}-{node_id}.txt"
+        spies.append(subprocess.Popen(["py-spy", "record", "--format", "raw", "-o", str(out), "--pid",
+                                       str(cluster.nodes[node_id].proc.pid), "--duration", "30"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    time.sleep(1)
+    print(f"profiling RF={topic_rf}: {throughput(cluster.bootstrap, topic, args.n, args.size):.1f} MB/s")
+    for spy in spies:
+        spy.wait()
+    print(f"flame graphs in {args.profile}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=100_000, help="records per throughput run (default 100000)")
     ap.add_argument("--size", type=int, default=1024, help="value bytes (default 1024)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--profile", metavar="DIR", help="py-spy the leader and a follower (RF=3) instead")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d, KRaftCluster(Path(d), controllers=1, brokers=3) as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         wait_brokers(admin, 3)
+        if args.profile:
+            Path(args.profile).mkdir(parents=True, exist_ok=True)
+            profile(cluster, 3, args)
+            return
         rows = []
         for rf in (1, 3):
             mbs, lat = [], []
