@@ -127,13 +127,12 @@ class ReplicaFetcher:
         if self._conn is not None and not self._conn.closed and self._conn_address == address:
             return self._conn
         await self._drop_connection()
-        local = self.config["client.local.address"]
-        extra = {"local_address": local} if local else {}
         conn = BrokerConnection(
             *address, node_id=self.leader_id,
             client_id=f"broker-{self.manager.node_id}-fetcher",
             request_timeout_ms=self.config["replica.socket.timeout.ms"] + self.config["replica.fetch.wait.max.ms"],
-            connect_timeout_ms=self.config["replica.socket.timeout.ms"], **extra)
+            connect_timeout_ms=self.config["replica.socket.timeout.ms"],
+            local_address=self.config["client.local.address"])
         await conn.connect()
         self._conn, self._conn_address = conn, address
         return conn

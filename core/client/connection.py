@@ -159,7 +159,8 @@ class BrokerConnection:
     def __init__(self, host: str, port: int, *, node_id: int = -1, client_id: str | None = "seaway",
                  request_timeout_ms: int = 30000, connect_timeout_ms: int = 10000,
                  max_response_size: int = DEFAULT_MAX_RESPONSE_SIZE,
-                 on_close: Callable[["BrokerConnection"], None] | None = None):
+                 on_close: Callable[["BrokerConnection"], None] | None = None,
+                 local_address: str | None = None):
         self.host = host
         self.port = port
         self.node_id = node_id
@@ -168,6 +169,9 @@ class BrokerConnection:
         self.connect_timeout_ms = connect_timeout_ms
         self.max_response_size = max_response_size
         self.on_close = on_close
+        # The IP our end binds to (client.local.address): on a multi-homed host it picks the
+        # interface; a fault-injection proxy tells nodes apart by it. None: the kernel picks.
+        self.local_address = local_address
         #: api key -> (min, max) versions the broker advertised
         self.api_versions: dict[int, tuple[int, int]] = {}
         self.api_versions_version = -1  # the ApiVersions version the broker accepted
@@ -198,7 +202,8 @@ class BrokerConnection:
         try:
             async with asyncio.timeout(self.connect_timeout_ms / 1000):
                 transport, proto = await loop.create_connection(
-                    lambda: _FrameProtocol(self, self.max_response_size), self.host, self.port)
+                    lambda: _FrameProtocol(self, self.max_response_size), self.host, self.port,
+                    local_addr=(self.local_address, 0) if self.local_address else None)
         except (OSError, TimeoutError) as exc:
             self.closed = True
             raise KafkaConnectionError(f"cannot connect to {self}: {exc or 'timed out'}") from None

@@ -95,7 +95,8 @@ class BrokerLifecycle:
         host, port = self.config.quorum_voters[leader]
         conn = BrokerConnection(host, port, node_id=leader, client_id=f"broker-{self.config.node_id}",
                                 request_timeout_ms=self.config["controller.quorum.request.timeout.ms"],
-                                connect_timeout_ms=self.config["controller.quorum.request.timeout.ms"])
+                                connect_timeout_ms=self.config["controller.quorum.request.timeout.ms"],
+                                local_address=self.config["client.local.address"])
         await conn.connect()
         self._conn, self._conn_target = conn, leader
         return conn

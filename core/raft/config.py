@@ -2,6 +2,8 @@
 
 Only the numbers the pure state machine needs live here; addresses (`controller.quorum.voters`,
 `controller.quorum.bootstrap.servers`) belong to the driver, which hands the node its voter ids.
+The exception is `client.local.address`, the IP the driver binds its outbound connections to:
+it rides here because this config is what a node hands its driver; the state machine ignores it.
 """
 from __future__ import annotations
 
@@ -42,6 +44,8 @@ class QuorumConfig:
     fetch_snapshot_max_bytes: int = 8 * 1024 * 1024
     # Kafka's raft client starts each binary-exponential backoff step at 50 ms.
     retry_backoff_base_ms: int = 50
+    # client.local.address (the driver's, not the state machine's): None lets the kernel pick.
+    local_address: str | None = None
 
     def __post_init__(self) -> None:
         must_be_positive = ("election_timeout_ms", "fetch_timeout_ms", "request_timeout_ms",
@@ -49,6 +53,8 @@ class QuorumConfig:
         kafka_names = {field_name: name for name, field_name in PROPERTY_NAMES.items()}
         for f in fields(self):
             value = getattr(self, f.name)
+            if not isinstance(value, int):
+                continue
             low = 1 if f.name in must_be_positive else 0
             if value < low:
                 name = kafka_names.get(f.name, f.name)
@@ -65,6 +71,8 @@ class QuorumConfig:
                 except (TypeError, ValueError):
                     raise ValueError(f"{name} must be an integer, got {properties[name]!r}") \
                         from None
+        if properties.get("client.local.address"):
+            values["local_address"] = str(properties["client.local.address"])
         return cls(**values)
 
     @property

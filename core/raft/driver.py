@@ -355,7 +355,8 @@ class RaftDriver:
             host, port = self.voter_addresses[destination]
             conn = BrokerConnection(host, port, node_id=destination, client_id=self.client_id,
                                     request_timeout_ms=self.config.request_timeout_ms,
-                                    connect_timeout_ms=self.config.request_timeout_ms)
+                                    connect_timeout_ms=self.config.request_timeout_ms,
+                                    local_address=self.config.local_address)
             try:
                 await conn.connect()
             except KafkaError:
