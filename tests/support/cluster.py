@@ -10,6 +10,20 @@
 Every node's storage is formatted with one cluster id first (`seaway storage format`), as an
 operator does. Controllers listen on CONTROLLER://127.0.0.1:<port>, brokers on PLAINTEXT.
 Node ids: controllers (and combined nodes) 1..n, brokers 101, 102, ...
+
+Behind a fault network (tests/support/faultnet.py):
+
+    with KRaftCluster(tmp_path, combined=3, faultnet=True) as c:
+        c.net.isolate(1); c.net.heal_all()
+        c.sigstop(2); c.sigcont(2); c.kill9(3); c.restart(3)
+
+Every listener then has a proxy in front of it: `controller.quorum.voters` and
+`advertised.listeners` name the proxies, and each node binds its outbound connections to
+127.0.1.<node id> (`client.local.address`) so the proxies know who is talking to whom.
+`bootstrap` names the proxies too (clients go through the network like nodes do);
+`direct_bootstrap` and `controller_ports` are the real ports. `describe()` asks a real port,
+then the leader at its voter (proxy) address, as a client: only faults that include clients
+(`isolate(n, clients=True)`, rules on "client" links) get in its way.
 """
 from __future__ import annotations
 
@@ -20,6 +34,7 @@ from pathlib import Path
 
 import anyio
 
+from .faultnet import FaultNet
 from .node import REPO, NodeError, SeawayNode, free_port
 
 FAST_QUORUM = {
@@ -31,7 +46,8 @@ FAST_QUORUM = {
 
 class KRaftCluster:
     def __init__(self, directory: Path, *, controllers: int = 0, brokers: int = 0, combined: int = 0,
-                 overrides: dict[str, str] | None = None, cluster_id: str | None = None):
+                 overrides: dict[str, str] | None = None, cluster_id: str | None = None,
+                 faultnet: "bool | FaultNet" = False):
         if combined and controllers:
             raise ValueError("a cluster has combined nodes or dedicated controllers, not both")
         self.directory = Path(directory)
@@ -41,7 +57,14 @@ class KRaftCluster:
             capture_output=True, text=True).stdout.strip()
         voter_ids = list(range(1, (controllers or combined) + 1))
         self.controller_ports = {i: free_port() for i in voter_ids}
-        self.voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.controller_ports.items())
+        self.net: FaultNet | None = FaultNet() if faultnet is True else (faultnet or None)
+        # (node id, listener name) -> the proxy port in front of it; empty without a FaultNet
+        self.proxy_ports: dict[tuple[int, str], int] = {}
+        if self.net is not None:
+            for i, p in self.controller_ports.items():
+                self.proxy_ports[(i, "CONTROLLER")] = self.net.expose(i, p)
+        self.voters = ",".join(f"{i}@127.0.0.1:{self.proxy_ports.get((i, 'CONTROLLER'), p)}"
+                               for i, p in self.controller_ports.items())
         self.nodes: dict[int, SeawayNode] = {}
         for i in voter_ids:
             self._add(i, "broker,controller" if combined else "controller")
@@ -59,6 +82,11 @@ class KRaftCluster:
         if "controller" in roles:
             listeners.append(f"CONTROLLER://127.0.0.1:{self.controller_ports[node_id]}")
         props["listeners"] = ",".join(listeners)
+        if self.net is not None:
+            props["client.local.address"] = FaultNet.address_of(node_id)
+            if broker_port is not None:
+                proxy = self.proxy_ports[(node_id, "PLAINTEXT")] = self.net.expose(node_id, broker_port)
+                props["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{proxy}"
         props.update(self.overrides)
         port = broker_port or self.controller_ports[node_id]
         node = SeawayNode(self.directory / f"node-{node_id}", props, port=port, node_id=node_id)
@@ -74,6 +102,14 @@ class KRaftCluster:
 
     @property
     def bootstrap(self) -> str:
+        if self.net is not None:
+            return ",".join(f"127.0.0.1:{p}" for (i, name), p in self.proxy_ports.items()
+                            if name == "PLAINTEXT")
+        return self.direct_bootstrap
+
+    @property
+    def direct_bootstrap(self) -> str:
+        """The brokers' real ports, past any fault network."""
         return ",".join(n.bootstrap for i, n in self.nodes.items() if "broker" in self.roles(i))
 
     def roles(self, node_id: int) -> str:
@@ -119,6 +155,24 @@ class KRaftCluster:
     def kill(self, node_id: int) -> None:
         self.nodes[node_id].kill()
 
+    kill9 = kill
+
+    def sigstop(self, node_id: int) -> None:
+        self.nodes[node_id].pause()
+
+    def sigcont(self, node_id: int) -> None:
+        self.nodes[node_id].resume()
+
+    def restart(self, node_id: int, *, hard: bool = True, timeout: float = 60.0) -> None:
+        """kill -9 (or SIGTERM with hard=False) and start again on the same ports and data."""
+        node = self.nodes[node_id]
+        if hard:
+            node.kill()
+        else:
+            node.resume()
+            node.stop(timeout=timeout)
+        node.start(timeout=timeout)
+
     def stop(self) -> None:
         """Stop the cluster as an operator would: brokers first, all at once (each does its
         controlled shutdown while the controllers are there to grant it), then the
@@ -126,6 +180,8 @@ class KRaftCluster:
         import signal
         brokers = [n for i, n in self.nodes.items() if self.roles(i) == "broker"]
         rest = [n for n in self.nodes.values() if n not in brokers]
+        for node in self.nodes.values():
+            node.resume()   # a SIGSTOPped node would sit on its SIGTERM until killed
         for group in (brokers, rest):
             for node in group:
                 if node.proc is not None and node.proc.poll() is None:
@@ -143,10 +199,14 @@ class KRaftCluster:
         return self.start()
 
     def __exit__(self, *exc) -> None:
+        if self.net is not None:
+            self.net.heal_all()     # a partitioned node cannot finish its controlled shutdown
         self.stop()
         for node in self.nodes.values():
             if node.proc is not None and node.proc.stdout:
                 node.proc.stdout.close()
+        if self.net is not None:
+            self.net.close()
 
 
 # ---------------------------------------------------------------------- requests to controllers
