@@ -2,18 +2,24 @@
 
 Errors a user can fix (a bad config value, an unreachable broker, a topic that does not
 exist) print one line naming the problem and exit 1; they never print a traceback. Mistakes in
-the command line itself (a missing argument, an unknown flag) are one line too, with exit 2.
+the command line itself (a missing argument, an unknown flag, flags that exclude each other,
+an input file that cannot be read or does not parse) are one line too, with exit 2: they are
+found before anything is sent to the cluster.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import groups_cmd, node_cmd, quorum_cmd, storage_cmd, topics_cmd
+from . import groups_cmd, leaders_cmd, node_cmd, quorum_cmd, reassign_cmd, storage_cmd, topics_cmd
 
 
 class CliError(Exception):
     """An error worth one line on stderr and exit status 1."""
+
+
+class UsageError(CliError):
+    """A mistake in the command line or in a file it names: one line, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     groups_cmd.register(sub)
     storage_cmd.register(sub)
     quorum_cmd.register(sub)
+    reassign_cmd.register(sub)
+    leaders_cmd.register(sub)
     return parser
 
 
@@ -53,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         leaf = _first_leaf(exc)
         if isinstance(leaf, known):
             print(f"seaway: error: {_describe(leaf)}", file=sys.stderr)
-            return 1
+            return 2 if isinstance(leaf, UsageError) else 1
         raise
 
 

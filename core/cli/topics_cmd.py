@@ -29,8 +29,20 @@ def register(sub) -> None:
     c.add_argument("--validate-only", action="store_true", help="check the request without creating anything")
     _common(c, run_create)
 
-    c = tsub.add_parser("describe", help="partitions, leaders, replicas, ISR, offsets and configs")
+    c = tsub.add_parser("describe", help="partitions, leaders, replicas, ISR, offsets and configs",
+                        description="Describe topics: per partition the leader, replicas, ISR, offline "
+                                    "replicas, reassignment in progress and start/end offsets. A filter "
+                                    "lists only the partitions it matches (without offsets).")
     c.add_argument("names", nargs="*", help="topics to describe (default: all)")
+    only = c.add_mutually_exclusive_group()
+    only.add_argument("--under-replicated-partitions", action="store_true",
+                      help="only partitions whose ISR is smaller than their replica set")
+    only.add_argument("--unavailable-partitions", action="store_true",
+                      help="only partitions without a leader, or whose leader is not a live broker")
+    only.add_argument("--under-min-isr-partitions", action="store_true",
+                      help="only partitions whose ISR is smaller than min.insync.replicas (or without a leader)")
+    only.add_argument("--at-min-isr-partitions", action="store_true",
+                      help="only partitions whose ISR is exactly min.insync.replicas")
     _common(c, run_describe)
 
     c = tsub.add_parser("delete", help="delete topics")
@@ -137,18 +149,61 @@ async def run_delete(admin, args) -> int:
     return 0
 
 
-async def _describe(admin, names):
+FILTERS = ("under_replicated_partitions", "unavailable_partitions", "under_min_isr_partitions",
+           "at_min_isr_partitions")
+
+
+def replication_factor(p: dict) -> int:
+    """Kafka's TopicCommand: while a reassignment is in progress, the replicas not being added."""
+    adding, removing = set(p.get("adding_replicas") or ()), set(p.get("removing_replicas") or ())
+    if (adding or removing) and any(r in adding or r in removing for r in p["replicas"]):
+        return len([r for r in p["replicas"] if r not in adding])
+    return len(p["replicas"])
+
+
+def matches(which: str, p: dict, min_isr: int | None, live_brokers) -> bool:
+    """Does partition `p` (a describe row) pass the filter `which` (one of FILTERS)?
+    As kafka-topics: no leader counts as under min ISR; unavailable means no leader or a
+    leader that is not a live broker."""
+    has_leader = p["leader"] is not None and p["leader"] >= 0
+    isr = len(p["isr"])
+    if which == "under_replicated_partitions":
+        return replication_factor(p) - isr > 0
+    if which == "unavailable_partitions":
+        return not has_leader or p["leader"] not in live_brokers
+    if which == "under_min_isr_partitions":
+        return not has_leader or (min_isr is not None and isr < min_isr)
+    if which == "at_min_isr_partitions":
+        return min_isr is not None and isr == min_isr
+    raise ValueError(f"unknown filter {which!r}")
+
+
+async def _describe(admin, names, *, offsets: bool = True):
     from core.client import ConfigResource
-    from core.protocol.errors import KafkaError
+    from core.protocol.errors import ErrorCode, KafkaError
 
     topics = await admin.describe_topics(names or None)
     for name, desc in topics.items():
         if isinstance(desc, KafkaError):
             raise desc
+    live = {b.node_id for b in (await admin.describe_cluster()).brokers}
+    try:
+        ongoing = await admin.list_partition_reassignments(
+            None if not names else [(n, p.partition) for n, d in topics.items() for p in d.partitions])
+    except KafkaError as exc:
+        # As kafka-topics: a cluster without KIP-455, or a user who may not describe the
+        # cluster, gets the description without the reassignments.
+        if exc.code not in (ErrorCode.UNSUPPORTED_VERSION, ErrorCode.CLUSTER_AUTHORIZATION_FAILED):
+            raise
+        ongoing = {}
     specs = {}
-    for name, desc in topics.items():
-        for p in desc.partitions:
-            specs[(name, p.partition)] = "earliest"
+    if offsets:
+        # Only partitions with a live leader: the others cannot answer (they would be retried
+        # until the timeout) and show "-".
+        for name, desc in topics.items():
+            for p in desc.partitions:
+                if p.leader >= 0 and p.leader in live:
+                    specs[(name, p.partition)] = "earliest"
     starts = await admin.list_offsets(specs) if specs else {}
     ends = await admin.list_offsets({k: "latest" for k in specs}) if specs else {}
     configs = await admin.describe_configs([ConfigResource.topic(n) for n in topics]) if topics else {}
@@ -156,26 +211,37 @@ async def _describe(admin, names):
     for name in sorted(topics):
         desc = topics[name]
         cfg = configs.get(ConfigResource.topic(name))
-        overrides = {} if isinstance(cfg, KafkaError) or cfg is None else {
-            k: e.value for k, e in cfg.items() if e.source == 1}
+        cfg = {} if isinstance(cfg, KafkaError) or cfg is None else cfg
+        overrides = {k: e.value for k, e in cfg.items() if e.source == 1}
+        min_isr = cfg.get("min.insync.replicas")
+        try:
+            min_isr = int(min_isr.value) if min_isr is not None and min_isr.value is not None else None
+        except ValueError:
+            min_isr = None
         parts = []
         for p in desc.partitions:
             s, e = starts.get((name, p.partition)), ends.get((name, p.partition))
+            r = ongoing.get((name, p.partition))
             parts.append({
                 "partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
                 "replicas": p.replicas, "isr": p.isr, "offline": p.offline_replicas,
+                "adding_replicas": list(r.adding_replicas) if r else [],
+                "removing_replicas": list(r.removing_replicas) if r else [],
                 "start_offset": None if s is None or isinstance(s, KafkaError) else s.offset,
                 "end_offset": None if e is None or isinstance(e, KafkaError) else e.offset,
             })
         result.append({"topic": name, "topic_id": str(uuid.UUID(bytes=desc.topic_id)) if desc.topic_id else None,
                        "internal": desc.is_internal, "partition_count": len(parts),
                        "replication_factor": len(parts[0]["replicas"]) if parts else 0,
-                       "configs": overrides, "partitions": parts})
-    return result
+                       "min_insync_replicas": min_isr, "configs": overrides, "partitions": parts})
+    return result, live
 
 
 async def run_describe(admin, args) -> int:
-    result = await _describe(admin, args.names)
+    which = next((f for f in FILTERS if getattr(args, f, False)), None)
+    result, live = await _describe(admin, args.names, offsets=which is None)
+    if which is not None:
+        return _print_filtered(which, result, live, args.output)
     if args.output == "json":
         emit_json(result)
         return 0
@@ -185,9 +251,38 @@ async def run_describe(admin, args) -> int:
         cfg = ",".join(f"{k}={v}" for k, v in sorted(t["configs"].items())) or "-"
         print(f"Topic: {t['topic']}  TopicId: {t['topic_id']}  PartitionCount: {t['partition_count']}  "
               f"ReplicationFactor: {t['replication_factor']}  Configs: {cfg}")
-        table(["PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE", "START", "END"],
-              [(p["partition"], p["leader"], p["replicas"], p["isr"], p["offline"], p["start_offset"],
-                p["end_offset"]) for p in t["partitions"]])
+        headers = ["PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE", "START", "END"]
+        moving = any(p["adding_replicas"] or p["removing_replicas"] for p in t["partitions"])
+        if moving:
+            headers += ["ADDING", "REMOVING"]
+        table(headers,
+              [(p["partition"], _leader(p["leader"]), p["replicas"], p["isr"], p["offline"], p["start_offset"],
+                p["end_offset"]) + ((p["adding_replicas"], p["removing_replicas"]) if moving else ())
+               for p in t["partitions"]])
+    return 0
+
+
+def _leader(leader: int | None):
+    return "none" if leader is None or leader < 0 else leader
+
+
+def _print_filtered(which: str, result: list[dict], live, output: str) -> int:
+    """Only the matching partitions, as kafka-topics prints them with a filter (no topic
+    lines, no offsets); nothing at all when none matches."""
+    kept = []
+    for t in result:
+        parts = [dict(p) for p in t["partitions"] if matches(which, p, t["min_insync_replicas"], live)]
+        for p in parts:
+            del p["start_offset"], p["end_offset"]
+        if parts:
+            kept.append(dict(t, partitions=parts))
+    if output == "json":
+        emit_json(kept)
+        return 0
+    rows = [(t["topic"], p["partition"], _leader(p["leader"]), p["replicas"], p["isr"], p["offline"])
+            for t in kept for p in t["partitions"]]
+    if rows:
+        table(["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE"], rows)
     return 0
 
 

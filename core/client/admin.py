@@ -16,9 +16,11 @@ only (so a topic created on the first attempt is not reported TOPIC_ALREADY_EXIS
 second), with backoff and a metadata refresh, until `timeout_ms`.
 
 Routing: CreateTopics, DeleteTopics and CreatePartitions go to the controller named by
-Metadata (in KRaft a broker, which forwards); configs of a broker go to that broker, topic
-configs to any broker; DeleteRecords and ListOffsets go to partition leaders. Consumer-group
-operations (group_admin.py) go to each group's coordinator.
+Metadata (in KRaft a broker, which forwards); configs of a broker go to that broker (the
+cluster-wide default, ConfigResource.broker(), to any broker), topic configs to any broker;
+DeleteRecords and ListOffsets go to partition leaders. Consumer-group operations
+(group_admin.py) go to each group's coordinator. Leader elections and partition
+reassignments (replica_admin.py) go to the controller.
 """
 from __future__ import annotations
 
@@ -35,10 +37,12 @@ from .client import KafkaClient
 from .cluster import NO_TOPIC_ID, BrokerInfo
 from .group_admin import GroupAdmin, GroupDescription, GroupListing, MemberDescription, OffsetAndMetadata
 from .offsets import OffsetAndTimestamp, list_offsets
+from .replica_admin import ElectionType, PartitionReassignment, ReplicaAdmin
 
 __all__ = ["Admin", "NewTopic", "TopicDescription", "PartitionDescription", "ConfigResource",
            "ConfigResourceType", "ConfigEntry", "AlterConfigOp", "ClusterDescription", "check",
-           "GroupListing", "GroupDescription", "MemberDescription", "OffsetAndMetadata"]
+           "GroupListing", "GroupDescription", "MemberDescription", "OffsetAndMetadata",
+           "ElectionType", "PartitionReassignment"]
 
 K = TypeVar("K")
 TopicPartition = tuple[str, int]
@@ -131,8 +135,9 @@ class ClusterDescription:
     brokers: list[BrokerInfo]
 
 
-class Admin(GroupAdmin):
-    """Topics, configs, records, offsets and the cluster here; consumer groups in GroupAdmin."""
+class Admin(GroupAdmin, ReplicaAdmin):
+    """Topics, configs, records, offsets and the cluster here; consumer groups in GroupAdmin;
+    leader elections and reassignments in ReplicaAdmin."""
 
     def __init__(self, client: KafkaClient, *, timeout_ms: int | None = None):
         self.client = client
@@ -391,7 +396,9 @@ class Admin(GroupAdmin):
     async def incremental_alter_configs(self, configs: Mapping[ConfigResource, Mapping[str, Any]], *,
                                         validate_only: bool = False) -> dict[ConfigResource, KafkaError | None]:
         """Change single configs: {"retention.ms": "1000"} sets, {"x": None} deletes (back to
-        the default), {"x": (AlterConfigOp.APPEND, "v")} appends to a list config."""
+        the default), {"x": (AlterConfigOp.APPEND, "v")} appends to a list config. Resources
+        are topics or brokers: ConfigResource.broker(101) is broker 101's dynamic config (sent
+        to that broker), ConfigResource.broker() the cluster-wide default of every broker."""
         R = m.IncrementalAlterConfigsRequest
 
         def op(name, spec):
