@@ -242,8 +242,8 @@ def _follower_data(r: _Read) -> PD:
             last_stable_offset=answer.high_watermark, log_start_offset=answer.log_start_offset,
             aborted_transactions=[], preferred_read_replica=-1, records=r.chunks if r.chunks else b"")
     if answer.diverging_epoch is not None:
-        pd.diverging_epoch = PD.EpochEndOffset(epoch=answer.diverging_epoch.epoch,
-                                               end_offset=answer.diverging_epoch.end_offset)
+        pd.diverging_epoch = R.EpochEndOffset(epoch=answer.diverging_epoch.epoch,
+                                              end_offset=answer.diverging_epoch.end_offset)
     return pd
 
 
