@@ -41,7 +41,7 @@ from tests.faults.watch import Watcher  # noqa: E402
 from tests.faults.workload import ProducerThread, read_back  # noqa: E402
 from tests.support.cluster import KRaftCluster  # noqa: E402
 from tests.support.faultnet import FaultNet  # noqa: E402
-from tests.support.jepsen import History, Report, check, compare_replicas  # noqa: E402
+from tests.support.jepsen import History, Report, check, compare_replicas, explain_duplicates  # noqa: E402
 
 TOPIC = "jepsen"
 # Faults are held 1-8 s. For them to move leaders and shrink ISRs inside that window, a broker
@@ -61,6 +61,7 @@ class RunResult:
     history: History | None = None
     client_ids: set[tuple] = field(default_factory=set)  # FaultNet.client_ids_seen()
     observed: str = ""                                    # what the Watcher saw change
+    duplicate_causes: dict[str, list] = field(default_factory=dict)   # explain_duplicates()
 
     @property
     def ok(self) -> bool:
@@ -75,6 +76,8 @@ class RunResult:
             lines.append(f"  replicas compared up to HW {self.high_watermarks}: "
                          + ("agree" if not self.replica_problems else "DISAGREE"))
         lines += [f"  replica problem: {p}" for p in self.replica_problems]
+        for cause, entries in self.duplicate_causes.items():
+            lines.append(f"  duplicated, {cause} ({len(entries)}): {entries[:3]}")
         lines += [f"  note: {n}" for n in self.notes]
         if self.history is not None and self.history.faults:
             lines.append("  faults: " + "; ".join(f"{t:.1f}s {text}" for t, text in self.history.faults))
@@ -180,6 +183,11 @@ def run_once(seed: int, duration: float, directory: Path, *, faults: bool = True
                                 f"comparing the ISR only")
         dirs = {n: cluster.nodes[n].data_dir / f"{TOPIC}-{p}" for n in in_sync[p]}
         result.replica_problems += [f"partition {p}: {x}" for x in compare_replicas(dirs, hw)]
+    if result.report is not None and result.report.duplicated:
+        first_in_sync = {p: cluster.nodes[in_sync[p][0]].data_dir / f"{TOPIC}-{p}"
+                         for p in result.high_watermarks if in_sync[p]}
+        result.duplicate_causes = explain_duplicates(result.report.duplicated, history.reads,
+                                                     first_in_sync)
     return result
 
 

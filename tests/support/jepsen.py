@@ -25,6 +25,9 @@ What the checker demands of the reads:
 
 `compare_replicas` checks that the replicas of a partition hold the same bytes from their
 common log start up to the high watermark, straight from Kafka-format segment files.
+`explain_duplicates` says who wrote each copy of a duplicated value, from the same files: the
+broker (one idempotent producer sequence stored twice) or the client (the records sent again
+under a new producer epoch or id, which no broker can tell from new data).
 """
 from __future__ import annotations
 
@@ -226,6 +229,14 @@ class Batch:
     base_offset: int
     last_offset: int
     data: bytes
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+
+    def writer_of(self, offset: int) -> tuple[int, int, int]:
+        """(producer id, epoch, sequence) of the record at `offset` (-1 sequence if none)."""
+        seq = self.base_sequence + (offset - self.base_offset) if self.base_sequence >= 0 else -1
+        return self.producer_id, self.producer_epoch, seq
 
 
 def log_batches(partition_dir: Path) -> list[Batch]:
@@ -237,7 +248,8 @@ def log_batches(partition_dir: Path) -> list[Batch]:
         data = seg.read_bytes()
         for info in iter_batch_headers(data):
             out.append(Batch(info.base_offset, info.last_offset,
-                             data[info.position:info.position + info.size]))
+                             data[info.position:info.position + info.size],
+                             info.producer_id, info.producer_epoch, info.base_sequence))
     return out
 
 
@@ -291,3 +303,49 @@ def compare_replicas(replicas: Mapping[object, Path], high_watermark: int) -> li
             problems.append(f"replicas {ref} and {name} hold {len(a)} and {len(b)} batches "
                             f"below the high watermark")
     return problems
+
+
+# ---------------------------------------------------------------------- duplicates
+
+BROKER_DUPLICATE = "broker: one producer sequence stored twice"
+CLIENT_RESEND = "client: sent again under a new producer epoch or id"
+UNEXPLAINED = "unexplained"
+
+
+def explain_duplicates(duplicated: Mapping[str, int], reads: list[Read],
+                       partition_dirs: Mapping[int, Path]) -> dict[str, list[tuple]]:
+    """Sort duplicated values by cause, from the batch headers holding each copy (one
+    replica's directory per partition). A value read twice at one offset is a reader's
+    repeat, not a stored copy, and is left to the `backwards` check.
+
+    {cause: [(value, [(partition, offset, (producer id, epoch, sequence)), ...]), ...]}"""
+    if not duplicated:
+        return {}
+    places: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for rd in reads:
+        if rd.value in duplicated:
+            places[rd.value].add((rd.partition, rd.offset))
+    batches = {p: log_batches(d) for p, d in partition_dirs.items()}
+
+    def writer(partition: int, offset: int):
+        for b in batches.get(partition, ()):
+            if b.base_offset <= offset <= b.last_offset:
+                return b.writer_of(offset)
+        return None
+
+    causes: dict[str, list[tuple]] = defaultdict(list)
+    for value in sorted(duplicated):
+        copies = sorted(places[value])
+        if len(copies) < 2:
+            continue
+        writers = [writer(p, o) for p, o in copies]
+        entry = (value, [(p, o, w) for (p, o), w in zip(copies, writers)])
+        if any(w is None or w[2] < 0 for w in writers):
+            causes[UNEXPLAINED].append(entry)
+        elif len(set(writers)) < len(writers):
+            causes[BROKER_DUPLICATE].append(entry)
+        elif len({w[:2] for w in writers}) == len(writers):
+            causes[CLIENT_RESEND].append(entry)
+        else:   # one producer epoch, two sequences: nothing the protocol explains
+            causes[UNEXPLAINED].append(entry)
+    return dict(causes)

@@ -241,3 +241,45 @@ def test_nothing_to_compare(tmp_path, hw):
     problems = compare_replicas({"a": tmp_path / "a", "b": tmp_path / "b"}, high_watermark=hw)
     assert problems == ([] if hw == 0 else [f"replica {n}: ends at offset 0, below the high "
                                             f"watermark 1" for n in "ab"])
+
+
+# ---------------------------------------------------------------------- duplicates
+
+def producer_batch(values: list[str], pid: int, epoch: int, seq: int) -> bytes:
+    return build_batch([(None, v.encode(), [], 1000) for v in values],
+                       producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+
+def duplicated_reads(h: History, layout: list[list[str]]) -> None:
+    offset = 0
+    for batch in layout:
+        for v in batch:
+            h.read(0, offset, 0, offset, v)
+            offset += 1
+
+
+def test_duplicates_are_told_apart_by_who_wrote_each_copy(tmp_path):
+    from tests.support.jepsen import BROKER_DUPLICATE, CLIENT_RESEND, UNEXPLAINED, explain_duplicates
+    layout = [
+        (["a", "b"], 7, 0, 0),
+        (["a", "b"], 7, 1, 0),        # librdkafka's epoch bump: the same records, new epoch
+        (["c"], 7, 1, 2),
+        (["c"], 7, 1, 2),             # the same sequence stored twice: the broker's fault
+        (["d"], 7, 1, 3),
+        (["d"], 7, 1, 4),             # one epoch, two sequences: nothing explains it
+        (["e"], -1, -1, -1),
+        (["e"], -1, -1, -1),          # not idempotent: no producer fields to judge by
+    ]
+    write_replica(tmp_path / "p0", [producer_batch(vs, pid, ep, seq) for vs, pid, ep, seq in layout],
+                  segment_bytes=1 << 20)
+    h = History()
+    duplicated_reads(h, [vs for vs, *_ in layout])
+    h.read(1, 0, 0, 4, "c")            # a reader repeating an offset adds no stored copy
+    r = check(h)
+    assert set(r.duplicated) == {"a", "b", "c", "d", "e"}
+    causes = explain_duplicates(r.duplicated, h.reads, {0: tmp_path / "p0"})
+    assert {c: [v for v, _ in entries] for c, entries in causes.items()} == {
+        CLIENT_RESEND: ["a", "b"], BROKER_DUPLICATE: ["c"], UNEXPLAINED: ["d", "e"]}
+    a = dict(causes[CLIENT_RESEND])["a"]
+    assert a == [(0, 0, (7, 0, 0)), (0, 2, (7, 1, 0))]
+    assert dict(causes[CLIENT_RESEND])["b"] == [(0, 1, (7, 0, 1)), (0, 3, (7, 1, 1))]
