@@ -30,6 +30,17 @@ from .producer_state import ProducerState, Verdict, delete_snapshots, latest_sna
 log = logging.getLogger(__name__)
 
 
+class DuplicateAppend:
+    """A retried batch the log already holds: answered with its original offsets, and for
+    acks=all only once the ISR has it (`replication`, awaited by wait_replicated)."""
+    __slots__ = ("base_offset", "log_append_time", "replication")
+
+    def __init__(self, base_offset: int, replication=None):
+        self.base_offset = base_offset
+        self.log_append_time = -1
+        self.replication = replication
+
+
 class Partition:
     def __init__(self, topic: str, index: int, log: Log, producers: ProducerState | None = None):
         self.topic = topic
@@ -118,7 +129,17 @@ class Partition:
         async with self._lock:
             if self.offline:
                 raise OSError(f"partition is offline: {self.failure}")
+            if self.replica is not None and not self.replica.is_leader:
+                # Before the producer checks, as Kafka: a follower's sequence verdicts mean
+                # nothing to the client, and OUT_OF_ORDER_SEQUENCE_NUMBER is fatal to it.
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER
             verdict = self._check_producers(batches)
+            if verdict is not None and verdict.is_duplicate and self.replica is not None:
+                error, waiter = self.replicas.duplicate_as_leader(
+                    self, verdict.base_offset, verdict.last_offset, acks, timeout_ms)
+                if error:
+                    return error
+                return DuplicateAppend(verdict.base_offset, replication=waiter)
             if verdict is not None:
                 return verdict
             replicated = waiter = None

@@ -199,10 +199,17 @@ class ReplicaManager:
                                  tuple(reg.replicas), tuple(reg.isr), reg.leader_recovery_state)
         async with partition.lock:
             replica.broker_epoch = broker_epoch
+            before = (replica.leader_id, replica.leader_epoch)
             replica.apply_metadata(meta, brokers)
             await self._execute(partition, locked=True)
             partition.is_leader = replica.is_leader
             partition.leader_epoch = max(replica.leader_epoch, 0)
+            if (replica.leader_id, replica.leader_epoch) != before:
+                # Kafka logs each makeLeader/makeFollower: the first thing read after a loss.
+                log.info("%s: %s in leader epoch %d (log end %d, high watermark %d, ISR %s)",
+                         partition, "leader" if replica.is_leader else f"follower of {reg.leader}",
+                         replica.leader_epoch, partition.log.log_end_offset,
+                         replica.high_watermark, sorted(reg.isr))
 
     async def stop_replica(self, partition, delete: bool) -> None:
         """The partition leaves this broker (topic deleted, replica moved away)."""
@@ -230,6 +237,21 @@ class ReplicaManager:
         if replicated.pending:
             self._waiters[request_id] = waiter
         return replicated, waiter
+
+    def duplicate_as_leader(self, partition, base_offset: int, last_offset: int, acks: int,
+                            timeout_ms: int):
+        """Called by Partition.append under its lock for a retried batch the log holds:
+        (error, waiter); the waiter (acks=all) ends when the ISR has the original."""
+        waiter = request_id = None
+        if acks == -1:
+            request_id = next(self._seq)
+            waiter = ReplicationWaiter(anyio.Event())
+        answer = partition.replica.duplicate_as_leader(base_offset, last_offset, acks=acks,
+                                                       request_id=request_id, timeout_ms=timeout_ms)
+        if answer.pending:
+            self._waiters[request_id] = waiter
+        self._execute_sync(partition)
+        return answer.error, (waiter if answer.pending else None)
 
     def appended(self, partition, replicated, waiter, result) -> None:
         """The bytes of an append_as_leader are in the log: carry out its actions."""
@@ -309,9 +331,13 @@ class ReplicaManager:
                 data, batches = fetched.slice(action.base_offset, action.end_offset)
                 await partition.append_as_follower(data, batches)
             elif isinstance(action, TruncateTo):
+                log.info("%s: truncating from log end %d to %d (leader epoch %d)", partition,
+                         plog.log_end_offset, action.offset, replica.leader_epoch)
                 plog.truncate_to(action.offset)
                 partition.truncated()
             elif isinstance(action, TruncateFullyAndStartAt):
+                log.info("%s: emptied, starting at %d (leader epoch %d)", partition,
+                         action.offset, replica.leader_epoch)
                 plog.truncate_fully_and_start_at(action.offset)
                 partition.truncated()
             elif isinstance(action, LogStartOffsetChanged):

@@ -38,6 +38,22 @@ class BrokerDriver:
             self._send("produce_response", sim_broker.broker_id, CLIENT, request_id,
                        E.NOT_LEADER_OR_FOLLOWER)
             return
+        held = self._held(sim_broker, values)
+        if held is not None:
+            # The producer state (rebuilt from the log) knows this batch: nothing is written,
+            # and it is answered as its first append would have been.
+            result = replica.duplicate_as_leader(held, held + len(values) - 1, acks=acks,
+                                                 request_id=request_id,
+                                                 timeout_ms=PRODUCE_TIMEOUT_MS)
+            self.stats[f"duplicate {result.error.name}"] += 1
+            self._trace(f"duplicate B{sim_broker.broker_id} {result}")
+            if result.error != E.NONE:
+                self._send("produce_response", sim_broker.broker_id, CLIENT, request_id,
+                           result.error)
+            elif not result.pending:
+                self._answer_produce(sim_broker, request_id, result.error, result.base_offset)
+            self._drain(sim_broker)
+            return
         result = replica.append_as_leader(len(values), acks=acks, request_id=request_id,
                                           timeout_ms=PRODUCE_TIMEOUT_MS)
         self.stats[f"append {result.error.name}"] += 1
@@ -58,6 +74,19 @@ class BrokerDriver:
             self._send("produce_response", sim_broker.broker_id, CLIENT, request_id,
                        result.error)
         self._drain(sim_broker)
+
+    @staticmethod
+    def _held(sim_broker: SimBroker, values: list) -> int | None:
+        """Where the broker's log holds this batch (a retry's values), or None."""
+        disk = sim_broker.disk
+        for i in range(len(disk.records) - 1, -1, -1):
+            if disk.records[i][1] == values[0]:
+                base = disk.start + i
+                held = [disk.record(base + j) for j in range(len(values))]
+                if [r[1] if r else None for r in held] == values:
+                    return base
+                return None
+        return None
 
     def _answer_produce(self, sim_broker: SimBroker, request_id, error: E, base: int) -> None:
         acks, values = self.produces.pop(request_id)

@@ -36,6 +36,7 @@ from collections import Counter
 
 from core.broker.replication import AlterPartitionRequest, ReplicationConfig
 from core.controller.image import NO_LEADER
+from core.protocol.errors import ErrorCode as E
 from tests.replication.controller import SimController
 from tests.replication.driver import BrokerDriver
 from tests.replication.invariants import History, InvariantViolation
@@ -78,6 +79,7 @@ class Simulation(BrokerDriver):
         self.next_batch = 0
         self.next_produce = 0
         self.produces: dict[tuple, tuple[int, list]] = {}   # request id -> (acks, values)
+        self.sent: dict[tuple, tuple[int, list]] = {}       # the client's copy, for retries
         # The topic was just created: every replica starts registered and in the ISR.
         for sim_broker in self.brokers.values():
             sim_broker.up = True
@@ -168,15 +170,32 @@ class Simulation(BrokerDriver):
         for _ in range(rng.randrange(1, 4)):
             self.next_value += 1
             values.append(self.next_value)
-        self.next_produce += 1
-        request_id = ("p", self.next_produce)
-        self.produces[request_id] = (acks, values)
-        self._send("produce", CLIENT, target, request_id)
+        self._produce(target, acks, values)
         if self.chaos:
             self._push(self.now + rng.randrange(20, 90), "client")
 
+    def _produce(self, target: int, acks: int, values: list) -> None:
+        self.next_produce += 1
+        request_id = ("p", self.next_produce)
+        self.produces[request_id] = (acks, values)
+        self.sent[request_id] = (acks, values)
+        self._send("produce", CLIENT, target, request_id)
+
     def _msg_produce_response(self, message: Message, request_id, error) -> None:
         self.stats[f"client {error.name}"] += 1
+        acks, values = self.sent.pop(request_id, (None, None))
+        if values is not None and error != E.NONE and self.chaos and self.rng.random() < 0.6:
+            # An idempotent producer resends the same batch (same sequence): a broker whose
+            # log holds it answers it as a duplicate (the driver), maybe one that was deposed
+            # and still believes it leads, as clients can reach it (found by the fault run).
+            self._push(self.now + self.rng.randrange(1, 40), "retry", acks, values)
+
+    def _on_retry(self, acks: int, values: list) -> None:
+        leader = self.controller.partition.leader
+        target = leader if leader != NO_LEADER and self.rng.random() < 0.5 \
+            else self.rng.choice(self.broker_ids)
+        self.stats["client retry"] += 1
+        self._produce(target, acks, values)
 
     def _live_isr(self) -> list[SimBroker]:
         """The controller's ISR members running as the incarnation it registered."""

@@ -449,6 +449,61 @@ def test_a_re_elected_leader_keeps_waiting_produces():
     assert actions_of(r, CompleteProduce) == [CompleteProduce("p", E.NONE, 10)]
 
 
+# A retried batch the log already holds (the producer state found it at base..last): answered
+# as its first append would have been, so acks=all waits for the ISR to have the original. The
+# fault run found a deposed leader, still reachable by clients, acknowledging such a retry of a
+# batch only it held.
+def test_a_duplicate_above_the_high_watermark_waits_for_the_isr():
+    r = leader(end=10)
+    catch_up(r, 2, 3)
+    r.append_as_leader(3, acks=-1, request_id="p", timeout_ms=30_000)
+    result = r.duplicate_as_leader(10, 12, acks=-1, request_id="d")
+    assert (result.error, result.base_offset, result.last_offset, result.pending) == (E.NONE, 10, 12, True)
+    assert r.log_end_offset == 13                                  # nothing written
+    catch_up(r, 2)
+    assert actions_of(r, CompleteProduce) == []
+    catch_up(r, 3)
+    assert sorted(actions_of(r, CompleteProduce), key=str) == [
+        CompleteProduce("d", E.NONE, 10), CompleteProduce("p", E.NONE, 10)]
+
+
+@pytest.mark.parametrize("acks, base, last, expected", [
+    (-1, 4, 6, (E.NONE, False)),        # below the high watermark: committed, answered now
+    (1, 10, 12, (E.NONE, False)),       # acks=1 never waits
+    (0, 10, 12, (E.NONE, False)),
+])
+def test_a_duplicate_that_need_not_wait(acks, base, last, expected):
+    r = leader(end=10)
+    catch_up(r, 2, 3)
+    r.append_as_leader(3, acks=1)
+    result = r.duplicate_as_leader(base, last, acks=acks, request_id="d")
+    assert (result.error, result.pending) == expected
+    assert result.base_offset == base and r.log_end_offset == 13
+
+
+def test_a_duplicate_is_refused_like_an_append():
+    r = leader(end=10, isr=(1,), min_insync_replicas=2)
+    assert r.duplicate_as_leader(5, 6, acks=-1, request_id="d").error == E.NOT_ENOUGH_REPLICAS
+    follower = replica(1, end=10, hw=10, epochs=[(3, 0)])
+    follower.apply_metadata(metadata(leader=2), brokers())
+    assert follower.duplicate_as_leader(5, 6, acks=1).error == E.NOT_LEADER_OR_FOLLOWER
+    with pytest.raises(ValueError):
+        leader(end=10).duplicate_as_leader(9, 10, acks=1)          # beyond the log end
+
+
+def test_a_waiting_duplicate_times_out_or_fails_with_the_leadership():
+    clock = Clock()
+    r = leader(end=10, clock=clock)
+    r.append_as_leader(3, acks=1)
+    r.duplicate_as_leader(10, 12, acks=-1, request_id="d", timeout_ms=1_000)
+    r.duplicate_as_leader(11, 12, acks=-1, request_id="e", timeout_ms=5_000)
+    clock.advance(1_000)
+    r.tick()
+    assert actions_of(r, CompleteProduce) == [CompleteProduce("d", E.REQUEST_TIMED_OUT, 10)]
+    r.apply_metadata(metadata(leader=2, leader_epoch=6, partition_epoch=11), brokers())
+    assert actions_of(r, CompleteProduce) == [CompleteProduce("e", E.NOT_LEADER_OR_FOLLOWER, 11)]
+
+
 # --- transitions -------------------------------------------------------------------------------
 
 def test_become_leader_opens_the_epoch_at_the_log_end():

@@ -30,6 +30,7 @@ from core.protocol.errors import DecodeError
 from core.protocol.records import InvalidBatch, decode_batch, scan_batches
 from core.security.authorizer import Operation, ResourceType
 
+from ..partition import DuplicateAppend
 from ..producer_state import Verdict
 from ..recompress import recompress, target_codec
 
@@ -90,6 +91,9 @@ async def _produce_partition(ctx, topic, index: int, records, acks: int = 1, tim
             return PR(index=index, error_code=0, base_offset=result.base_offset, log_append_time_ms=-1,
                       log_start_offset=partition.log_start_offset)
         return _error(index, result.code, result.message)
+    if isinstance(result, DuplicateAppend):
+        # Replicated: answered as the first append would be, once its acks are satisfied.
+        return (partition, result) if result.replication is not None else _appended(partition, index, result)
     metrics = ctx.broker.metrics
     metrics.bytes_in.labels(topic.name).inc(len(data))
     metrics.records_in.labels(topic.name).inc(result.records)

@@ -137,6 +137,33 @@ def append(replica: PartitionReplica, state: LeaderState, record_count: int, ack
     return AppendResult(ErrorCode.NONE, base, last, replica.leader_epoch, pending=True)
 
 
+def await_duplicate(replica: PartitionReplica, state: LeaderState, base_offset: int,
+                    last_offset: int, acks: int, request_id: Hashable,
+                    timeout_ms: int) -> AppendResult:
+    """A retried batch the log already holds at base..last (the producer state found it):
+    nothing is appended, but the answer waits as the first append's would have. Kafka's
+    appendRecordsToLeader checks min.insync.replicas before the log finds the duplicate, and
+    the DelayedProduce then waits for the high watermark to pass the duplicate's last offset.
+    Answering at once would acknowledge records a new leader may not have (seen in a fault
+    run: a deposed leader, still reachable by clients, acknowledged a retry of a batch only it
+    held, and the new leader's log never had it)."""
+    if acks == ACKS_ALL and request_id is None:
+        raise ValueError("an acks=all produce needs a request id to complete it by")
+    if acks == ACKS_ALL and len(state.isr_state.isr) < effective_min_isr(replica, state):
+        return AppendResult(ErrorCode.NOT_ENOUGH_REPLICAS)
+    result = AppendResult(ErrorCode.NONE, base_offset, last_offset, replica.leader_epoch)
+    if acks != ACKS_ALL:
+        return result
+    done, error = enough_replicas_reach(replica, state, last_offset + 1)
+    if done:
+        return AppendResult(error, base_offset, last_offset, replica.leader_epoch)
+    if request_id in state.produces:
+        raise ValueError(f"produce request id {request_id!r} is already waiting")
+    state.produces[request_id] = PendingProduce(last_offset + 1, base_offset,
+                                                replica.now() + timeout_ms)
+    return AppendResult(ErrorCode.NONE, base_offset, last_offset, replica.leader_epoch, pending=True)
+
+
 def enough_replicas_reach(replica: PartitionReplica, state: LeaderState,
                           required_offset: int) -> tuple[bool, ErrorCode]:
     """Partition.checkEnoughReplicasReachOffset: done once the high watermark covers the

@@ -210,6 +210,20 @@ class PartitionReplica:
             return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         return leader.append(self, self.leader, record_count, acks, request_id, timeout_ms)
 
+    def duplicate_as_leader(self, base_offset: int, last_offset: int, *, acks: int,
+                            request_id: Hashable = None, timeout_ms: int = 30_000) -> AppendResult:
+        """A retried batch already in the log at base..last: answered (maybe later, see
+        AppendResult.pending) as its first append would have been; nothing is written."""
+        if self.role is not Role.LEADER:
+            return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        # Below the log start is fine (retention may have taken the batch; its producer
+        # state stays); beyond the end would mean the producer state outlived a truncation.
+        if not base_offset <= last_offset < self.log.end_offset:
+            raise ValueError(f"duplicate at {base_offset}..{last_offset} is beyond the log end "
+                             f"{self.log.end_offset}")
+        return leader.await_duplicate(self, self.leader, base_offset, last_offset, acks,
+                                      request_id, timeout_ms)
+
     def on_follower_fetch(self, fetch: FollowerFetch, *,
                           update_fetch_state: bool = True) -> FetchAnswer:
         """A follower's Fetch for this partition. Pass update_fetch_state=False when answering
