@@ -1,0 +1,288 @@
+"""`regions`: run a whole multi-region platform on this machine from its topology.
+
+    regions up [TOPOLOGY] [--detach]     start every cluster (and the WAN between regions)
+    regions status [--output json]       per region and cluster: nodes up, controller leader,
+                                         under-replicated and offline partitions
+    regions stop REGION|CLUSTER|CLUSTER/ID [--kill]    an outage, gracefully or kill -9
+    regions start REGION|CLUSTER|CLUSTER/ID            the recovery
+    regions down                         stop everything (data stays in the state directory)
+
+The platform runs under a supervisor process (regions/supervisor.py) that outlives `regions up
+--detach`; the other commands talk to it through a socket in the state directory
+($SEAWAY_STATE_DIR, default ~/.seaway/platform, or --state-dir). Errors are one line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+
+from .topology import DEFAULT_TOPOLOGY, TopologyError, load_topology
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    pass
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("SEAWAY_STATE_DIR") or Path.home() / ".seaway" / "platform")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="regions", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--state-dir", type=Path, default=None,
+                        help="where the platform keeps its data, logs and socket "
+                             "($SEAWAY_STATE_DIR, default ~/.seaway/platform)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    up = sub.add_parser("up", help="start the platform and wait until every cluster is healthy")
+    up.add_argument("topology", nargs="?", type=Path, default=DEFAULT_TOPOLOGY,
+                    help="topology file (default: the two-region topology that ships with Seaway)")
+    up.add_argument("--detach", "-d", action="store_true", help="return once healthy, leave it running")
+    up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for health (default 60)")
+    status = sub.add_parser("status", help="regions, clusters, nodes and partitions at a glance")
+    status.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    stop = sub.add_parser("stop", help="stop a region, a cluster or one node (an outage)")
+    stop.add_argument("target", help="REGION, CLUSTER or CLUSTER/ID")
+    stop.add_argument("--kill", action="store_true", help="kill -9 instead of a graceful stop")
+    start = sub.add_parser("start", help="start what `stop` stopped")
+    start.add_argument("target", help="REGION, CLUSTER or CLUSTER/ID")
+    sub.add_parser("down", help="stop the whole platform")
+    supervise = sub.add_parser("supervise")   # internal: what `up` runs in the background
+    supervise.add_argument("topology", type=Path)
+    args = parser.parse_args(argv)
+    state_dir = args.state_dir or default_state_dir()
+    try:
+        return COMMANDS[args.command](args, state_dir)
+    except (CliError, TopologyError) as exc:
+        print(f"regions {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, TopologyError) else EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+# ---------------------------------------------------------------------------- up
+
+def cmd_up(args, state_dir: Path) -> int:
+    from .layout import plan
+    from .supervisor import SUPERVISOR_LOG, send_command
+    topology = load_topology(args.topology)
+    running = anyio.run(send_command, state_dir, {"cmd": "status"}, 5.0)
+    if running is not None:
+        print(f"platform {running.get('name')!r} is already running (supervisor pid "
+              f"{running.get('pid')}, state in {state_dir}); `regions status` shows it")
+        return 0
+    layout = plan(topology, state_dir)
+    _check_ports_free(layout)
+    log_path = state_dir / SUPERVISOR_LOG
+    with open(log_path, "ab") as logf:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "regions.cli", "--state-dir", str(state_dir), "supervise",
+             str(Path(args.topology).resolve())],
+            stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True,
+            cwd=Path(__file__).resolve().parents[1])
+    started = time.monotonic()
+    try:
+        healths = _wait_healthy(layout, proc, args.timeout, log_path)
+    except BaseException:
+        proc.terminate()
+        raise
+    took = time.monotonic() - started
+    print(f"platform {topology.name!r} is up in {took:.1f}s (state and logs in {state_dir})")
+    for name, c in layout.clusters.items():
+        h = healths[name]
+        print(f"  {c.region:<10} {name:<12} bootstrap {c.bootstrap}   controller leader "
+              f"{h.controller_leader} (epoch {h.controller_epoch})")
+        for region in topology.regions:
+            if region != c.region:
+                print(f"  {'':<10} {'':<12} from {region}: {layout.wan_bootstrap(name, region)} "
+                      f"(through the WAN)")
+        print(f"  {'':<10} {'':<12} metrics " + " ".join(
+            f"http://127.0.0.1:{n.metrics_port}/metrics" for n in c.nodes))
+    if args.detach:
+        return 0
+    print("live status below; Ctrl-C stops the platform")
+    try:
+        while proc.poll() is None:
+            time.sleep(2.0)
+            print("\033[2J\033[H" if sys.stdout.isatty() else "", end="")
+            _print_status(state_dir, layout)
+        raise CliError(f"the supervisor exited ({proc.returncode}); see {log_path}")
+    except KeyboardInterrupt:
+        print("\nstopping the platform ...")
+        anyio.run(send_command, state_dir, {"cmd": "down"}, 10.0)
+        proc.wait(timeout=120)
+        return 0
+
+
+def _check_ports_free(layout) -> None:
+    import socket
+    for n in layout.nodes():
+        for field, port in (("port", n.client_port), ("controller_port", n.controller_port),
+                            ("metrics_port", n.metrics_port)):
+            if port is None:
+                continue
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind((n.node.host, port))
+                except OSError:
+                    raise CliError(f"{n.key} {field} {port} on {n.node.host} is in use "
+                                   f"(another platform or program?)") from None
+
+
+def _wait_healthy(layout, proc, timeout: float, log_path: Path) -> dict:
+    from .health import cluster_health
+    deadline = time.monotonic() + timeout
+    healths = {}
+    while True:
+        if proc.poll() is not None:
+            raise CliError(f"the supervisor exited ({proc.returncode}): {_tail(log_path)}")
+        healths = anyio.run(_all_health, layout, cluster_health)
+        if all(h.healthy for h in healths.values()):
+            return healths
+        if time.monotonic() > deadline:
+            sick = "; ".join(f"{n}: leader {h.controller_leader}, brokers {h.brokers} of "
+                             f"{h.expected_brokers}" + (f", {h.error}" if h.error else "")
+                             for n, h in healths.items() if not h.healthy)
+            raise CliError(f"not healthy within {timeout:g}s ({sick}); node logs are under "
+                           f"{layout.state_dir / 'clusters'}")
+        time.sleep(0.3)
+
+
+async def _all_health(layout, cluster_health, timeout: float = 3.0) -> dict:
+    out = {}
+
+    async def one(name, c):
+        out[name] = await cluster_health(c, timeout)
+    async with anyio.create_task_group() as tg:
+        for name, c in layout.clusters.items():
+            tg.start_soon(one, name, c)
+    return {name: out[name] for name in layout.clusters}
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return " | ".join(text[-lines:])
+
+
+# ---------------------------------------------------------------------------- others
+
+def _layout_of_running(state_dir: Path):
+    """The running platform's layout (from the topology it was started with)."""
+    from .layout import plan
+    from .supervisor import PLATFORM_FILE, send_command
+    status = anyio.run(send_command, state_dir, {"cmd": "status"}, 10.0)
+    if status is None:
+        raise CliError(f"no platform is running (no supervisor answers in {state_dir}); "
+                       f"start one with `regions up`")
+    try:
+        info = json.loads((state_dir / PLATFORM_FILE).read_text())
+        topology = load_topology(Path(info["topology"]))
+    except (OSError, ValueError, KeyError) as exc:
+        raise CliError(f"cannot read {state_dir / PLATFORM_FILE}: {exc}") from None
+    return plan(topology, state_dir), status
+
+
+def cmd_status(args, state_dir: Path) -> int:
+    layout, status = _layout_of_running(state_dir)
+    if args.output == "json":
+        from .health import cluster_health
+        healths = anyio.run(_all_health, layout, cluster_health)
+        regions = {}
+        for name, c in layout.clusters.items():
+            nodes = {k: v for k, v in status["nodes"].items() if v["cluster"] == name}
+            regions.setdefault(c.region, {})[name] = dict(
+                healths[name].to_dict(), bootstrap=c.bootstrap,
+                nodes_up=sum(v["running"] for v in nodes.values()), nodes_total=len(nodes),
+                nodes=nodes)
+        print(json.dumps({"name": status["name"], "regions": regions}, indent=2))
+        return 0
+    _print_status(state_dir, layout, status)
+    return 0
+
+
+def _print_status(state_dir: Path, layout, status: dict | None = None) -> None:
+    from .health import cluster_health
+    from .supervisor import send_command
+    status = status or anyio.run(send_command, state_dir, {"cmd": "status"}, 10.0) or {"nodes": {}}
+    healths = anyio.run(_all_health, layout, cluster_health)
+    rows = [["REGION", "CLUSTER", "NODES UP", "CONTROLLER", "BROKERS", "PARTITIONS",
+             "UNDER-REPLICATED", "OFFLINE", "STATE"]]
+    for name, c in layout.clusters.items():
+        h = healths[name]
+        nodes = [v for v in status["nodes"].values() if v["cluster"] == name]
+        down = [str(v["id"]) for v in nodes if not v["running"]]
+        leader = f"{h.controller_leader} (epoch {h.controller_epoch})" if h.controller_leader is not None else "none"
+        state = "healthy" if h.healthy else ("down" if len(down) == len(nodes) else "degraded")
+        rows.append([c.region, name, f"{len(nodes) - len(down)}/{len(nodes)}"
+                     + (f" (down: {','.join(down)})" if down else ""),
+                     leader, ",".join(map(str, h.brokers)) or "-", str(h.partitions),
+                     str(h.under_replicated), str(h.offline), state])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+
+
+def cmd_stop_start(args, state_dir: Path) -> int:
+    from .supervisor import send_command
+    layout, _ = _layout_of_running(state_dir)
+    try:
+        layout.select(args.target)
+    except KeyError:
+        raise CliError(f"target: no region, cluster or CLUSTER/ID named {args.target!r} "
+                       f"(regions: {', '.join(layout.topology.regions)}; clusters: "
+                       f"{', '.join(layout.clusters)})") from None
+    request = {"cmd": args.command, "target": args.target, "kill": getattr(args, "kill", False)}
+    reply = anyio.run(send_command, state_dir, request, 120.0)
+    if reply is None or not reply.get("ok"):
+        raise CliError((reply or {}).get("error") or "the supervisor did not answer")
+    verb = "stopped" if args.command == "stop" else "started"
+    print(f"{verb} {', '.join(reply['nodes'])}")
+    return 0
+
+
+def cmd_down(args, state_dir: Path) -> int:
+    from .supervisor import PLATFORM_FILE, send_command
+    reply = anyio.run(send_command, state_dir, {"cmd": "down"}, 10.0)
+    if reply is None:
+        print(f"no platform is running in {state_dir}")
+        return 0
+    deadline = time.monotonic() + 120
+    while (state_dir / PLATFORM_FILE).exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    print("platform stopped; its data stays in " + str(state_dir))
+    return 0
+
+
+def cmd_supervise(args, state_dir: Path) -> int:
+    import logging
+
+    from .layout import plan
+    from .supervisor import Supervisor
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    topology = load_topology(args.topology)
+    supervisor = Supervisor(plan(topology, state_dir), topology_path=args.topology.resolve())
+    anyio.run(supervisor.run)
+    return 0
+
+
+COMMANDS = {"up": cmd_up, "status": cmd_status, "stop": cmd_stop_start, "start": cmd_stop_start,
+            "down": cmd_down, "supervise": cmd_supervise}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

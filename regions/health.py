@@ -1,0 +1,89 @@
+"""A cluster's health as an operator reads it, asked over the wire like any client would:
+the quorum's leader (DescribeQuorum on a controller listener), the brokers registered and
+unfenced (DescribeCluster), and the under-replicated and offline partitions (Metadata).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import anyio
+
+from .layout import ClusterLayout
+
+
+@dataclass
+class ClusterHealth:
+    region: str
+    cluster: str
+    controller_leader: int | None = None
+    controller_epoch: int | None = None
+    brokers: list[int] = field(default_factory=list)       # registered and unfenced
+    expected_brokers: list[int] = field(default_factory=list)
+    partitions: int = 0
+    under_replicated: int = 0
+    offline: int = 0
+    error: str | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return self.controller_leader is not None and self.brokers == self.expected_brokers \
+            and self.error is None
+
+    def to_dict(self) -> dict:
+        return dict(asdict(self), healthy=self.healthy)
+
+
+async def cluster_health(cluster: ClusterLayout, timeout: float = 5.0) -> ClusterHealth:
+    health = ClusterHealth(cluster.region, cluster.name, expected_brokers=cluster.broker_ids)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_quorum, cluster, health, timeout)
+        tg.start_soon(_brokers_and_partitions, cluster, health, timeout)
+    return health
+
+
+async def _quorum(cluster: ClusterLayout, health: ClusterHealth, timeout: float) -> None:
+    from core.cli.main import CliError
+    from core.cli.quorum_cmd import describe_quorum
+    try:
+        with anyio.fail_after(timeout):
+            _, described = await describe_quorum(cluster.controller_bootstrap, int(timeout * 1000))
+    except (CliError, TimeoutError, OSError, Exception) as exc:   # noqa: BLE001 — shown as "no leader"
+        health.error = health.error or f"quorum: {_short(exc)}"
+        return
+    if described.leader_id is not None and described.leader_id >= 0:
+        health.controller_leader = described.leader_id
+        health.controller_epoch = described.leader_epoch
+
+
+async def _brokers_and_partitions(cluster: ClusterLayout, health: ClusterHealth, timeout: float) -> None:
+    from core.client import Admin, KafkaClient
+    from core.protocol.errors import KafkaError
+    timeout_ms = int(timeout * 1000)
+    client = KafkaClient(cluster.bootstrap, client_id="regions-status", default_api_timeout_ms=timeout_ms,
+                         request_timeout_ms=timeout_ms, allow_auto_create_topics=False)
+    try:
+        with anyio.fail_after(timeout):
+            await client.start()
+            admin = Admin(client, timeout_ms=timeout_ms)
+            described = await admin.describe_cluster()
+            health.brokers = sorted(b.node_id for b in described.brokers)
+            topics = await admin.describe_topics(None)
+            for desc in topics.values():
+                if isinstance(desc, KafkaError):
+                    continue
+                for p in desc.partitions:
+                    health.partitions += 1
+                    if p.leader is None or p.leader < 0:
+                        health.offline += 1
+                    elif len(p.isr) < len(p.replicas):
+                        health.under_replicated += 1
+    except Exception as exc:   # noqa: BLE001 — a cluster that does not answer is a status, not a crash
+        health.error = f"brokers: {_short(exc)}"
+    finally:
+        with anyio.CancelScope(shield=True):
+            await client.close()
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:160]

@@ -1,0 +1,243 @@
+"""Where everything of a platform lives: the ports, directories and node properties that a
+topology turns into on this machine. Pure apart from reading and writing the state file and
+probing for free ports, so the launcher, the status command and the tests share one answer.
+
+Each broker has a PLAINTEXT listener for clients of its own region (and for the other brokers
+of its cluster), a CONTROLLER listener if it votes, and one WAN_<REGION> listener per other
+region. A WAN listener is advertised at the address of a WAN proxy run by the supervisor, so
+a client in that region that bootstraps from the proxies keeps going through them: Metadata
+answers with the addresses of the listener a request arrived on, as Kafka does.
+
+Ports the topology leaves out are picked once and kept in `ports.json` in the state
+directory, so a platform keeps its addresses across restarts.
+"""
+from __future__ import annotations
+
+import json
+import re
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .topology import Node, Topology
+
+PORTS_FILE = "ports.json"
+CLUSTER_IDS_FILE = "cluster-ids.json"
+
+
+def wan_listener(region: str) -> str:
+    return "WAN_" + re.sub(r"[^A-Z0-9]", "_", region.upper())
+
+
+@dataclass
+class NodeLayout:
+    region: str
+    cluster: str
+    node: Node
+    directory: Path
+    properties: dict[str, str]
+    client_port: int | None
+    controller_port: int | None
+    metrics_port: int
+    wan_ports: dict[str, int] = field(default_factory=dict)     # remote region -> listener port
+
+    @property
+    def key(self) -> str:
+        """How commands name the node: CLUSTER/ID."""
+        return f"{self.cluster}/{self.node.id}"
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / "node.properties"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "node.log"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.directory / "data"
+
+
+@dataclass(frozen=True)
+class ProxyLayout:
+    """A WAN proxy: clients in `client_region` reach `upstream_port` of a node in
+    `server_region` through `listen_port`."""
+    client_region: str
+    server_region: str
+    cluster: str
+    node_id: int
+    listen_port: int
+    upstream_port: int
+
+
+@dataclass
+class ClusterLayout:
+    region: str
+    name: str
+    cluster_id: str
+    nodes: list[NodeLayout]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{n.node.host}:{n.client_port}" for n in self.nodes if n.node.is_broker)
+
+    @property
+    def controller_bootstrap(self) -> str:
+        return ",".join(f"{n.node.host}:{n.controller_port}" for n in self.nodes if n.node.is_controller)
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return sorted(n.node.id for n in self.nodes if n.node.is_broker)
+
+
+@dataclass
+class PlatformLayout:
+    topology: Topology
+    state_dir: Path
+    clusters: dict[str, ClusterLayout]
+    proxies: list[ProxyLayout]
+
+    def nodes(self) -> list[NodeLayout]:
+        return [n for c in self.clusters.values() for n in c.nodes]
+
+    def wan_bootstrap(self, cluster: str, client_region: str) -> str:
+        """The address clients in `client_region` bootstrap from to reach `cluster`: its own
+        brokers from inside its region, the WAN proxies from elsewhere."""
+        layout = self.clusters[cluster]
+        if layout.region == client_region:
+            return layout.bootstrap
+        return ",".join(f"127.0.0.1:{p.listen_port}" for p in self.proxies
+                        if p.cluster == cluster and p.client_region == client_region)
+
+    def select(self, target: str) -> list[NodeLayout]:
+        """The nodes a REGION, CLUSTER or CLUSTER/ID names; KeyError names what is unknown."""
+        if target in self.topology.regions:
+            return [n for n in self.nodes() if n.region == target]
+        if target in self.clusters:
+            return list(self.clusters[target].nodes)
+        for n in self.nodes():
+            if n.key == target:
+                return [n]
+        raise KeyError(target)
+
+
+def plan(topology: Topology, state_dir: Path, *, cluster_ids: dict[str, str] | None = None) -> PlatformLayout:
+    """The platform's layout; picks (and records) the ports the topology leaves out."""
+    state_dir = Path(state_dir)
+    ports = _load_json(state_dir / PORTS_FILE)
+    ids = _load_json(state_dir / CLUSTER_IDS_FILE)
+    if cluster_ids:
+        ids.update(cluster_ids)
+    taken = {int(p) for p in ports.values()}
+    taken |= {p for _, _, c in topology.clusters() for n in c.nodes
+              for p in (n.port, n.controller_port, n.metrics_port) if p is not None}
+
+    def port(key: str, fixed: int | None) -> int:
+        if fixed is not None:
+            return fixed
+        if key not in ports:
+            ports[key] = _free_port(taken)
+            taken.add(ports[key])
+        return int(ports[key])
+
+    clusters: dict[str, ClusterLayout] = {}
+    proxies: list[ProxyLayout] = []
+    for region, name, cluster in topology.clusters():
+        remote = [r for r in topology.regions if r != region]
+        layouts = []
+        for node in cluster.nodes:
+            key = f"{name}/{node.id}"
+            layout = NodeLayout(
+                region, name, node, state_dir / "clusters" / name / f"node-{node.id}", {},
+                client_port=port(f"{key}/port", node.port) if node.is_broker else None,
+                controller_port=port(f"{key}/controller_port", node.controller_port)
+                if node.is_controller else None,
+                metrics_port=port(f"{key}/metrics_port", node.metrics_port))
+            if node.is_broker:
+                for r in remote:
+                    layout.wan_ports[r] = port(f"{key}/wan/{r}", None)
+                    proxies.append(ProxyLayout(r, region, name, node.id,
+                                               port(f"{key}/wan-proxy/{r}", None), layout.wan_ports[r]))
+            layouts.append(layout)
+        if name not in ids:
+            ids[name] = _random_cluster_id()
+        clusters[name] = ClusterLayout(region, name, ids[name], layouts)
+        voters = ",".join(f"{n.node.id}@{n.node.host}:{n.controller_port}" for n in layouts
+                          if n.node.is_controller)
+        for n in layouts:
+            n.properties = _properties(n, voters, cluster.config, proxies)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    _save_json(state_dir / PORTS_FILE, ports)
+    _save_json(state_dir / CLUSTER_IDS_FILE, ids)
+    return PlatformLayout(topology, state_dir, clusters, proxies)
+
+
+def _properties(n: NodeLayout, voters: str, cluster_config: dict, proxies: list[ProxyLayout]) -> dict[str, str]:
+    host = n.node.host
+    listeners, advertised, protocols = [], [], ["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT"]
+    if n.node.is_broker:
+        listeners.append(f"PLAINTEXT://{host}:{n.client_port}")
+        advertised.append(f"PLAINTEXT://{host}:{n.client_port}")
+        for region, real in n.wan_ports.items():
+            name = wan_listener(region)
+            proxy = next(p for p in proxies if p.cluster == n.cluster and p.node_id == n.node.id
+                         and p.client_region == region)
+            listeners.append(f"{name}://{host}:{real}")
+            advertised.append(f"{name}://127.0.0.1:{proxy.listen_port}")
+            protocols.append(f"{name}:PLAINTEXT")
+    if n.node.is_controller:
+        listeners.append(f"CONTROLLER://{host}:{n.controller_port}")
+    props = {
+        "node.id": str(n.node.id),
+        "process.roles": ",".join(sorted(n.node.roles)),
+        "controller.quorum.voters": voters,
+        "controller.listener.names": "CONTROLLER",
+        "listeners": ",".join(listeners),
+        "listener.security.protocol.map": ",".join(protocols),
+        "log.dirs": str(n.data_dir),
+        "broker.rack": n.node.zone,
+        "metrics.port": str(n.metrics_port),
+    }
+    if advertised:
+        props["advertised.listeners"] = ",".join(advertised)
+        props["inter.broker.listener.name"] = "PLAINTEXT"
+    for source in (cluster_config, n.node.config):
+        for key, value in source.items():
+            props[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return props
+
+
+def write_properties(n: NodeLayout) -> None:
+    n.directory.mkdir(parents=True, exist_ok=True)
+    text = "".join(f"{k}={v}\n" for k, v in n.properties.items())
+    n.config_path.write_text("# written by `regions up` from the topology; edits are overwritten\n" + text)
+
+
+def _free_port(taken: set[int]) -> int:
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        if p not in taken:
+            return p
+
+
+def _random_cluster_id() -> str:
+    import base64
+    import uuid
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _load_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _save_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)

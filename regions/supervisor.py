@@ -1,0 +1,270 @@
+"""The platform supervisor: one process that owns every node process and WAN proxy of a
+platform and answers commands on a Unix socket in the state directory.
+
+    python -m regions.cli supervise TOPOLOGY --state-dir DIR     # what `regions up` starts
+
+It formats each node's storage the first time (one cluster id per cluster, kept in the state
+directory), starts every node as `python -m core.cli node` with its log in the node's
+directory, runs the WAN proxies in its own event loop, and then waits for commands:
+
+    {"cmd": "status"}                      -> {"ok": true, "nodes": {"eu-west-1/1": {...}}, ...}
+    {"cmd": "stop", "target": T, "kill": false}    T is a REGION, CLUSTER or CLUSTER/ID
+    {"cmd": "start", "target": T}
+    {"cmd": "down"}
+
+one JSON object per line each way. A node that exits on its own stays down (an outage is
+something to see, not to hide); `start` brings it back. SIGTERM or `down` stops the nodes
+gracefully (each hands its leaderships over), then the proxies, and removes the socket.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+from anyio.abc import TaskStatus
+
+from .layout import NodeLayout, PlatformLayout, write_properties
+from .wan import WanPipe, WanProxy
+
+log = logging.getLogger("regions.supervisor")
+
+CONTROL_SOCKET = "control.sock"
+PLATFORM_FILE = "platform.json"
+SUPERVISOR_LOG = "supervisor.log"
+STOP_GRACE_S = 30.0
+MAX_COMMAND_BYTES = 64 * 1024
+REPO = Path(__file__).resolve().parents[1]
+
+
+class NodeProcess:
+    def __init__(self, layout: NodeLayout):
+        self.layout = layout
+        self.proc: subprocess.Popen | None = None
+        self.started_at: float | None = None
+        self.stopping = False
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        if self.running:
+            return
+        self.layout.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.layout.log_path, "ab") as logf:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "core.cli", "node", "--config", str(self.layout.config_path)],
+                cwd=REPO, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
+                env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
+        self.started_at = time.time()
+        self.stopping = False
+        log.info("started %s (pid %d)", self.layout.key, self.proc.pid)
+
+    async def stop(self, *, kill: bool = False, grace_s: float = STOP_GRACE_S) -> None:
+        if not self.running:
+            return
+        self.stopping = True
+        self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                log.warning("%s did not stop in %.0fs; killing it", self.layout.key, grace_s)
+                self.proc.kill()
+            await anyio.sleep(0.05)
+        log.info("%s stopped (%s, exit %s)", self.layout.key, "kill -9" if kill else "SIGTERM",
+                 self.proc.returncode)
+
+    def describe(self) -> dict:
+        n = self.layout
+        return {"region": n.region, "cluster": n.cluster, "id": n.node.id, "roles": list(n.node.roles),
+                "zone": n.node.zone, "running": self.running,
+                "pid": self.proc.pid if self.running else None,
+                "exit_code": None if self.proc is None or self.running else self.proc.returncode,
+                "client_port": n.client_port, "controller_port": n.controller_port,
+                "metrics_port": n.metrics_port, "log": str(n.log_path)}
+
+
+class Supervisor:
+    def __init__(self, layout: PlatformLayout, *, topology_path: Path | None = None):
+        self.layout = layout
+        self.topology_path = topology_path
+        self.nodes = {n.key: NodeProcess(n) for n in layout.nodes()}
+        self.proxies = self._proxies()
+        self.done = anyio.Event()
+
+    def _proxies(self) -> list[WanProxy]:
+        """One pipe per direction of each region pair, shared by every proxy of that pair."""
+        topology = self.layout.topology
+        pipes: dict[tuple[str, str], WanPipe] = {}
+
+        def pipe(src: str, dst: str) -> WanPipe:
+            if (src, dst) not in pipes:
+                latency_ms, mbit = topology.wan_link(src, dst)
+                pipes[(src, dst)] = WanPipe(latency_ms / 1000, None if mbit is None else mbit * 1e6)
+            return pipes[(src, dst)]
+        return [WanProxy("127.0.0.1", p.upstream_port, listen_port=p.listen_port,
+                         forward_pipe=pipe(p.client_region, p.server_region),
+                         backward_pipe=pipe(p.server_region, p.client_region))
+                for p in self.layout.proxies]
+
+    @property
+    def socket_path(self) -> Path:
+        return self.layout.state_dir / CONTROL_SOCKET
+
+    # ------------------------------------------------------------------ running
+
+    async def run(self, *, task_status: TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
+        self.format_storage()
+        self.socket_path.unlink(missing_ok=True)
+        listener = await anyio.create_unix_listener(self.socket_path)
+        try:
+            async with anyio.create_task_group() as tg:
+                for proxy in self.proxies:
+                    await tg.start(proxy.serve)
+                for node in self.nodes.values():
+                    node.start()
+                self.write_platform_file()
+                tg.start_soon(self._watch)
+                tg.start_soon(self._on_signals)
+                tg.start_soon(listener.serve, self._handle)
+                task_status.started()
+                await self.done.wait()
+                await self.shutdown()
+                tg.cancel_scope.cancel()
+        finally:
+            await listener.aclose()
+            self.socket_path.unlink(missing_ok=True)
+            (self.layout.state_dir / PLATFORM_FILE).unlink(missing_ok=True)
+            for node in self.nodes.values():     # whatever a cancellation left running
+                if node.running:
+                    node.proc.kill()
+
+    def format_storage(self) -> None:
+        for node in self.layout.nodes():
+            write_properties(node)
+            if (node.data_dir / "meta.properties").exists():
+                continue
+            cluster_id = self.layout.clusters[node.cluster].cluster_id
+            result = subprocess.run(
+                [sys.executable, "-m", "core.cli", "storage", "format", "-c", str(node.config_path),
+                 f"--cluster-id={cluster_id}"], cwd=REPO, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise RuntimeError(f"formatting {node.key} failed: "
+                                   f"{(result.stderr or result.stdout).strip()}")
+
+    def write_platform_file(self) -> None:
+        layout = self.layout
+        clusters = {}
+        for name, c in layout.clusters.items():
+            clusters[name] = {
+                "region": c.region, "cluster_id": c.cluster_id, "bootstrap": c.bootstrap,
+                "controller_bootstrap": c.controller_bootstrap, "broker_ids": c.broker_ids,
+                "from_regions": {r: layout.wan_bootstrap(name, r) for r in layout.topology.regions},
+                "metrics": [f"http://127.0.0.1:{n.metrics_port}/metrics" for n in c.nodes],
+            }
+        data = {"name": layout.topology.name, "supervisor_pid": os.getpid(), "clusters": clusters,
+                "topology": str(self.topology_path) if self.topology_path else None,
+                "started_at": time.time()}
+        path = layout.state_dir / PLATFORM_FILE
+        path.with_suffix(".tmp").write_text(json.dumps(data, indent=2) + "\n")
+        path.with_suffix(".tmp").replace(path)
+
+    async def shutdown(self) -> None:
+        async with anyio.create_task_group() as tg:
+            for node in self.nodes.values():
+                tg.start_soon(node.stop)
+        for proxy in self.proxies:
+            proxy.close()
+        log.info("platform %s is down", self.layout.topology.name)
+
+    async def _watch(self) -> None:
+        """Log nodes that exit on their own; they stay down until `start`."""
+        reported: set[str] = set()
+        while True:
+            for key, node in self.nodes.items():
+                if node.proc is None or node.running:
+                    reported.discard(key)
+                elif key not in reported and not node.stopping:
+                    reported.add(key)
+                    log.warning("%s exited with %s; see %s", key, node.proc.returncode,
+                                node.layout.log_path)
+            await anyio.sleep(0.5)
+
+    async def _on_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                self.done.set()
+                return
+
+    # ------------------------------------------------------------------ commands
+
+    async def _handle(self, stream) -> None:
+        async with stream:
+            try:
+                line = await _receive_line(stream)
+                reply = await self.command(json.loads(line))
+            except (ValueError, UnicodeDecodeError) as exc:
+                reply = {"ok": False, "error": f"bad command: {exc}"}
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                return
+            try:
+                await stream.send(json.dumps(reply).encode() + b"\n")
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass
+
+    async def command(self, request: dict) -> dict:
+        cmd = request.get("cmd") if isinstance(request, dict) else None
+        if cmd == "status":
+            return {"ok": True, "name": self.layout.topology.name, "pid": os.getpid(),
+                    "nodes": {k: n.describe() for k, n in self.nodes.items()}}
+        if cmd == "down":
+            self.done.set()
+            return {"ok": True}
+        if cmd in ("stop", "start"):
+            target = request.get("target")
+            try:
+                selected = self.layout.select(str(target))
+            except KeyError:
+                return {"ok": False, "error": f"target: no region, cluster or CLUSTER/ID named {target!r}"}
+            keys = [n.key for n in selected]
+            if cmd == "stop":
+                async with anyio.create_task_group() as tg:
+                    for key in keys:
+                        tg.start_soon(lambda k=key: self.nodes[k].stop(kill=bool(request.get("kill"))))
+            else:
+                for key in keys:
+                    self.nodes[key].start()
+            return {"ok": True, "nodes": keys}
+        return {"ok": False, "error": f"cmd: unknown command {cmd!r}"}
+
+
+async def _receive_line(stream) -> str:
+    buf = b""
+    while b"\n" not in buf:
+        chunk = await stream.receive(4096)
+        buf += chunk
+        if len(buf) > MAX_COMMAND_BYTES:
+            raise ValueError(f"longer than {MAX_COMMAND_BYTES} bytes")
+    return buf.split(b"\n", 1)[0].decode()
+
+
+async def send_command(state_dir: Path, request: dict, timeout: float = 60.0) -> dict | None:
+    """The supervisor's answer, or None if no supervisor listens in `state_dir`."""
+    path = Path(state_dir) / CONTROL_SOCKET
+    if not path.exists():
+        return None
+    try:
+        with anyio.fail_after(timeout):
+            stream = await anyio.connect_unix(path)
+            async with stream:
+                await stream.send(json.dumps(request).encode() + b"\n")
+                return json.loads(await _receive_line(stream))
+    except (OSError, anyio.EndOfStream, anyio.BrokenResourceError):
+        return None

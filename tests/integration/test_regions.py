@@ -1,0 +1,209 @@
+"""`regions`: a whole platform from its topology, as a user runs it — the CLI in a
+subprocess, a supervisor and real node processes, real clients in each region and across the
+WAN proxies.
+
+The shipped default topology is used with its fixed ports removed (the launcher then picks
+free ones), so the test checks the default's shape without depending on ports 19092-29294.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from regions.topology import DEFAULT_TOPOLOGY
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def regions(state_dir: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "regions.cli", "--state-dir", str(state_dir), *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
+def without_fixed_ports(source: Path, target: Path) -> Path:
+    doc = yaml.safe_load(source.read_text())
+    for region in doc["regions"].values():
+        for cluster in region["clusters"].values():
+            for node in cluster["nodes"]:
+                for key in ("port", "controller_port", "metrics_port"):
+                    node.pop(key, None)
+    target.write_text(yaml.safe_dump(doc))
+    return target
+
+
+class Platform:
+    def __init__(self, state_dir: Path, topology: Path):
+        self.state_dir, self.topology = state_dir, topology
+
+    def __enter__(self):
+        up = regions(self.state_dir, "up", str(self.topology), "--detach", "--timeout", "90")
+        assert up.returncode == 0, f"{up.stdout}\n{up.stderr}\n{self._logs()}"
+        self.up_output = up.stdout
+        self.info = json.loads((self.state_dir / "platform.json").read_text())
+        return self
+
+    def __exit__(self, *exc):
+        down = regions(self.state_dir, "down")
+        assert down.returncode == 0, down.stderr
+        assert not (self.state_dir / "platform.json").exists()
+
+    def bootstrap(self, cluster: str, from_region: str | None = None) -> str:
+        c = self.info["clusters"][cluster]
+        return c["from_regions"][from_region] if from_region else c["bootstrap"]
+
+    def status(self) -> dict:
+        out = regions(self.state_dir, "status", "--output", "json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    def _logs(self) -> str:
+        tails = []
+        for log in sorted(self.state_dir.glob("**/*.log")):
+            lines = log.read_text(errors="replace").splitlines()[-8:]
+            tails.append(f"--- {log}\n" + "\n".join(lines))
+        return "\n".join(tails)
+
+
+def create(bootstrap: str, topic: str, rf: int, min_isr: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 3, rf, config={"min.insync.replicas": str(min_isr)})])[topic].result(30)
+    deadline = time.monotonic() + 30
+    while True:
+        parts = admin.list_topics(topic, timeout=5).topics[topic].partitions.values()
+        if parts and all(p.leader >= 0 and len(p.isrs) == rf for p in parts):
+            return
+        assert time.monotonic() < deadline, f"{topic}: ISR not full"
+        time.sleep(0.2)
+
+
+def round_trip(bootstrap: str, topic: str, tag: str, n: int = 30) -> list[float]:
+    """Produce n records (acks=all) one at a time, then read them all back; the produce
+    latencies in seconds."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
+                         "message.timeout.ms": 30000})
+    latencies = []
+    for i in range(n):
+        started = time.perf_counter()
+        producer.produce(topic, f"{tag}-{i}".encode(), partition=i % 3)
+        assert producer.flush(30) == 0, f"{tag}: record {i} not delivered"
+        latencies.append(time.perf_counter() - started)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{tag}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.subscribe([topic])
+        got: set[str] = set()
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and not {f"{tag}-{i}" for i in range(n)} <= got:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                got.add(msg.value().decode())
+    finally:
+        consumer.close()
+    missing = {f"{tag}-{i}" for i in range(n)} - got
+    assert not missing, f"{tag}: never read back {sorted(missing)[:5]}"
+    return latencies
+
+
+def cluster_status(status: dict, region: str, cluster: str) -> dict:
+    return status["regions"][region][cluster]
+
+
+def test_two_regions_come_up_serve_clients_and_survive_outages(tmp_path):
+    topology = without_fixed_ports(DEFAULT_TOPOLOGY, tmp_path / "two-regions.yaml")
+    state = tmp_path / "state"
+    with Platform(state, topology) as p:
+        assert "eu-west-1" in p.up_output and "us-east-1" in p.up_output and "bootstrap" in p.up_output
+        again = regions(state, "up", str(topology), "--detach")
+        assert again.returncode == 0 and "already running" in again.stdout
+        status = p.status()
+        for region, cluster in (("eu-west", "eu-west-1"), ("us-east", "us-east-1")):
+            s = cluster_status(status, region, cluster)
+            assert s["healthy"] and s["nodes_up"] == 3 and s["brokers"] == [1, 2, 3], s
+            assert {n["zone"] for n in s["nodes"].values()} == {f"{region}-a", f"{region}-b", f"{region}-c"}
+
+        # Both regions serve real clients; across the WAN every request pays two 40 ms legs.
+        for cluster in ("eu-west-1", "us-east-1"):
+            create(p.bootstrap(cluster), "orders", rf=3, min_isr=2)
+            local = round_trip(p.bootstrap(cluster), "orders", f"{cluster}-local")
+            assert sorted(local)[len(local) // 2] < 0.06, local
+        wan = round_trip(p.bootstrap("eu-west-1", from_region="us-east"), "orders", "from-us-east", n=10)
+        assert min(wan) >= 0.08, wan          # at least one round trip of 2 x 40 ms
+        metadata = AdminClient({"bootstrap.servers": p.bootstrap("eu-west-1", "us-east")}).list_topics(timeout=10)
+        wan_ports = {int(a.split(":")[1]) for a in p.bootstrap("eu-west-1", "us-east").split(",")}
+        assert {b.port for b in metadata.brokers.values()} == wan_ports   # clients stay on the WAN path
+
+        # A zone's node crashes: its cluster keeps serving acks=all (RF=3, min ISR 2).
+        stopped = regions(state, "stop", "eu-west-1/2", "--kill")
+        assert stopped.returncode == 0 and "eu-west-1/2" in stopped.stdout, stopped.stderr
+        round_trip(p.bootstrap("eu-west-1"), "orders", "zone-down")
+        s = cluster_status(p.status(), "eu-west", "eu-west-1")
+        assert s["nodes_up"] == 2 and not s["nodes"]["eu-west-1/2"]["running"] and not s["healthy"]
+        assert regions(state, "start", "eu-west-1/2").returncode == 0
+
+        # A whole region goes down: the other is untouched.
+        assert regions(state, "stop", "us-east").returncode == 0
+        round_trip(p.bootstrap("eu-west-1"), "orders", "region-down")
+        status = p.status()
+        assert cluster_status(status, "us-east", "us-east-1")["nodes_up"] == 0
+        eu = cluster_status(status, "eu-west", "eu-west-1")
+        deadline = time.monotonic() + 60
+        while not (eu["healthy"] and eu["under_replicated"] == 0):   # node 2 back in every ISR
+            assert time.monotonic() < deadline, eu
+            time.sleep(1)
+            eu = cluster_status(p.status(), "eu-west", "eu-west-1")
+        table = regions(state, "status")
+        assert table.returncode == 0 and "down" in table.stdout and "healthy" in table.stdout
+
+        # And it comes back with its data.
+        assert regions(state, "start", "us-east").returncode == 0
+        round_trip(p.bootstrap("us-east-1"), "orders", "us-east-1-local", n=30)
+    pids = [n for n in subprocess.run(["pgrep", "-f", str(state)], capture_output=True, text=True).stdout.split()]
+    assert pids == [], "processes outlived `regions down`"
+
+
+def test_two_clusters_in_one_region(tmp_path):
+    topology = Path(DEFAULT_TOPOLOGY).parent / "two-clusters-one-region.yaml"
+    with Platform(tmp_path / "state", topology) as p:
+        status = p.status()
+        assert set(status["regions"]["eu-west"]) == {"orders", "analytics"}
+        assert set(status["regions"]["ap-south"]) == {"ap-south-1"}
+        assert all(c["healthy"] for r in status["regions"].values() for c in r.values()), status
+        create(p.bootstrap("orders"), "payments", rf=3, min_isr=2)
+        create(p.bootstrap("analytics"), "clicks", rf=1)
+        round_trip(p.bootstrap("orders"), "payments", "orders")
+        round_trip(p.bootstrap("analytics"), "clicks", "analytics")
+        # Two clusters of one region are separate clusters: one's topics are not the other's.
+        assert "payments" not in AdminClient({"bootstrap.servers": p.bootstrap("analytics")}).list_topics(timeout=10).topics
+        # From ap-south, the orders cluster is behind the WAN (60 ms a leg in this topology).
+        wan = round_trip(p.bootstrap("orders", from_region="ap-south"), "payments", "from-ap-south", n=5)
+        assert min(wan) >= 0.12, wan
+
+
+@pytest.mark.parametrize("args, words", [
+    (["up", "{bad}"], "roles[1]: Input should be 'broker' or 'controller'"),
+    (["up", "{missing}"], "cannot read the topology"),
+    (["status"], "no platform is running"),
+    (["stop", "eu-west"], "no platform is running"),
+])
+def test_bad_input_gets_one_line(tmp_path, args, words):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("regions:\n  eu-west:\n    clusters:\n      a:\n        nodes:\n"
+                   "          - {id: 1, roles: [broker, controler], zone: z}\n")
+    args = [a.format(bad=bad, missing=tmp_path / "missing.yaml") for a in args]
+    out = regions(tmp_path / "state", *args)
+    assert out.returncode != 0
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in out.stderr, out.stderr
+    assert lines[0].startswith(f"regions {args[0]}: ")
