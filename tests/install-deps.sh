@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs on a fresh Debian machine (run as root):
-# kcat from Debian, the Python package with its test extra, and kafkajs from npm.
+# kcat and prometheus from Debian, the Python package with its test extra, and kafkajs from npm.
 # Each step is skipped when its result is already there.
 set -euo pipefail
 
@@ -11,10 +11,16 @@ apt_packages=()
 command -v kcat >/dev/null 2>&1 || apt_packages+=(kcat)
 command -v node >/dev/null 2>&1 || apt_packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || apt_packages+=(npm)
+command -v prometheus >/dev/null 2>&1 || apt_packages+=(prometheus)
 if ((${#apt_packages[@]})); then
     echo "install-deps: apt-get install ${apt_packages[*]}"
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${apt_packages[@]}" >/dev/null
+    if [[ " ${apt_packages[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+        # Tests start their own prometheus on a free port; the packaged service would only
+        # hold port 9090 and CPU that the tests need.
+        systemctl disable --now prometheus >/dev/null 2>&1 || true
+    fi
 fi
 
 echo "install-deps: pip install -e '.[test]'"

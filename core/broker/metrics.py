@@ -20,27 +20,31 @@ class BrokerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.requests = Counter("seaway_requests", "Requests handled, by API", ["api"], registry=r)
+        self.requests = Counter("seaway_requests", "Requests handled, by API (Kafka: RequestMetrics "
+                                "RequestsPerSec)", ["api"], registry=r)
         self.request_seconds = Histogram("seaway_request_duration_seconds", "Time from a request's arrival "
-                                         "to its response being queued, by API", ["api"],
+                                         "to its response being queued, by API (Kafka: RequestMetrics "
+                                         "TotalTimeMs)", ["api"],
                                          buckets=_LATENCY_BUCKETS, registry=r)
         self.partition_errors = Counter("seaway_partition_errors", "Partition-level error codes answered, "
                                         "by API and error", ["api", "error"], registry=r)
         self.bad_requests = Counter("seaway_bad_requests", "Connections closed for bad input, by reason",
                                     ["reason"], registry=r)
-        self.bytes_in = Counter("seaway_bytes_in", "Record batch bytes appended, by topic", ["topic"], registry=r)
+        self.bytes_in = Counter("seaway_bytes_in", "Record batch bytes appended, by topic (Kafka: "
+                                "BytesInPerSec)", ["topic"], registry=r)
         self.records_in = Counter("seaway_records_in", "Records appended, by topic", ["topic"], registry=r)
-        self.bytes_out = Counter("seaway_bytes_out", "Record batch bytes served by Fetch, by topic", ["topic"],
+        self.bytes_out = Counter("seaway_bytes_out", "Record batch bytes served by Fetch, by topic "
+                                 "(Kafka: BytesOutPerSec)", ["topic"],
                                  registry=r)
         self.connections = Gauge("seaway_connections", "Open client connections", registry=r)
         self.isr_shrinks = Counter("seaway_isr_shrinks", "ISR shrinks committed for partitions this broker "
-                                   "leads", registry=r)
+                                   "leads (Kafka: IsrShrinksPerSec)", registry=r)
         self.unclean_leaderships = Counter("seaway_unclean_leaderships", "Leaderships this broker took "
                                            "after an unclean election", registry=r)
         self.records_lost = Counter("seaway_records_lost", "Offsets below the high watermark a replica "
                                     "dropped after an unclean election", registry=r)
         self.isr_expands = Counter("seaway_isr_expands", "ISR expansions committed for partitions this "
-                                   "broker leads", registry=r)
+                                   "broker leads (Kafka: IsrExpandsPerSec)", registry=r)
         self._request_children: dict[str, tuple] = {}
 
     def for_api(self, api: str):
@@ -54,6 +58,11 @@ class BrokerMetrics:
         self.registry.register(_PartitionCollector(broker))
         self.registry.register(_GroupCollector(broker))
         self.registry.register(_ReplicationCollector(broker))
+
+    def watch_quorum(self, quorum, controller=None) -> None:
+        """KRaft gauges of a node in the metadata quorum; `controller` is the QuorumController
+        of a node with the controller role (None on a broker-only node)."""
+        self.registry.register(_QuorumCollector(quorum, controller))
 
     def serve(self, port: int, host: str = "0.0.0.0") -> int:
         """Start the /metrics HTTP endpoint in a daemon thread; returns the bound port."""
@@ -72,7 +81,7 @@ class _PartitionCollector:
                                   labels=["topic", "partition"])
         hw = GaugeMetricFamily("seaway_partition_high_watermark", "Offset up to which records are committed",
                                labels=["topic", "partition"])
-        size = GaugeMetricFamily("seaway_partition_size_bytes", "Bytes of segment files",
+        size = GaugeMetricFamily("seaway_partition_size_bytes", "Bytes of segment files (Kafka: Log Size)",
                                  labels=["topic", "partition"])
         for topic in list(self.broker.topics.values()):
             for p in [p for p in topic.partitions if p is not None]:
@@ -86,20 +95,24 @@ class _PartitionCollector:
 
 class _ReplicationCollector:
     """Kafka's ReplicaManager gauges (UnderReplicatedPartitions, UnderMinIsrPartitionCount,
-    LeaderCount), the controller's OfflinePartitionsCount as this broker's image has it, and
-    each follower's lag behind the leader (leader log end minus the follower's fetch offset)."""
+    LeaderCount) and each follower's lag behind the leader (leader log end minus the
+    follower's fetch offset). OfflinePartitionsCount comes from the metadata image, so
+    _QuorumCollector reports it, on controllers as well as brokers."""
 
     def __init__(self, broker):
         self.broker = broker
 
     def collect(self):
         under = GaugeMetricFamily("seaway_under_replicated_partitions",
-                                  "Partitions this broker leads whose ISR lacks some replica")
+                                  "Partitions this broker leads whose ISR lacks some replica "
+                                  "(Kafka: UnderReplicatedPartitions)")
         under_min = GaugeMetricFamily("seaway_under_min_isr_partitions",
-                                      "Partitions this broker leads whose ISR is below min.insync.replicas")
-        leaders = GaugeMetricFamily("seaway_leader_partitions", "Partitions this broker leads")
-        offline = GaugeMetricFamily("seaway_offline_partitions", "Partitions without a leader (metadata image)")
-        lag = GaugeMetricFamily("seaway_follower_lag", "Offsets a follower is behind this leader",
+                                      "Partitions this broker leads whose ISR is below "
+                                      "min.insync.replicas (Kafka: UnderMinIsrPartitionCount)")
+        leaders = GaugeMetricFamily("seaway_leader_partitions", "Partitions this broker leads "
+                                    "(Kafka: LeaderCount)")
+        lag = GaugeMetricFamily("seaway_follower_lag", "Offsets a follower is behind this leader (Kafka "
+                                "reports it on the follower: FetcherLagMetrics ConsumerLag)",
                                 labels=["topic", "partition", "follower"])
         counts = [0, 0, 0]
         for p in list(self.broker.all_partitions()):
@@ -117,12 +130,54 @@ class _ReplicationCollector:
         leaders.add_metric([], counts[0])
         under.add_metric([], counts[1])
         under_min.add_metric([], counts[2])
-        kraft = getattr(self.broker, "kraft", None)
-        if kraft is not None:
-            image = kraft.quorum.loader.image
-            offline.add_metric([], sum(1 for t in image.topics.values()
-                                       for reg in t.partitions.values() if reg.leader < 0))
-        yield from (leaders, under, under_min, offline, lag)
+        yield from (leaders, under, under_min, lag)
+
+
+class _QuorumCollector:
+    """What a KRaft node knows of the quorum and the metadata image, read at scrape time.
+
+    Every KRaft node (voter or observer) reports the epoch and leader of the metadata quorum
+    (Kafka's raft-metrics current-epoch and current-leader) and OfflinePartitionsCount from
+    its committed image. A node with the controller role also reports ActiveControllerCount
+    (1 only once its controller has taken over, not merely when Raft elected it) and, as
+    Kafka's controllers do, the broker counts as its committed image has them. Images are
+    replaced whole, never changed in place, so reading one from the HTTP thread is safe.
+    """
+
+    def __init__(self, quorum, controller=None):
+        self.quorum = quorum
+        self.controller = controller
+
+    def collect(self):
+        leader = self.quorum.driver.leader
+        epoch = GaugeMetricFamily("seaway_controller_epoch", "Epoch of the metadata quorum as this node "
+                                  "knows it: the active controller's KRaft leader epoch (Kafka: "
+                                  "raft-metrics current-epoch)")
+        epoch.add_metric([], leader.leader_epoch)
+        current = GaugeMetricFamily("seaway_controller_leader", "Node id of the quorum leader as this node "
+                                    "knows it, -1 while unknown (Kafka: raft-metrics current-leader)")
+        current.add_metric([], leader.leader_id)
+        image = self.quorum.loader.image
+        offline = GaugeMetricFamily("seaway_offline_partitions", "Partitions without a leader in the "
+                                    "committed metadata image (Kafka: KafkaController OfflinePartitionsCount)")
+        offline.add_metric([], sum(1 for t in image.topics.values()
+                                   for reg in t.partitions.values() if reg.leader < 0))
+        yield from (epoch, current, offline)
+        if self.controller is None:
+            return
+        active = GaugeMetricFamily("seaway_active_controller", "1 on the active controller, 0 on the "
+                                   "other controllers (Kafka: KafkaController ActiveControllerCount)")
+        active.add_metric([], 1 if self.controller.is_active else 0)
+        brokers = list(image.brokers.values())
+        fenced = GaugeMetricFamily("seaway_fenced_brokers", "Registered brokers that are fenced, as this "
+                                   "controller's committed image has them (Kafka: KafkaController "
+                                   "FencedBrokerCount)")
+        fenced.add_metric([], sum(1 for b in brokers if b.fenced))
+        unfenced = GaugeMetricFamily("seaway_active_brokers", "Registered brokers that are not fenced, as "
+                                     "this controller's committed image has them (Kafka: KafkaController "
+                                     "ActiveBrokerCount)")
+        unfenced.add_metric([], sum(1 for b in brokers if not b.fenced))
+        yield from (active, fenced, unfenced)
 
 
 class _GroupCollector:

@@ -126,6 +126,7 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
         quorum = QuorumMember(config, cluster_id)
         if "controller" in config.roles:
             controller = ControllerServer(config, quorum, metrics)
+        metrics.watch_quorum(quorum, controller.runner.controller if controller is not None else None)
     lifecycle = None
     if "broker" in config.roles or not config.kraft:
         broker = Broker(config, metrics=metrics)

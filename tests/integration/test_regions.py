@@ -207,3 +207,28 @@ def test_bad_input_gets_one_line(tmp_path, args, words):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in out.stderr, out.stderr
     assert lines[0].startswith(f"regions {args[0]}: ")
+
+
+def test_up_in_the_foreground_shows_live_status_until_ctrl_c(tmp_path):
+    import signal
+    topology = tmp_path / "one.yaml"
+    topology.write_text("name: tiny\nregions:\n  eu-west:\n    clusters:\n      solo:\n        nodes:\n"
+                        "          - {id: 1, roles: [broker, controller], zone: a}\n")
+    state = tmp_path / "state"
+    proc = subprocess.Popen([sys.executable, "-m", "regions.cli", "--state-dir", str(state), "up", str(topology)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    lines = []
+    try:
+        deadline = time.monotonic() + 90
+        while sum("REGION" in line for line in lines) < 2:     # two refreshes of the view
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
+            lines.append(proc.stdout.readline())
+        assert any(line.split()[:2] == ["eu-west", "solo"] and "healthy" in line for line in lines), lines
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 0, rest
+    assert "stopping the platform" in rest
+    assert not (state / "control.sock").exists() and not (state / "platform.json").exists()
+    assert subprocess.run(["pgrep", "-f", str(state)], capture_output=True).stdout == b""
