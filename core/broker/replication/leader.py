@@ -116,25 +116,15 @@ def effective_min_isr(replica: PartitionReplica, state: LeaderState) -> int:
 def append(replica: PartitionReplica, state: LeaderState, record_count: int, acks: int,
            request_id: Hashable, timeout_ms: int) -> AppendResult:
     """Partition.appendRecordsToLeader, then DelayedProduce for acks=all."""
-    if acks == ACKS_ALL and request_id is None:
-        raise ValueError("an acks=all produce needs a request id to complete it by")
-    if acks == ACKS_ALL and len(state.isr_state.isr) < effective_min_isr(replica, state):
-        return AppendResult(ErrorCode.NOT_ENOUGH_REPLICAS)
+    refused = _refuse(replica, state, acks, request_id)
+    if refused is not None:
+        return refused
     log = replica.log
     base = log.end_offset
     last = base + record_count - 1
     log.append(base, last, replica.leader_epoch)
     maybe_increment_high_watermark(replica, state)
-    result = AppendResult(ErrorCode.NONE, base, last, replica.leader_epoch)
-    if acks != ACKS_ALL:
-        return result
-    done, error = enough_replicas_reach(replica, state, last + 1)
-    if done:
-        return AppendResult(error, base, last, replica.leader_epoch)
-    if request_id in state.produces:
-        raise ValueError(f"produce request id {request_id!r} is already waiting")
-    state.produces[request_id] = PendingProduce(last + 1, base, replica.now() + timeout_ms)
-    return AppendResult(ErrorCode.NONE, base, last, replica.leader_epoch, pending=True)
+    return _await_acks(replica, state, base, last, acks, request_id, timeout_ms)
 
 
 def await_duplicate(replica: PartitionReplica, state: LeaderState, base_offset: int,
@@ -147,21 +137,34 @@ def await_duplicate(replica: PartitionReplica, state: LeaderState, base_offset: 
     Answering at once would acknowledge records a new leader may not have (seen in a fault
     run: a deposed leader, still reachable by clients, acknowledged a retry of a batch only it
     held, and the new leader's log never had it)."""
+    refused = _refuse(replica, state, acks, request_id)
+    if refused is not None:
+        return refused
+    return _await_acks(replica, state, base_offset, last_offset, acks, request_id, timeout_ms)
+
+
+def _refuse(replica: PartitionReplica, state: LeaderState, acks: int,
+            request_id: Hashable) -> AppendResult | None:
     if acks == ACKS_ALL and request_id is None:
         raise ValueError("an acks=all produce needs a request id to complete it by")
     if acks == ACKS_ALL and len(state.isr_state.isr) < effective_min_isr(replica, state):
         return AppendResult(ErrorCode.NOT_ENOUGH_REPLICAS)
-    result = AppendResult(ErrorCode.NONE, base_offset, last_offset, replica.leader_epoch)
-    if acks != ACKS_ALL:
-        return result
-    done, error = enough_replicas_reach(replica, state, last_offset + 1)
-    if done:
-        return AppendResult(error, base_offset, last_offset, replica.leader_epoch)
-    if request_id in state.produces:
-        raise ValueError(f"produce request id {request_id!r} is already waiting")
-    state.produces[request_id] = PendingProduce(last_offset + 1, base_offset,
-                                                replica.now() + timeout_ms)
-    return AppendResult(ErrorCode.NONE, base_offset, last_offset, replica.leader_epoch, pending=True)
+    return None
+
+
+def _await_acks(replica: PartitionReplica, state: LeaderState, base: int, last: int, acks: int,
+                request_id: Hashable, timeout_ms: int) -> AppendResult:
+    """Done now (acks 0/1, or the ISR already has base..last), else pending until a
+    CompleteProduce for request_id."""
+    if acks == ACKS_ALL:
+        done, error = enough_replicas_reach(replica, state, last + 1)
+        if not done:
+            if request_id in state.produces:
+                raise ValueError(f"produce request id {request_id!r} is already waiting")
+            state.produces[request_id] = PendingProduce(last + 1, base, replica.now() + timeout_ms)
+            return AppendResult(ErrorCode.NONE, base, last, replica.leader_epoch, pending=True)
+        return AppendResult(error, base, last, replica.leader_epoch)
+    return AppendResult(ErrorCode.NONE, base, last, replica.leader_epoch)
 
 
 def enough_replicas_reach(replica: PartitionReplica, state: LeaderState,
