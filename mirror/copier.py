@@ -1,0 +1,345 @@
+"""One source partition copied to one target partition: fetch, pass batches through, produce
+with several requests in flight, record where each batch landed.
+
+Theory of operation
+-------------------
+The copier fetches from the source partition's leader (read_committed) at its position,
+turns the answer into target batches without decoding records (mirror/batches.py) and hands
+them to the target leader, one batch per Produce request, up to `max_in_flight` requests at
+once on one connection. Requests on one connection are answered in order, and each carries
+the mirror's idempotent producer id and the next sequences, so a retry after a lost answer
+is written once (the target's idempotence), and a window of requests keeps a cross-region
+link busy instead of paying one round trip per batch.
+
+When a batch is acknowledged at downstream offset d, the copier reports an offset sync
+(upstream base, d) to its `on_synced` callback, and after the window drains at the end of a
+fetch, the end edge (next upstream offset, next downstream offset), so translation is exact at
+every batch boundary and a caught-up group translates too. Syncs are reported in order and
+only for acknowledged batches: a recorded sync never claims data the target lacks.
+
+Positions. The copier starts at `start_offset` (the latest recorded sync, or the source's
+log start). After a crash, batches produced after the last recorded sync are produced again:
+duplicates are bounded by what was in flight or not yet recorded, never a loss.
+
+Failures. Transport errors and retriable answers (leadership moved, not enough replicas)
+resend the unacknowledged batches in order with the same sequences after a backoff. If the
+target forgot or fenced the producer (UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER,
+INVALID_PRODUCER_EPOCH) a new producer id is taken and the unacknowledged batches are sent
+under it from sequence 0 (they may then be duplicated, within the same bound). A source
+position below the log start (retention upstream) restarts at the log start, counted.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+import anyio
+
+from core.client import KafkaClient
+from core.client.errors import KafkaError
+from core.protocol import messages as m
+from core.protocol.errors import ErrorCode
+
+from .batches import MirrorBatchError, prepare_for_target
+
+log = logging.getLogger("mirror.copier")
+
+FETCH = 1
+PRODUCE = 0
+READ_COMMITTED = 1
+INT32_MAX = 2**31 - 1
+RESET_PRODUCER = {ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                  ErrorCode.INVALID_PRODUCER_EPOCH}
+
+
+class ProducerIdentity:
+    """The mirror's idempotent producer on the target cluster (one per link): renewed when a
+    partition finds it fenced or forgotten."""
+
+    def __init__(self, client: KafkaClient):
+        self.client = client
+        self.producer_id = -1
+        self.epoch = -1
+        self._lock = anyio.Lock()
+
+    async def ensure(self, stale_id: int | None = None) -> tuple[int, int]:
+        async with self._lock:
+            if self.producer_id >= 0 and self.producer_id != stale_id:
+                return self.producer_id, self.epoch
+            attempt = 0
+            while True:
+                try:
+                    node = await self.client.any_node()
+                    r = await self.client.send(node, m.InitProducerIdRequest(
+                        transactional_id=None, transaction_timeout_ms=INT32_MAX), api_key=22)
+                    if not r.error_code:
+                        self.producer_id, self.epoch = r.producer_id, r.producer_epoch
+                        return self.producer_id, self.epoch
+                    error = KafkaError(r.error_code, "InitProducerId")
+                except KafkaError as exc:
+                    error = exc
+                attempt += 1
+                log.info("InitProducerId on the target failed (%s); retrying", error)
+                await anyio.sleep(self.client.backoff_ms(attempt) / 1000)
+
+
+@dataclass
+class CopierStats:
+    position: int = -1                # next upstream offset to fetch
+    source_end: int = -1              # the source's high watermark at the last fetch
+    records: int = 0
+    bytes: int = 0
+    batches: int = 0
+    last_batch_timestamp_ms: int = -1  # max timestamp of the last acknowledged batch
+    latencies_ms: deque = field(default_factory=lambda: deque(maxlen=1024))
+    errors: int = 0
+    skipped_aborted: int = 0
+    skipped_control: int = 0
+    lost_to_retention: int = 0
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.source_end - self.position) if self.source_end >= 0 and self.position >= 0 else 0
+
+
+@dataclass
+class _InFlight:
+    data: memoryview
+    base_sequence: int
+    upstream_base: int
+    records: int
+    max_timestamp: int
+    future: asyncio.Future | None = None
+
+
+class PartitionCopier:
+    def __init__(self, source: KafkaClient, target: KafkaClient, producer: ProducerIdentity, *,
+                 source_topic: str, target_topic: str, partition: int, start_offset: int | None,
+                 on_synced: Callable[[int, int], Awaitable[None] | None],
+                 max_in_flight: int = 5, fetch_max_bytes: int = 1 << 20, fetch_max_wait_ms: int = 500,
+                 produce_timeout_ms: int = 30_000, retry_backoff_ms: int = 200):
+        if not 1 <= max_in_flight <= 5:
+            raise ValueError("max_in_flight must be 1..5 (the target's idempotence tracks 5 batches)")
+        self.source, self.target, self.producer = source, target, producer
+        self.source_topic, self.target_topic, self.partition = source_topic, target_topic, partition
+        self.on_synced = on_synced
+        self.max_in_flight = max_in_flight
+        self.fetch_max_bytes, self.fetch_max_wait_ms = fetch_max_bytes, fetch_max_wait_ms
+        self.produce_timeout_ms, self.retry_backoff_ms = produce_timeout_ms, retry_backoff_ms
+        self.stats = CopierStats(position=-1 if start_offset is None else start_offset)
+        self._pid, self._epoch, self._next_seq = -1, -1, 0
+        self._window: deque[_InFlight] = deque()
+        self._downstream_end: int | None = None     # target offset after the last acked batch
+        self._last_sync: tuple[int, int] | None = None
+
+    def __repr__(self) -> str:
+        return f"PartitionCopier({self.source_topic}-{self.partition} -> {self.target_topic})"
+
+    # ------------------------------------------------------------------ the loop
+
+    async def run(self) -> None:
+        self._pid, self._epoch = await self.producer.ensure()
+        self._next_seq = 0
+        attempt = 0
+        while True:
+            try:
+                if self.stats.position < 0:
+                    await self._start_at_log_start()
+                await self._step()
+                attempt = 0
+            except (KafkaError, OSError, MirrorBatchError) as exc:
+                # A corrupt source batch is never forwarded: it is retried (a replica with
+                # good bytes may lead next) and counted until someone looks.
+                attempt += 1
+                self.stats.errors += 1
+                log.info("%r: %s; retrying", self, exc)
+                self.source.request_metadata_update()
+                self.target.request_metadata_update()
+                await anyio.sleep(min(self.source.backoff_ms(attempt), 5000) / 1000)
+
+    async def _step(self) -> None:
+        if self._window:                      # what an error left unacknowledged goes first
+            await self._resend_window()
+        answer = await self._fetch()
+        if answer is None:
+            await self._record_end()
+            return
+        records, aborted, lso = answer
+        prepared = prepare_for_target(records, fetch_offset=self.stats.position, aborted=aborted,
+                                      last_stable_offset=lso,
+                                      producer=(self._pid, self._epoch, self._next_seq))
+        self.stats.skipped_aborted += prepared.skipped_aborted
+        self.stats.skipped_control += prepared.skipped_control
+        # The whole answer joins the window before anything is sent, with the position and
+        # sequence moved past it: whatever fails later is resent from the window, never
+        # fetched again under new sequences (which the target could not tell from new data).
+        for batch, view in zip(prepared.batches, prepared.views()):
+            self._window.append(_InFlight(view, batch.base_sequence, batch.upstream_base_offset,
+                                          batch.records_count, _max_timestamp(view)))
+        self._next_seq = prepared.next_sequence
+        self.stats.position = prepared.next_fetch_offset
+        await self._drain_window()
+        await self._record_end()
+
+    async def _drain_window(self) -> None:
+        while self._window:
+            sent = sum(1 for e in self._window if e.future is not None)
+            for entry in self._window:
+                if sent >= self.max_in_flight:
+                    break
+                if entry.future is None:
+                    await self._send(entry)
+                    sent += 1
+            await self._complete_oldest()
+
+    # ------------------------------------------------------------------ source
+
+    async def _fetch(self):
+        """(records, aborted, last stable offset), or None when nothing new arrived."""
+        tp = (self.source_topic, self.partition)
+        await self.source.ensure_topics([self.source_topic])
+        leader = self.source.leader_for(*tp)
+        if leader is None:
+            self.source.request_metadata_update()
+            raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader for {tp}")
+        R = m.FetchRequest
+        request = R(replica_id=-1, max_wait_ms=self.fetch_max_wait_ms, min_bytes=1,
+                    max_bytes=self.fetch_max_bytes, isolation_level=READ_COMMITTED, session_id=0,
+                    session_epoch=-1, topics=[R.FetchTopic(topic=self.source_topic, partitions=[
+                        R.FetchPartition(partition=self.partition, current_leader_epoch=-1,
+                                         fetch_offset=self.stats.position, last_fetched_epoch=-1,
+                                         log_start_offset=-1, partition_max_bytes=self.fetch_max_bytes)])],
+                    forgotten_topics_data=[], rack_id="")
+        conn = await self.source.connection(leader)
+        version = min(conn.version_for(FETCH), 12)      # by name (KIP-516 ids not needed)
+        response = await conn.send(request, api_key=FETCH, version=version,
+                                   timeout_ms=self.source.request_timeout_ms + self.fetch_max_wait_ms)
+        if response.error_code:
+            raise KafkaError(response.error_code, f"fetch {tp}")
+        p = response.responses[0].partitions[0]
+        if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            await self._reset_to_log_start(p.log_start_offset)
+            return None
+        if p.error_code:
+            raise KafkaError(p.error_code, f"fetch {tp} at {self.stats.position}")
+        self.stats.source_end = p.last_stable_offset if p.last_stable_offset >= 0 else p.high_watermark
+        records = p.records
+        if records is None or not len(records):
+            return None
+        return records, p.aborted_transactions or [], p.last_stable_offset
+
+    async def _start_at_log_start(self) -> None:
+        from core.client.offsets import list_offsets
+        found = await list_offsets(self.source, {(self.source_topic, self.partition): "earliest"})
+        answer = next(iter(found.values()))
+        if isinstance(answer, KafkaError):
+            raise answer
+        self.stats.position = answer.offset
+
+    async def _reset_to_log_start(self, log_start: int) -> None:
+        if log_start < 0:
+            position = self.stats.position
+            await self._start_at_log_start()
+            log_start, self.stats.position = self.stats.position, position
+        if log_start > self.stats.position:
+            # Deleted upstream before it was copied: nothing can bring it back; say how much.
+            self.stats.lost_to_retention += log_start - self.stats.position
+            log.warning("%r: offsets %d..%d were deleted upstream before they were mirrored",
+                        self, self.stats.position, log_start - 1)
+        self.stats.position = log_start
+
+    # ------------------------------------------------------------------ target
+
+    async def _target_connection(self):
+        await self.target.ensure_topics([self.target_topic])
+        leader = self.target.leader_for(self.target_topic, self.partition)
+        if leader is None:
+            self.target.request_metadata_update()
+            raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader for {self.target_topic}-{self.partition}")
+        return await self.target.connection(leader)
+
+    async def _send(self, entry: _InFlight) -> None:
+        conn = await self._target_connection()
+        request = m.ProduceRequest(transactional_id=None, acks=-1, timeout_ms=self.produce_timeout_ms,
+                                   topic_data=[m.ProduceRequest.TopicProduceData(
+                                       name=self.target_topic, partition_data=[
+                                           m.ProduceRequest.PartitionProduceData(index=self.partition,
+                                                                                 records=entry.data)])])
+        # The request is written before send() first yields, so sends keep the window's order.
+        entry.future = asyncio.ensure_future(conn.send(
+            request, api_key=PRODUCE, timeout_ms=self.produce_timeout_ms + self.target.request_timeout_ms))
+        await asyncio.sleep(0)
+
+    async def _resend_window(self) -> None:
+        for entry in self._window:
+            if entry.future is not None:
+                if not entry.future.done():
+                    entry.future.cancel()
+                elif not entry.future.cancelled():
+                    entry.future.exception()    # retrieved: it is being dealt with by resending
+            entry.future = None
+        await self._drain_window()
+
+    async def _complete_oldest(self) -> None:
+        entry = self._window[0]
+        response = await entry.future
+        part = response.responses[0].partition_responses[0]
+        code = part.error_code
+        if code == ErrorCode.NONE:
+            self._window.popleft()
+            await self._acknowledged(entry, part.base_offset)
+            return
+        if code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:      # written before; its offset is unknown
+            self._window.popleft()
+            self._downstream_end = None
+            return
+        if code in RESET_PRODUCER:
+            await self._renew_producer()
+        raise KafkaError(code, f"produce to {self.target_topic}-{self.partition}")
+
+    async def _renew_producer(self) -> None:
+        """Re-stamp what is unacknowledged with a new producer id, sequences from 0."""
+        import struct
+
+        from crc32c import crc32c
+        self._pid, self._epoch = await self.producer.ensure(stale_id=self._pid)
+        seq = 0
+        for entry in self._window:
+            buf = bytearray(entry.data)
+            struct.pack_into(">qhi", buf, 43, self._pid, self._epoch, seq)
+            struct.pack_into(">I", buf, 17, crc32c(bytes(buf[21:])))
+            entry.data, entry.base_sequence = memoryview(buf), seq
+            seq += entry.records
+        self._next_seq = seq
+
+    async def _acknowledged(self, entry: _InFlight, downstream_base: int) -> None:
+        stats = self.stats
+        stats.records += entry.records
+        stats.bytes += len(entry.data)
+        stats.batches += 1
+        if entry.max_timestamp >= 0:
+            stats.last_batch_timestamp_ms = entry.max_timestamp
+            stats.latencies_ms.append(max(0, int(time.time() * 1000) - entry.max_timestamp))
+        self._downstream_end = downstream_base + entry.records
+        await self._sync(entry.upstream_base, downstream_base)
+
+    async def _record_end(self) -> None:
+        """The end edge: where the next upstream record will land downstream."""
+        if self._downstream_end is not None and not self._window:
+            await self._sync(self.stats.position, self._downstream_end)
+
+    async def _sync(self, upstream: int, downstream: int) -> None:
+        if self._last_sync == (upstream, downstream):
+            return
+        self._last_sync = (upstream, downstream)
+        result = self.on_synced(upstream, downstream)
+        if result is not None:
+            await result
+
+
+def _max_timestamp(batch: memoryview) -> int:
+    return int.from_bytes(batch[35:43], "big", signed=True) if len(batch) >= 43 else -1

@@ -1,0 +1,218 @@
+"""One mirror link, source cluster -> target cluster: topic discovery, topic creation, one
+PartitionCopier per partition, and the offset syncs that record where batches landed.
+
+Theory of operation
+-------------------
+Every `refresh_topics_s` the link lists the source's topics and keeps those the filter and
+the replication policy allow (never a topic that came from the target: mirror/policy.py).
+Each is created on the target under its remote name with the same partition count and the
+source's non-default configs (less those MM2 never copies); a target topic with fewer
+partitions than its source gets more.
+
+Offset syncs go where MirrorMaker 2 puts them by default: `mm2-offset-syncs.<target>.internal`
+on the source cluster, one compacted partition, MM2's record format (mirror/records.py). On
+start the link reads that topic to its end: the latest sync of each partition is where its
+copier resumes (so a killed mirror re-sends at most what it had not yet recorded), and every
+sync seen feeds the OffsetSyncStore that translates consumer-group offsets.
+"""
+from __future__ import annotations
+
+import logging
+import re
+
+import anyio
+from anyio.abc import TaskStatus
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.client import Admin, KafkaClient, NewTopic
+from core.client.admin import ConfigResource
+from core.client.errors import KafkaError
+from core.client.producer import Producer
+from core.protocol.errors import ErrorCode
+
+from .copier import PartitionCopier, ProducerIdentity
+from .policy import DefaultReplicationPolicy, IdentityReplicationPolicy, TopicFilter, should_replicate
+from .records import OffsetSync, decode_offset_sync, encode_offset_sync
+from .translation import OffsetSyncStore
+
+log = logging.getLogger("mirror.link")
+
+# Topic configs MM2 never copies (DefaultConfigPropertyFilter): they describe the source
+# cluster's brokers or replication, not the data.
+NOT_COPIED = re.compile(r"follower\.replication\.throttled\.replicas|leader\.replication\.throttled\.replicas"
+                        r"|message\.timestamp\.difference\.max\.ms|message\.timestamp\.type"
+                        r"|unclean\.leader\.election\.enable|min\.insync\.replicas")
+DYNAMIC_TOPIC_CONFIG = 1
+
+
+class LinkConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    source_alias: str = Field(pattern=r"^[A-Za-z0-9_-]+$")
+    source_bootstrap: str = Field(min_length=1)
+    target_alias: str = Field(pattern=r"^[A-Za-z0-9_-]+$")
+    target_bootstrap: str = Field(min_length=1)
+    topics: list[str] = Field(default_factory=lambda: [".*"])
+    exclude: list[str] = Field(default_factory=lambda: [r".*[\-\.]internal", r".*\.replica", r"__.*"])
+    policy: str = Field(default="default", pattern=r"^(default|identity)$")
+    refresh_topics_s: float = Field(default=5.0, gt=0)
+    max_in_flight: int = Field(default=5, ge=1, le=5)
+    fetch_max_bytes: int = Field(default=1 << 20, ge=1024)
+    replication_factor: int = Field(default=-1)       # of created topics; -1: the target's default
+
+
+class MirrorLink:
+    def __init__(self, config: LinkConfig):
+        self.config = config
+        self.policy = (IdentityReplicationPolicy() if config.policy == "identity"
+                       else DefaultReplicationPolicy())
+        self.filter = TopicFilter(tuple(config.topics), tuple(config.exclude))
+        self.syncs_topic = self.policy.offset_syncs_topic(config.target_alias)
+        self.store = OffsetSyncStore()
+        self.copiers: dict[tuple[str, int], PartitionCopier] = {}
+        self.resume: dict[tuple[str, int], int] = {}
+        self.source = KafkaClient(config.source_bootstrap, client_id=f"mirror-{config.source_alias}")
+        self.target = KafkaClient(config.target_bootstrap, client_id=f"mirror-{config.target_alias}")
+        self._sync_producer: Producer | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.config.source_alias}->{self.config.target_alias}"
+
+    async def run(self, *, task_status: TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await self.source.start()
+            await self.target.start()
+            await self._ensure_syncs_topic()
+            await self._load_syncs()
+            self._sync_producer = Producer(self.source, acks=-1, linger_ms=20)
+            await self._sync_producer.start()
+            identity = ProducerIdentity(self.target)
+            async with anyio.create_task_group() as tg:
+                await self._discover(tg, identity)
+                task_status.started()
+                while True:
+                    await anyio.sleep(self.config.refresh_topics_s)
+                    try:
+                        await self._discover(tg, identity)
+                    except (KafkaError, OSError) as exc:
+                        log.info("%s: topic discovery failed (%s); retrying", self.name, exc)
+        finally:
+            with anyio.CancelScope(shield=True):
+                if self._sync_producer is not None:
+                    try:
+                        await self._sync_producer.close(timeout_ms=5000)
+                    except Exception:   # noqa: BLE001 — closing on the way out
+                        pass
+                await self.source.close()
+                await self.target.close()
+
+    # ------------------------------------------------------------------ offset syncs
+
+    async def _ensure_syncs_topic(self) -> None:
+        admin = Admin(self.source)
+        if self.syncs_topic in await admin.list_topics(internal=True):
+            return
+        result = await admin.create_topics([NewTopic(self.syncs_topic, 1, self.config.replication_factor,
+                                                     {"cleanup.policy": "compact"})])
+        error = result.get(self.syncs_topic)
+        if isinstance(error, KafkaError) and error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+            raise error
+
+    async def _load_syncs(self) -> None:
+        """Read the offset-syncs topic to its end: resume points and the translation store."""
+        from core.client.consumer import Consumer
+        consumer = Consumer(self.source, isolation_level="read_committed")
+        try:
+            await consumer.start()
+            consumer.assign([(self.syncs_topic, 0)])
+            consumer.seek_to_beginning((self.syncs_topic, 0))
+            end = (await consumer.end_offsets([(self.syncs_topic, 0)]))[(self.syncs_topic, 0)]
+            position = 0
+            while position < end:
+                for record in await consumer.poll(timeout_ms=1000):
+                    position = record.offset + 1
+                    try:
+                        sync = decode_offset_sync(record.key, record.value)
+                    except ValueError as exc:       # someone else's record: skip it, say so
+                        log.warning("%s: offset %d of %s is not an offset sync: %s", self.name,
+                                    record.offset, self.syncs_topic, exc)
+                        continue
+                    self._observe(sync)
+        finally:
+            await consumer.close()
+        log.info("%s: %d partitions resume from recorded offset syncs", self.name, len(self.resume))
+
+    def _observe(self, sync: OffsetSync) -> None:
+        key = (sync.topic, sync.partition)
+        try:
+            self.store.observe(sync)
+        except ValueError as exc:
+            log.warning("%s: ignoring offset sync %s: %s", self.name, sync, exc)
+            return
+        # The latest sync in the topic is the truth, even below an earlier one (a restart
+        # that re-forwarded from an older point).
+        self.resume[key] = sync.upstream_offset
+
+    async def _record_sync(self, topic: str, partition: int, upstream: int, downstream: int) -> None:
+        sync = OffsetSync(topic, partition, upstream, downstream)
+        self._observe(sync)
+        key, value = encode_offset_sync(sync)
+        await self._sync_producer.send(self.syncs_topic, value=value, key=key, partition=0)
+
+    # ------------------------------------------------------------------ topics
+
+    async def _discover(self, tg, identity: ProducerIdentity) -> None:
+        source_admin, target_admin = Admin(self.source), Admin(self.target)
+        topics = await source_admin.list_topics()
+        wanted = [t for t in topics if should_replicate(
+            t, self.config.source_alias, self.config.target_alias, self.policy, topic_filter=self.filter)]
+        if not wanted:
+            return
+        described = await source_admin.describe_topics(wanted)
+        target_topics = await target_admin.describe_topics(None)
+        for topic in wanted:
+            desc = described.get(topic)
+            if desc is None or isinstance(desc, KafkaError):
+                continue
+            remote = self.policy.format_remote_topic(self.config.source_alias, topic)
+            count = len(desc.partitions)
+            await self._ensure_target_topic(source_admin, target_admin, topic, remote, count,
+                                            target_topics.get(remote))
+            for p in range(count):
+                if (topic, p) not in self.copiers:
+                    self._start_copier(tg, identity, topic, remote, p)
+
+    async def _ensure_target_topic(self, source_admin: Admin, target_admin: Admin, topic: str,
+                                   remote: str, count: int, existing) -> None:
+        if existing is not None and not isinstance(existing, KafkaError):
+            if len(existing.partitions) < count:
+                log.info("%s: %s grew to %d partitions upstream; adding them to %s", self.name,
+                         topic, count, remote)
+                errors = await target_admin.create_partitions({remote: count})
+                error = errors.get(remote)
+                if isinstance(error, KafkaError) and error.code != ErrorCode.INVALID_PARTITIONS:
+                    raise error
+            return
+        configs = {}
+        found = await source_admin.describe_configs(ConfigResource.topic(topic))
+        entries = found.get(ConfigResource.topic(topic))
+        if isinstance(entries, dict):
+            configs = {name: e.value for name, e in entries.items()
+                       if e.source == DYNAMIC_TOPIC_CONFIG and e.value is not None
+                       and not e.sensitive and not NOT_COPIED.fullmatch(name)}
+        result = await target_admin.create_topics([NewTopic(remote, count, self.config.replication_factor,
+                                                            configs)])
+        error = result.get(remote)
+        if isinstance(error, KafkaError) and error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+            raise error
+        log.info("%s: created %s (%d partitions, configs %s)", self.name, remote, count, configs)
+
+    def _start_copier(self, tg, identity: ProducerIdentity, topic: str, remote: str, partition: int) -> None:
+        start = self.resume.get((topic, partition))        # None: from the source's log start
+        copier = PartitionCopier(
+            self.source, self.target, identity, source_topic=topic, target_topic=remote,
+            partition=partition, start_offset=start,
+            on_synced=lambda u, d, t=topic, p=partition: self._record_sync(t, p, u, d),
+            max_in_flight=self.config.max_in_flight, fetch_max_bytes=self.config.fetch_max_bytes)
+        self.copiers[(topic, partition)] = copier
+        tg.start_soon(copier.run, name=repr(copier))

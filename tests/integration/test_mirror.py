@@ -1,0 +1,204 @@
+"""`mirror run` between two real clusters (single Seaway nodes here; the two-region platform
+runs it across the WAN in test_regions_mirror.py): every record arrives with its key, value,
+headers, timestamp and partition; offset syncs map batch boundaries exactly; a mirror killed
+with kill -9 resumes from its last recorded sync, duplicating only records at or after it.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from mirror.records import decode_offset_sync
+from tests.support.node import SeawayNode
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+SYNCS = "mm2-offset-syncs.tgt.internal"
+
+
+@pytest.fixture
+def clusters(tmp_path):
+    src = SeawayNode(tmp_path / "src", {"num.partitions": "3"}).start()
+    tgt = SeawayNode(tmp_path / "tgt").start()
+    try:
+        yield src, tgt
+    finally:
+        src.stop()
+        tgt.stop()
+
+
+def start_mirror(tmp_path: Path, src, tgt, name: str = "mirror") -> subprocess.Popen:
+    config = tmp_path / "links.yaml"
+    config.write_text(f"links:\n  - {{source_alias: src, source_bootstrap: '{src.bootstrap}', "
+                      f"target_alias: tgt, target_bootstrap: '{tgt.bootstrap}', refresh_topics_s: 1}}\n")
+    log = open(tmp_path / f"{name}.log", "ab")
+    return subprocess.Popen([sys.executable, "-m", "mirror.cli", "run", "--config", str(config)],
+                            cwd=REPO, stderr=log, stdout=log, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
+def produce(bootstrap: str, topic: str, start: int, n: int) -> dict[str, tuple[int, int]]:
+    """Values v<i> with key, header and timestamp derived from i; value -> (partition, offset)."""
+    placed: dict[str, tuple[int, int]] = {}
+
+    def delivered(err, msg):
+        assert err is None, err
+        placed[msg.value().decode()] = (msg.partition(), msg.offset())
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    for i in range(start, start + n):
+        p.produce(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % 3, headers=[("i", b"%d" % i)],
+                  timestamp=1_700_000_000_000 + i, on_delivery=delivered)
+        if i % 1000 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0
+    return placed
+
+
+def read_all(bootstrap: str, topic: str, until: int, timeout: float = 60) -> list:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        md = c.list_topics(timeout=5)
+        if topic in md.topics and md.topics[topic].partitions:
+            break
+        time.sleep(0.5)
+    c.assign([TopicPartition(topic, p, 0) for p in md.topics[topic].partitions])
+    out = []
+    try:
+        while time.monotonic() < deadline and len({m[2] for m in out}) < until:
+            for msg in c.consume(2000, timeout=0.5):
+                if not msg.error():
+                    out.append((msg.partition(), msg.offset(), msg.value().decode(), msg.key(),
+                                msg.headers(), msg.timestamp()))
+    finally:
+        c.close()
+    return out
+
+
+def offset_syncs(bootstrap: str) -> list:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "syncs", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(SYNCS, 0, 0)])
+        _, end = c.get_watermark_offsets(TopicPartition(SYNCS, 0), timeout=10)
+        out = []
+        while len(out) < end:
+            for msg in c.consume(1000, timeout=1):
+                if not msg.error():
+                    out.append(decode_offset_sync(msg.key(), msg.value()))
+        return out
+    finally:
+        c.close()
+
+
+def test_every_record_arrives_with_its_fields_and_syncs_map_batches_exactly(tmp_path, clusters):
+    src, tgt = clusters
+    admin = AdminClient({"bootstrap.servers": src.bootstrap})
+    admin.create_topics([NewTopic("orders", 3, 1, config={"retention.ms": "86400000"})])["orders"].result(10)
+    placed = produce(src.bootstrap, "orders", 0, 6000)
+    mirror = start_mirror(tmp_path, src, tgt)
+    try:
+        got = read_all(tgt.bootstrap, "src.orders", 6000)
+    finally:
+        mirror.send_signal(signal.SIGTERM)
+        assert mirror.wait(30) == 0
+    by_value = {}
+    for partition, offset, value, key, headers, ts in got:
+        assert value not in by_value, f"{value} twice"
+        by_value[value] = (partition, offset)
+        i = int(value[1:])
+        assert (partition, key, headers, ts) == (i % 3, b"k%d" % i, [("i", b"%d" % i)], (1, 1_700_000_000_000 + i))
+    assert set(by_value) == set(placed)
+    # Offsets keep their order within each partition (batches go whole, in order).
+    for p in range(3):
+        ups = sorted((placed[v][1], by_value[v][1]) for v in placed if placed[v][0] == p)
+        assert [d for _, d in ups] == sorted(d for _, d in ups)
+    # Each offset sync (u, d): upstream offset u is downstream offset d, exactly.
+    syncs = offset_syncs(src.bootstrap)
+    assert syncs and {s.topic for s in syncs} == {"orders"}
+    at_target = {(p, o): v for v, (p, o) in by_value.items()}
+    at_source = {(p, o): v for v, (p, o) in placed.items()}
+    for s in syncs:
+        if (s.partition, s.upstream_offset) in at_source:
+            assert at_target[(s.partition, s.downstream_offset)] == at_source[(s.partition, s.upstream_offset)], s
+    # The topic's non-default config came along.
+    target_admin = AdminClient({"bootstrap.servers": tgt.bootstrap})
+    res = target_admin.describe_configs([ConfigResource("topic", "src.orders")])
+    assert list(res.values())[0].result(10)["retention.ms"].value == "86400000"
+
+
+def test_a_mirror_killed_with_kill9_resumes_from_its_last_sync(tmp_path, clusters):
+    import threading
+    src, tgt = clusters
+    admin = AdminClient({"bootstrap.servers": src.bootstrap})
+    admin.create_topics([NewTopic("events", 3, 1)])["events"].result(10)
+    placed: dict[str, tuple[int, int]] = {}
+    total = 30_000
+
+    def steady():       # about 8,000 records/s, so the kill lands mid-stream
+        def delivered(err, msg):
+            assert err is None, err
+            placed[msg.value().decode()] = (msg.partition(), msg.offset())
+        p = Producer({"bootstrap.servers": src.bootstrap, "linger.ms": 5, "enable.idempotence": True})
+        for i in range(total):
+            p.produce("events", value=b"v%d" % i, partition=i % 3, on_delivery=delivered)
+            if i % 400 == 399:
+                p.poll(0)
+                time.sleep(0.05)
+        assert p.flush(30) == 0
+    producer = threading.Thread(target=steady)
+    producer.start()
+    mirror = start_mirror(tmp_path, src, tgt)
+    deadline = time.monotonic() + 60
+    while True:
+        syncs = offset_syncs(src.bootstrap) if _has_topic(src.bootstrap, SYNCS) else []
+        if sum({s.partition: s.upstream_offset for s in syncs}.values()) > 4000:
+            break
+        assert time.monotonic() < deadline and mirror.poll() is None, (tmp_path / "mirror.log").read_text()[-2000:]
+        time.sleep(0.05)
+    mirror.send_signal(signal.SIGKILL)
+    mirror.wait()
+    recorded = {}
+    for s in offset_syncs(src.bootstrap):
+        recorded[s.partition] = s.upstream_offset           # the latest sync is the resume point
+    producer.join(120)
+    assert sum(recorded.values()) < total, "the kill came too late to test a resume"
+    mirror = start_mirror(tmp_path, src, tgt, "mirror2")
+    try:
+        got = read_all(tgt.bootstrap, "src.events", total, timeout=90)
+    finally:
+        mirror.send_signal(signal.SIGTERM)
+        assert mirror.wait(30) == 0
+    seen: dict[str, int] = {}
+    for _, _, value, *_ in got:
+        seen[value] = seen.get(value, 0) + 1
+    assert set(seen) == set(placed), f"missing {len(set(placed) - set(seen))}"
+    duplicated = [v for v, n in seen.items() if n > 1]
+    for v in duplicated:       # only what came after the last recorded sync can come twice
+        partition, offset = placed[v]
+        assert offset >= recorded.get(partition, 0), (v, placed[v], recorded)
+    assert all(n <= 2 for n in seen.values())
+
+
+def _has_topic(bootstrap: str, topic: str) -> bool:
+    return topic in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).topics
+
+
+def test_a_bad_link_config_gets_one_line(tmp_path):
+    bad = tmp_path / "links.yaml"
+    bad.write_text("links:\n  - {source_alias: a, source_bootstrap: 'x:1', target_alias: b, "
+                   "target_bootstrap: 'y:2', max_in_flight: 9}\n")
+    out = subprocess.run([sys.executable, "-m", "mirror.cli", "run", "--config", str(bad)], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "links[0].max_in_flight" in lines[0] and lines[0].startswith("mirror run: ")
