@@ -73,12 +73,29 @@ class MirrorLink:
         self.source = KafkaClient(config.source_bootstrap, client_id=f"mirror-{config.source_alias}")
         self.target = KafkaClient(config.target_bootstrap, client_id=f"mirror-{config.target_alias}")
         self._sync_producer: Producer | None = None
+        self._started = False
 
     @property
     def name(self) -> str:
         return f"{self.config.source_alias}->{self.config.target_alias}"
 
     async def run(self, *, task_status: TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled; a cluster that is down or unreachable (at the start, or
+        later for the link's own bookkeeping) is retried with backoff, not fatal."""
+        attempt = 0
+        while True:
+            try:
+                await self._run_once(task_status)
+            except (KafkaError, OSError) as exc:
+                attempt += 1
+                delay = min(0.2 * 2 ** attempt, 10.0)
+                log.warning("%s: %s; starting the link again in %.1fs", self.name, exc, delay)
+                self.copiers.clear()
+                self.source = KafkaClient(self.config.source_bootstrap, client_id=f"mirror-{self.config.source_alias}")
+                self.target = KafkaClient(self.config.target_bootstrap, client_id=f"mirror-{self.config.target_alias}")
+                await anyio.sleep(delay)
+
+    async def _run_once(self, task_status) -> None:
         try:
             await self.source.start()
             await self.target.start()
@@ -89,7 +106,9 @@ class MirrorLink:
             identity = ProducerIdentity(self.target)
             async with anyio.create_task_group() as tg:
                 await self._discover(tg, identity)
-                task_status.started()
+                if not self._started:
+                    self._started = True
+                    task_status.started()
                 while True:
                     await anyio.sleep(self.config.refresh_topics_s)
                     try:

@@ -208,7 +208,8 @@ def cmd_status(args, state_dir: Path) -> int:
                 healths[name].to_dict(), bootstrap=c.bootstrap,
                 nodes_up=sum(v["running"] for v in nodes.values()), nodes_total=len(nodes),
                 nodes=nodes)
-        print(json.dumps({"name": status["name"], "regions": regions}, indent=2))
+        print(json.dumps({"name": status["name"], "regions": regions, "mirror": status.get("mirror")},
+                         indent=2))
         return 0
     _print_status(state_dir, layout, status)
     return 0
@@ -234,6 +235,11 @@ def _print_status(state_dir: Path, layout, status: dict | None = None) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+    mirror = status.get("mirror")
+    if mirror is not None:
+        links = ", ".join(f"{m.source} -> {m.target}" for m in layout.topology.mirrors)
+        print(f"mirror ({links}): " + (f"running (pid {mirror['pid']})" if mirror["running"]
+                                       else f"down (exit {mirror['exit_code']}; see {mirror['log']})"))
 
 
 def cmd_stop_start(args, state_dir: Path) -> int:

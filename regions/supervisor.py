@@ -38,6 +38,7 @@ log = logging.getLogger("regions.supervisor")
 CONTROL_SOCKET = "control.sock"
 PLATFORM_FILE = "platform.json"
 SUPERVISOR_LOG = "supervisor.log"
+MIRROR_LOG = "mirror.log"
 STOP_GRACE_S = 30.0
 MAX_COMMAND_BYTES = 64 * 1024
 REPO = Path(__file__).resolve().parents[1]
@@ -91,12 +92,50 @@ class NodeProcess:
                 "metrics_port": n.metrics_port, "log": str(n.log_path)}
 
 
+class MirrorProcess:
+    """`mirror run --platform`: the topology's mirror links, one process for all of them."""
+
+    def __init__(self, state_dir: Path):
+        self.state_dir = state_dir
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        if self.running:
+            return
+        with open(self.state_dir / MIRROR_LOG, "ab") as logf:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "mirror.cli", "run", "--platform", "--state-dir", str(self.state_dir)],
+                cwd=REPO, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
+                env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
+        log.info("started the mirror (pid %d)", self.proc.pid)
+
+    async def stop(self) -> None:
+        if not self.running:
+            return
+        self.proc.terminate()
+        deadline = time.monotonic() + 15
+        while self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                self.proc.kill()
+            await anyio.sleep(0.05)
+
+    def describe(self) -> dict:
+        return {"running": self.running, "pid": self.proc.pid if self.running else None,
+                "exit_code": None if self.proc is None or self.running else self.proc.returncode,
+                "log": str(self.state_dir / MIRROR_LOG)}
+
+
 class Supervisor:
     def __init__(self, layout: PlatformLayout, *, topology_path: Path | None = None):
         self.layout = layout
         self.topology_path = topology_path
         self.nodes = {n.key: NodeProcess(n) for n in layout.nodes()}
         self.proxies = self._proxies()
+        self.mirror = MirrorProcess(layout.state_dir) if layout.topology.mirrors else None
         self.done = anyio.Event()
 
     def _proxies(self) -> list[WanProxy]:
@@ -131,6 +170,8 @@ class Supervisor:
                 for node in self.nodes.values():
                     node.start()
                 self.write_platform_file()
+                if self.mirror is not None:
+                    self.mirror.start()
                 tg.start_soon(self._watch)
                 tg.start_soon(self._on_signals)
                 tg.start_soon(listener.serve, self._handle)
@@ -145,6 +186,8 @@ class Supervisor:
             for node in self.nodes.values():     # whatever a cancellation left running
                 if node.running:
                     node.proc.kill()
+            if self.mirror is not None and self.mirror.running:
+                self.mirror.proc.kill()
 
     def format_storage(self) -> None:
         for node in self.layout.nodes():
@@ -177,6 +220,8 @@ class Supervisor:
         path.with_suffix(".tmp").replace(path)
 
     async def shutdown(self) -> None:
+        if self.mirror is not None:
+            await self.mirror.stop()
         async with anyio.create_task_group() as tg:
             for node in self.nodes.values():
                 tg.start_soon(node.stop)
@@ -185,9 +230,15 @@ class Supervisor:
         log.info("platform %s is down", self.layout.topology.name)
 
     async def _watch(self) -> None:
-        """Log nodes that exit on their own; they stay down until `start`."""
+        """Log nodes that exit on their own; they stay down until `start`. The mirror is a
+        service, not a simulated outage: it is started again."""
         reported: set[str] = set()
         while True:
+            if self.mirror is not None and not self.mirror.running and not self.done.is_set():
+                log.warning("the mirror exited with %s; starting it again (see %s)",
+                            self.mirror.proc.returncode, self.mirror.describe()["log"])
+                await anyio.sleep(1.0)
+                self.mirror.start()
             for key, node in self.nodes.items():
                 if node.proc is None or node.running:
                     reported.discard(key)
@@ -223,7 +274,8 @@ class Supervisor:
         cmd = request.get("cmd") if isinstance(request, dict) else None
         if cmd == "status":
             return {"ok": True, "name": self.layout.topology.name, "pid": os.getpid(),
-                    "nodes": {k: n.describe() for k, n in self.nodes.items()}}
+                    "nodes": {k: n.describe() for k, n in self.nodes.items()},
+                    "mirror": self.mirror.describe() if self.mirror is not None else None}
         if cmd == "down":
             self.done.set()
             return {"ok": True}

@@ -42,7 +42,7 @@ def test_the_default_topology_is_two_regions_of_three_nodes_over_three_zones():
         assert len({n.zone for n in cluster.nodes}) == 3
         assert cluster.config["min.insync.replicas"] == 2
     assert t.wan_link("eu-west", "us-east") == (40.0, 100.0)
-    assert {(m.source, m.target) for m in t.mirrors} == {("eu-west-1", "us-east-1"), ("us-east-1", "eu-west-1")}
+    assert [(m.source, m.target, m.policy) for m in t.mirrors] == [("eu-west-1", "us-east-1", "default")]
 
 
 def test_the_second_shipped_topology_has_two_clusters_in_one_region():
