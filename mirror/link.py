@@ -30,6 +30,7 @@ from core.client.errors import KafkaError
 from core.client.producer import Producer
 from core.protocol.errors import ErrorCode
 
+from .checkpoints import CheckpointEmitter
 from .copier import PartitionCopier, ProducerIdentity
 from .policy import DefaultReplicationPolicy, IdentityReplicationPolicy, TopicFilter, should_replicate
 from .records import OffsetSync, decode_offset_sync, encode_offset_sync
@@ -58,6 +59,8 @@ class LinkConfig(BaseModel):
     max_in_flight: int = Field(default=5, ge=1, le=5)
     fetch_max_bytes: int = Field(default=1 << 20, ge=1024)
     replication_factor: int = Field(default=-1)       # of created topics; -1: the target's default
+    checkpoint_interval_s: float = Field(default=5.0, gt=0)
+    sync_group_offsets: bool = False    # commit translated offsets into idle target groups
 
 
 class MirrorLink:
@@ -73,6 +76,9 @@ class MirrorLink:
         self.source = KafkaClient(config.source_bootstrap, client_id=f"mirror-{config.source_alias}")
         self.target = KafkaClient(config.target_bootstrap, client_id=f"mirror-{config.target_alias}")
         self._sync_producer: Producer | None = None
+        self.checkpoint_producer: Producer | None = None
+        self.checkpoints = CheckpointEmitter(self, interval_s=config.checkpoint_interval_s,
+                                             sync_group_offsets=config.sync_group_offsets)
         self._started = False
 
     @property
@@ -103,9 +109,12 @@ class MirrorLink:
             await self._load_syncs()
             self._sync_producer = Producer(self.source, acks=-1, linger_ms=20)
             await self._sync_producer.start()
+            self.checkpoint_producer = Producer(self.target, acks=-1, linger_ms=20)
+            await self.checkpoint_producer.start()
             identity = ProducerIdentity(self.target)
             async with anyio.create_task_group() as tg:
                 await self._discover(tg, identity)
+                tg.start_soon(self.checkpoints.run, name=f"{self.name} checkpoints")
                 if not self._started:
                     self._started = True
                     task_status.started()
@@ -117,9 +126,11 @@ class MirrorLink:
                         log.info("%s: topic discovery failed (%s); retrying", self.name, exc)
         finally:
             with anyio.CancelScope(shield=True):
-                if self._sync_producer is not None:
+                for producer in (self._sync_producer, self.checkpoint_producer):
+                    if producer is None:
+                        continue
                     try:
-                        await self._sync_producer.close(timeout_ms=5000)
+                        await producer.close(timeout_ms=5000)
                     except Exception:   # noqa: BLE001 — closing on the way out
                         pass
                 await self.source.close()

@@ -216,7 +216,8 @@ class OffsetSync:
 class Checkpoint:
     """Consumer group `group` committed `upstream_offset` on the source partition (topic,
     partition); `downstream_offset` is where it resumes on the target cluster. `topic` is
-    the source-side name, as MM2 writes it. `metadata` is the group's commit metadata."""
+    the target-side (remote) name: MM2 renames the partition before writing
+    (MirrorCheckpointTask.checkpoint, renameTopicPartition). `metadata` is the group's commit metadata."""
     group: str
     topic: str
     partition: int

@@ -202,3 +202,77 @@ def test_a_bad_link_config_gets_one_line(tmp_path):
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "links[0].max_in_flight" in lines[0] and lines[0].startswith("mirror run: ")
+
+
+def test_a_group_fails_over_to_the_target_without_skipping(tmp_path, clusters):
+    """A group consumes part of a topic on the source and commits; the mirror checkpoints and
+    commits the translated offsets into the idle target group; the same group then consumes
+    the rest on the target: nothing skipped, re-deliveries within the translation's bound."""
+    from mirror.records import decode_checkpoint
+    from mirror.translation import Sync, translate
+    src, tgt = clusters
+    admin = AdminClient({"bootstrap.servers": src.bootstrap})
+    admin.create_topics([NewTopic("orders", 3, 1)])["orders"].result(10)
+    placed = produce(src.bootstrap, "orders", 0, 3000)
+    consumed: list[tuple[int, int, str]] = []
+    # Part of every partition, stopping mid-batch somewhere: 317, 400 and 555 records.
+    stop_at = {0: 317, 1: 400, 2: 555}
+    c = Consumer({"bootstrap.servers": src.bootstrap, "group.id": "app", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition("orders", p, 0) for p in range(3)])
+    deadline = time.monotonic() + 30
+    while len(consumed) < sum(stop_at.values()) and time.monotonic() < deadline:
+        for msg in c.consume(50, timeout=0.5):
+            if not msg.error() and msg.offset() < stop_at[msg.partition()]:
+                consumed.append((msg.partition(), msg.offset(), msg.value().decode()))
+    c.commit(offsets=[TopicPartition("orders", p, o) for p, o in stop_at.items()], asynchronous=False)
+    committed = dict(stop_at)
+    c.close()
+    config = tmp_path / "links.yaml"
+    config.write_text(f"links:\n  - {{source_alias: src, source_bootstrap: '{src.bootstrap}', target_alias: tgt, "
+                      f"target_bootstrap: '{tgt.bootstrap}', refresh_topics_s: 1, checkpoint_interval_s: 1, "
+                      f"sync_group_offsets: true}}\n")
+    mirror = subprocess.Popen([sys.executable, "-m", "mirror.cli", "run", "--config", str(config)], cwd=REPO,
+                              stderr=open(tmp_path / "mirror.log", "ab"))
+    try:
+        t = Consumer({"bootstrap.servers": tgt.bootstrap, "group.id": "checkpoint-reader",
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        checkpoints = {}
+        deadline = time.monotonic() + 60
+        while len(checkpoints) < 3 and time.monotonic() < deadline:
+            if "src.checkpoints.internal" in t.list_topics(timeout=5).topics:
+                t.assign([TopicPartition("src.checkpoints.internal", 0, 0)])
+                for msg in t.consume(100, timeout=0.5):
+                    if not msg.error():
+                        cp = decode_checkpoint(msg.key(), msg.value())
+                        if cp.group == "app":
+                            checkpoints[cp.partition] = cp
+            else:
+                time.sleep(0.5)
+        t.close()
+        assert {p: cp.upstream_offset for p, cp in checkpoints.items()} == committed, (checkpoints, committed)
+        assert all(cp.topic == "src.orders" for cp in checkpoints.values())
+        syncs = [s for s in offset_syncs(src.bootstrap) if s.topic == "orders"]
+        bound = 0
+        for p, cp in checkpoints.items():
+            mine = [Sync(s.upstream_offset, s.downstream_offset) for s in syncs if s.partition == p]
+            assert cp.downstream_offset == translate(mine, committed[p])
+            bound += committed[p] - max(s.upstream for s in mine if s.upstream <= committed[p])
+        # The same group, now on the target, resumes where the checkpoints say.
+        rest: list[str] = []
+        g = Consumer({"bootstrap.servers": tgt.bootstrap, "group.id": "app", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False})
+        g.subscribe(["src.orders"])
+        wanted = set(placed) - {v for _, _, v in consumed}
+        deadline = time.monotonic() + 60
+        while not wanted <= set(rest) and time.monotonic() < deadline:
+            for msg in g.consume(200, timeout=0.5):
+                if not msg.error():
+                    rest.append(msg.value().decode())
+        g.close()
+    finally:
+        mirror.send_signal(signal.SIGTERM)
+        mirror.wait(30)
+    assert wanted <= set(rest), f"skipped {len(wanted - set(rest))}"
+    redelivered = [v for v in rest if v not in wanted]
+    assert len(redelivered) <= bound, (len(redelivered), bound)
