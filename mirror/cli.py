@@ -38,20 +38,90 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--platform", action="store_true", help="the links of the running platform")
     run.add_argument("--state-dir", type=Path, default=None,
                      help="the platform's state directory ($SEAWAY_STATE_DIR, default ~/.seaway/platform)")
+    run.add_argument("--metrics-port", type=int, default=None,
+                     help="serve Prometheus metrics on this port (with --platform: the platform's)")
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    status = sub.add_parser("status", help="per link, topic and partition: lag, latency, throughput")
+    where = status.add_mutually_exclusive_group(required=True)
+    where.add_argument("--metrics-url", help="a running mirror's /metrics URL")
+    where.add_argument("--platform", action="store_true", help="the mirror of the running platform")
+    status.add_argument("--state-dir", type=Path, default=None)
+    status.add_argument("--output", "-o", choices=("table", "json"), default="table")
     args = parser.parse_args(argv)
     try:
-        links = load_links(args.config) if args.config else platform_links(args.state_dir)
+        if args.command == "status":
+            return show_status(args)
+        if args.config:
+            links, metrics_port = load_links(args.config), args.metrics_port
+        else:
+            links, metrics_port = platform_links(args.state_dir)
+            metrics_port = args.metrics_port or metrics_port
     except CliError as exc:
         print(f"mirror {args.command}: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        anyio.run(_run, links)
+        anyio.run(_run, links, metrics_port)
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def show_status(args) -> int:
+    from prometheus_client.parser import text_string_to_metric_families
+    from urllib.request import urlopen
+    url = args.metrics_url
+    if url is None:
+        state_dir = args.state_dir or _default_state_dir()
+        try:
+            url = json.loads((state_dir / "platform.json").read_text())["mirror_metrics"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise CliError(f"no running platform in {state_dir} ({exc})") from None
+        if not url:
+            raise CliError("the platform has no mirror links")
+    try:
+        with urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+    except OSError as exc:
+        print(f"mirror status: cannot read {url}: {exc}", file=sys.stderr)
+        return 1
+    rows: dict[tuple, dict] = {}
+    links: dict[str, dict] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name, labels, value = sample.name, sample.labels, sample.value
+            if "partition" in labels:
+                row = rows.setdefault((labels["link"], labels["topic"], int(labels["partition"])), {})
+                row[name.removeprefix("seaway_mirror_").removesuffix("_total")] = value
+            elif "link" in labels:
+                links.setdefault(labels["link"], {})[name.removeprefix("seaway_mirror_").removesuffix("_total")] = value
+    if args.output == "json":
+        print(json.dumps({"links": links, "partitions": [dict(link=k[0], topic=k[1], partition=k[2], **v)
+                                                         for k, v in sorted(rows.items())]}, indent=2))
+        return 0
+    table = [["LINK", "TOPIC", "PARTITION", "LAG", "LAG S", "RECORDS", "BYTES"]]
+    for (link, topic, partition), v in sorted(rows.items()):
+        table.append([link, topic, str(partition), f"{v.get('lag_records', 0):.0f}",
+                      f"{v.get('lag_seconds', 0):.1f}", f"{v.get('records', 0):.0f}", f"{v.get('bytes', 0):.0f}"])
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r in table:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    for link, v in sorted(links.items()):
+        p50, p99 = v.get("replication_latency_p50_ms"), v.get("replication_latency_p99_ms")
+        age = v.get("checkpoint_age_seconds", -1)
+        print(f"{link}: replication latency p50 {_ms(p50)} p99 {_ms(p99)}, checkpoint age "
+              f"{'none yet' if age < 0 else f'{age:.1f}s'}, errors {v.get('errors', 0):.0f}, "
+              f"lost to retention {v.get('lost_to_retention', 0):.0f}")
+    return 0
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.0f} ms"
+
+
+def _default_state_dir() -> Path:
+    return Path(os.environ.get("SEAWAY_STATE_DIR") or Path.home() / ".seaway" / "platform")
 
 
 def load_links(path: Path) -> list[LinkConfig]:
@@ -75,10 +145,10 @@ def load_links(path: Path) -> list[LinkConfig]:
     return links
 
 
-def platform_links(state_dir: Path | None) -> list[LinkConfig]:
+def platform_links(state_dir: Path | None) -> tuple[list[LinkConfig], int | None]:
     from regions.layout import plan
     from regions.topology import TopologyError, load_topology
-    state_dir = state_dir or Path(os.environ.get("SEAWAY_STATE_DIR") or Path.home() / ".seaway" / "platform")
+    state_dir = state_dir or _default_state_dir()
     try:
         info = json.loads((state_dir / "platform.json").read_text())
         topology = load_topology(Path(info["topology"]))
@@ -95,13 +165,18 @@ def platform_links(state_dir: Path | None) -> list[LinkConfig]:
                                 policy=m.policy))
     if not links:
         raise CliError(f"the platform's topology ({info['topology']}) has no mirror links")
-    return links
+    return links, layout.mirror_metrics_port
 
 
-async def _run(links: list[LinkConfig]) -> None:
+async def _run(links: list[LinkConfig], metrics_port: int | None) -> None:
+    running = [MirrorLink(link) for link in links]
+    if metrics_port is not None:
+        from .metrics import MirrorMetrics
+        port = MirrorMetrics(running).serve(metrics_port)
+        logging.getLogger("mirror").info("metrics on http://127.0.0.1:%d/metrics", port)
     async with anyio.create_task_group() as tg:
-        for link in links:
-            tg.start_soon(MirrorLink(link).run)
+        for link in running:
+            tg.start_soon(link.run)
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for _ in signals:
                 logging.getLogger("mirror").info("stopping")

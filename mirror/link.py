@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 
 import anyio
 from anyio.abc import TaskStatus
@@ -61,6 +62,7 @@ class LinkConfig(BaseModel):
     replication_factor: int = Field(default=-1)       # of created topics; -1: the target's default
     checkpoint_interval_s: float = Field(default=5.0, gt=0)
     sync_group_offsets: bool = False    # commit translated offsets into idle target groups
+    heartbeat_interval_s: float = Field(default=1.0, gt=0)
 
 
 class MirrorLink:
@@ -115,6 +117,7 @@ class MirrorLink:
             async with anyio.create_task_group() as tg:
                 await self._discover(tg, identity)
                 tg.start_soon(self.checkpoints.run, name=f"{self.name} checkpoints")
+                tg.start_soon(self._heartbeats, name=f"{self.name} heartbeats")
                 if not self._started:
                     self._started = True
                     task_status.started()
@@ -135,6 +138,29 @@ class MirrorLink:
                         pass
                 await self.source.close()
                 await self.target.close()
+
+    # ------------------------------------------------------------------ heartbeats
+
+    async def _heartbeats(self) -> None:
+        """MM2's heartbeats: one record a second in the source's `heartbeats` topic, which the
+        link itself mirrors (as `<source>.heartbeats`), so replication latency stays measured
+        while the data topics are idle, and the target can tell which clusters feed it."""
+        from .records import Heartbeat, encode_heartbeat
+        topic = self.policy.heartbeats_topic()
+        admin = Admin(self.source)
+        if topic not in await admin.list_topics(internal=True):
+            result = await admin.create_topics([NewTopic(topic, 1, self.config.replication_factor)])
+            error = result.get(topic)
+            if isinstance(error, KafkaError) and error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                raise error
+        while True:
+            key, value = encode_heartbeat(Heartbeat(self.config.source_alias, self.config.target_alias,
+                                                    int(time.time() * 1000)))
+            try:
+                await self._sync_producer.send(topic, value=value, key=key, partition=0)
+            except KafkaError as exc:
+                log.info("%s: heartbeat not sent: %s", self.name, exc)
+            await anyio.sleep(self.config.heartbeat_interval_s)
 
     # ------------------------------------------------------------------ offset syncs
 

@@ -97,6 +97,7 @@ class PlatformLayout:
     state_dir: Path
     clusters: dict[str, ClusterLayout]
     proxies: list[ProxyLayout]
+    mirror_metrics_port: int | None = None     # the mirror process's /metrics, if it has links
 
     def nodes(self) -> list[NodeLayout]:
         return [n for c in self.clusters.values() for n in c.nodes]
@@ -167,10 +168,11 @@ def plan(topology: Topology, state_dir: Path, *, cluster_ids: dict[str, str] | N
                           if n.node.is_controller)
         for n in layouts:
             n.properties = _properties(n, voters, cluster.config, proxies)
+    mirror_port = port("mirror/metrics_port", None) if topology.mirrors else None
     state_dir.mkdir(parents=True, exist_ok=True)
     _save_json(state_dir / PORTS_FILE, ports)
     _save_json(state_dir / CLUSTER_IDS_FILE, ids)
-    return PlatformLayout(topology, state_dir, clusters, proxies)
+    return PlatformLayout(topology, state_dir, clusters, proxies, mirror_port)
 
 
 def _properties(n: NodeLayout, voters: str, cluster_config: dict, proxies: list[ProxyLayout]) -> dict[str, str]:

@@ -213,6 +213,8 @@ class Supervisor:
                 "metrics": [f"http://127.0.0.1:{n.metrics_port}/metrics" for n in c.nodes],
             }
         data = {"name": layout.topology.name, "supervisor_pid": os.getpid(), "clusters": clusters,
+                "mirror_metrics": (f"http://127.0.0.1:{layout.mirror_metrics_port}/metrics"
+                                   if layout.mirror_metrics_port else None),
                 "topology": str(self.topology_path) if self.topology_path else None,
                 "started_at": time.time()}
         path = layout.state_dir / PLATFORM_FILE

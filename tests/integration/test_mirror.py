@@ -36,12 +36,12 @@ def clusters(tmp_path):
         tgt.stop()
 
 
-def start_mirror(tmp_path: Path, src, tgt, name: str = "mirror") -> subprocess.Popen:
+def start_mirror(tmp_path: Path, src, tgt, name: str = "mirror", *extra: str) -> subprocess.Popen:
     config = tmp_path / "links.yaml"
     config.write_text(f"links:\n  - {{source_alias: src, source_bootstrap: '{src.bootstrap}', "
                       f"target_alias: tgt, target_bootstrap: '{tgt.bootstrap}', refresh_topics_s: 1}}\n")
     log = open(tmp_path / f"{name}.log", "ab")
-    return subprocess.Popen([sys.executable, "-m", "mirror.cli", "run", "--config", str(config)],
+    return subprocess.Popen([sys.executable, "-m", "mirror.cli", "run", "--config", str(config), *extra],
                             cwd=REPO, stderr=log, stdout=log, env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
@@ -276,3 +276,43 @@ def test_a_group_fails_over_to_the_target_without_skipping(tmp_path, clusters):
     assert wanted <= set(rest), f"skipped {len(wanted - set(rest))}"
     redelivered = [v for v in rest if v not in wanted]
     assert len(redelivered) <= bound, (len(redelivered), bound)
+
+
+def test_status_shows_lag_throughput_and_latency_and_heartbeats_flow(tmp_path, clusters):
+    import json
+
+    from tests.support.node import free_port
+    src, tgt = clusters
+    admin = AdminClient({"bootstrap.servers": src.bootstrap})
+    admin.create_topics([NewTopic("orders", 3, 1)])["orders"].result(10)
+    produce(src.bootstrap, "orders", 0, 3000)
+    port = free_port()
+    mirror = start_mirror(tmp_path, src, tgt, "mirror", "--metrics-port", str(port))
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        read_all(tgt.bootstrap, "src.orders", 3000)
+        deadline = time.monotonic() + 30
+        while True:
+            out = subprocess.run([sys.executable, "-m", "mirror.cli", "status", "--metrics-url", url,
+                                  "--output", "json"], cwd=REPO, capture_output=True, text=True, timeout=30)
+            assert out.returncode == 0, out.stderr
+            status = json.loads(out.stdout)
+            orders = [r for r in status["partitions"] if r["topic"] == "orders"]
+            beats = [r for r in status["partitions"] if r["topic"] == "heartbeats"]
+            link = status["links"].get("src->tgt", {})
+            if len(orders) == 3 and beats and beats[0]["records"] >= 2 and "replication_latency_p50_ms" in link:
+                break
+            assert time.monotonic() < deadline, status
+            time.sleep(0.5)
+        assert sum(r["records"] for r in orders) == 3000 and all(r["lag_records"] == 0 for r in orders)
+        assert 0 <= link["replication_latency_p50_ms"] <= link["replication_latency_p99_ms"]
+        assert "src.heartbeats" in AdminClient({"bootstrap.servers": tgt.bootstrap}).list_topics(timeout=10).topics
+        table = subprocess.run([sys.executable, "-m", "mirror.cli", "status", "--metrics-url", url], cwd=REPO,
+                               capture_output=True, text=True, timeout=30)
+        assert table.returncode == 0 and "orders" in table.stdout and "replication latency p50" in table.stdout
+    finally:
+        mirror.send_signal(signal.SIGTERM)
+        mirror.wait(30)
+    gone = subprocess.run([sys.executable, "-m", "mirror.cli", "status", "--metrics-url", url], cwd=REPO,
+                          capture_output=True, text=True, timeout=30)
+    assert gone.returncode == 1 and len(gone.stderr.strip().splitlines()) == 1

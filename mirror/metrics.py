@@ -1,0 +1,99 @@
+"""Prometheus metrics of a mirror process, read from the links' copiers when scraped (the copy
+path only appends a latency sample per acknowledged batch).
+
+Per link, topic and partition: lag in records (the source's last stable offset minus the
+mirrored position) and in seconds (how old the last mirrored batch was when it was mirrored,
+while there is lag), records and bytes copied. Per link: replication latency (acknowledged at
+the target minus the batch's newest timestamp; heartbeats, one a second, keep it current when
+traffic is idle), checkpoint age, errors, records deleted upstream before they were copied.
+"""
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
+
+
+class MirrorMetrics:
+    def __init__(self, links, registry: CollectorRegistry | None = None):
+        self.links = links
+        self.registry = registry or CollectorRegistry()
+        self.registry.register(_LinkCollector(links))
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
+        server, _ = start_http_server(port, addr=host, registry=self.registry)
+        return server.server_address[1]
+
+
+def partition_rows(link) -> list[dict]:
+    """One row per mirrored partition: what `mirror status` shows and the gauges expose."""
+    rows = []
+    now_ms = time.time() * 1000
+    for (topic, partition), copier in sorted(link.copiers.items()):
+        s = copier.stats
+        lag = s.lag
+        lag_s = 0.0
+        if lag > 0 and s.last_batch_timestamp_ms >= 0:
+            lag_s = max(0.0, (now_ms - s.last_batch_timestamp_ms) / 1000)
+        rows.append({"link": link.name, "topic": topic, "partition": partition,
+                     "target_topic": copier.target_topic, "position": s.position,
+                     "source_end": s.source_end, "lag_records": lag, "lag_seconds": round(lag_s, 3),
+                     "records": s.records, "bytes": s.bytes, "errors": s.errors,
+                     "lost_to_retention": s.lost_to_retention})
+    return rows
+
+
+def latency_quantiles(link) -> dict[str, float | None]:
+    samples = sorted(x for c in link.copiers.values() for x in c.stats.latencies_ms)
+    if not samples:
+        return {"p50_ms": None, "p99_ms": None, "samples": 0}
+    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))]   # noqa: E731
+    return {"p50_ms": pick(0.50), "p99_ms": pick(0.99), "samples": len(samples)}
+
+
+class _LinkCollector:
+    def __init__(self, links):
+        self.links = links
+
+    def collect(self):
+        labels = ["link", "topic", "partition"]
+        lag = GaugeMetricFamily("seaway_mirror_lag_records", "Records on the source not yet mirrored "
+                                "(MM2: record-age / replication lag)", labels=labels)
+        lag_s = GaugeMetricFamily("seaway_mirror_lag_seconds", "Age of the last mirrored batch while "
+                                  "records wait, 0 when caught up", labels=labels)
+        records = CounterMetricFamily("seaway_mirror_records", "Records mirrored (MM2: record-count)",
+                                      labels=labels)
+        size = CounterMetricFamily("seaway_mirror_bytes", "Batch bytes mirrored (MM2: byte-count)",
+                                   labels=labels)
+        latency = SummaryMetricFamily("seaway_mirror_replication_latency_ms", "Target acknowledgement "
+                                      "minus the batch's newest record timestamp, recent batches "
+                                      "(MM2: replication-latency-ms)", labels=["link"])
+        p = {q: GaugeMetricFamily(f"seaway_mirror_replication_latency_{q}_ms",
+                                  f"Replication latency {q} over recent batches", labels=["link"])
+             for q in ("p50", "p99")}
+        errors = CounterMetricFamily("seaway_mirror_errors", "Failed fetches, produces and bookkeeping",
+                                     labels=["link"])
+        lost = CounterMetricFamily("seaway_mirror_lost_to_retention", "Source records deleted before "
+                                   "they were mirrored", labels=["link"])
+        age = GaugeMetricFamily("seaway_mirror_checkpoint_age_seconds", "Seconds since the last "
+                                "complete checkpoint pass (-1 before the first)", labels=["link"])
+        for link in list(self.links):
+            rows = partition_rows(link)
+            for r in rows:
+                key = [link.name, r["topic"], str(r["partition"])]
+                lag.add_metric(key, r["lag_records"])
+                lag_s.add_metric(key, r["lag_seconds"])
+                records.add_metric(key, r["records"])
+                size.add_metric(key, r["bytes"])
+            samples = [x for c in link.copiers.values() for x in c.stats.latencies_ms]
+            latency.add_metric([link.name], len(samples), float(sum(samples)))
+            q = latency_quantiles(link)
+            for name in ("p50", "p99"):
+                if q[f"{name}_ms"] is not None:
+                    p[name].add_metric([link.name], q[f"{name}_ms"])
+            errors.add_metric([link.name], sum(r["errors"] for r in rows) + link.checkpoints.errors)
+            lost.add_metric([link.name], sum(r["lost_to_retention"] for r in rows))
+            last = link.checkpoints.last_run
+            age.add_metric([link.name], -1 if last is None else max(0.0, time.time() - last))
+        yield from (lag, lag_s, records, size, latency, p["p50"], p["p99"], errors, lost, age)
