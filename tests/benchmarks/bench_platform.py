@@ -1,6 +1,6 @@
 """What the default platform costs on this machine: how long `regions up` takes until every
-cluster is healthy, and how much CPU the whole platform (supervisor, WAN proxies and six node
-processes) burns at idle.
+cluster is healthy, and how much CPU the whole platform (supervisor with the WAN proxies, six
+node processes and the mirror) burns at idle.
 
     python tests/benchmarks/bench_platform.py                # 3 trials, 30 s idle sample each
     python tests/benchmarks/bench_platform.py --trials 1 --idle 60
@@ -41,6 +41,8 @@ def platform_pids(state: Path) -> list[int]:
     info = json.loads((state / "platform.json").read_text())
     status = json.loads(regions(state, "status", "--output", "json").stdout)
     pids = [info["supervisor_pid"]]
+    if status.get("mirror") and status["mirror"]["pid"]:
+        pids.append(status["mirror"]["pid"])
     for region in status["regions"].values():
         for cluster in region.values():
             pids += [n["pid"] for n in cluster["nodes"].values() if n["pid"]]

@@ -1,0 +1,148 @@
+"""Mirror throughput against direct produce throughput, and replication latency across 40 ms
+of WAN, on a platform of two one-node regions started with `regions up`.
+
+    python tests/benchmarks/bench_mirror.py                  # ~2 minutes
+    python tests/benchmarks/bench_mirror.py --n 50000 --latency-ms 40
+
+1. Direct: a confluent-kafka producer (acks=all, linger.ms=5, batch.size=1 MiB) writes N
+   records of `--size` bytes to eu-west-1; the time from the first produce() to flush() is
+   the direct throughput.
+2. Mirror: the platform's mirror (started by `regions up`, reading eu-west-1 through the WAN
+   proxy from us-east's side) copies them to us-east-1 as eu-west-1.<topic>; the time from the
+   first produce() until all N are in the target (its end offsets) is the mirror's figure. The
+   ratio is mirror / direct.
+3. Latency: a paced producer (200 records/s for 10 s, linger.ms=0) on eu-west-1 and a consumer
+   on us-east-1 reading eu-west-1.<topic>; per record, receive time minus its create
+   timestamp (both clocks are this machine's): p50 and p99, end to end.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+TOPOLOGY = """\
+name: bench-mirror
+regions:
+  eu-west:
+    clusters:
+      eu-west-1:
+        config: {{default.replication.factor: 1, offsets.topic.replication.factor: 1}}
+        nodes: [{{id: 1, roles: [broker, controller], zone: a}}]
+  us-east:
+    clusters:
+      us-east-1:
+        config: {{default.replication.factor: 1, offsets.topic.replication.factor: 1}}
+        nodes: [{{id: 1, roles: [broker, controller], zone: a}}]
+wan: {{latency_ms: {latency}, bandwidth_mbit: {bandwidth}}}
+mirrors:
+  - {{source: eu-west-1, target: us-east-1}}
+"""
+
+
+def regions(state: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "regions.cli", "--state-dir", str(state), *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-ends"})
+    try:
+        md = c.list_topics(topic, timeout=5)
+        if topic not in md.topics or not md.topics[topic].partitions:
+            return 0
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] for p in range(partitions))
+    except Exception:   # noqa: BLE001 — not created yet
+        return 0
+    finally:
+        c.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--latency-ms", type=float, default=40.0)
+    ap.add_argument("--bandwidth-mbit", type=float, default=1000.0)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="seaway-bench-mirror-") as d:
+        state, topology = Path(d) / "state", Path(d) / "topology.yaml"
+        topology.write_text(TOPOLOGY.format(latency=args.latency_ms, bandwidth=args.bandwidth_mbit))
+        up = regions(state, "up", str(topology), "--detach")
+        if up.returncode != 0:
+            raise SystemExit(f"regions up failed: {up.stderr}")
+        try:
+            info = json.loads((state / "platform.json").read_text())
+            src = info["clusters"]["eu-west-1"]["bootstrap"]
+            tgt = info["clusters"]["us-east-1"]["bootstrap"]
+            admin = AdminClient({"bootstrap.servers": src})
+            admin.create_topics([NewTopic("bench", args.partitions, 1)])["bench"].result(30)
+            time.sleep(2)       # the mirror finds the topic (refresh every 5 s) and creates it
+            value = b"x" * args.size
+            p = Producer({"bootstrap.servers": src, "acks": "all", "linger.ms": 5, "batch.size": 1 << 20,
+                          "queue.buffering.max.messages": 1_000_000})
+            start = time.perf_counter()
+            for i in range(args.n):
+                p.produce("bench", value, partition=i % args.partitions)
+                if i % 10_000 == 0:
+                    p.poll(0)
+            p.flush(120)
+            direct_s = time.perf_counter() - start
+            while end_offsets(tgt, "eu-west-1.bench", args.partitions) < args.n:
+                if time.perf_counter() - start > 600:
+                    raise SystemExit("the mirror did not copy everything in 600 s")
+                time.sleep(0.05)
+            mirror_s = time.perf_counter() - start
+            mb = args.n * args.size / 1e6
+            print(f"direct produce: {mb / direct_s:.1f} MB/s ({args.n} x {args.size} B in {direct_s:.2f} s)")
+            print(f"mirrored (first produce to all in the target): {mb / mirror_s:.1f} MB/s "
+                  f"({mirror_s:.2f} s); mirror / direct = {direct_s / mirror_s:.2f}")
+
+            c = Consumer({"bootstrap.servers": tgt, "group.id": "bench-latency", "auto.offset.reset": "latest",
+                          "fetch.wait.max.ms": 10})
+            c.assign([TopicPartition("eu-west-1.bench", q, -1) for q in range(args.partitions)])
+            time.sleep(1)
+            paced = Producer({"bootstrap.servers": src, "acks": "all", "linger.ms": 0})
+            latencies = []
+            t_end = time.time() + 10
+            sent = 0
+            while time.time() < t_end:
+                paced.produce("bench", b"l", partition=sent % args.partitions)
+                paced.poll(0)
+                sent += 1
+                for msg in c.consume(100, timeout=0.005):
+                    if not msg.error():
+                        latencies.append(time.time() * 1000 - msg.timestamp()[1])
+            paced.flush(10)
+            deadline = time.time() + 10
+            while len(latencies) < sent and time.time() < deadline:
+                for msg in c.consume(100, timeout=0.1):
+                    if not msg.error():
+                        latencies.append(time.time() * 1000 - msg.timestamp()[1])
+            c.close()
+            latencies.sort()
+            print(f"end-to-end latency over {args.latency_ms:g} ms of WAN ({len(latencies)} of {sent} records): "
+                  f"p50 {statistics.median(latencies):.0f} ms, "
+                  f"p99 {latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]:.0f} ms")
+            status = subprocess.run([sys.executable, "-m", "mirror.cli", "status", "--platform", "--state-dir",
+                                     str(state)], cwd=REPO, capture_output=True, text=True, timeout=30)
+            print(status.stdout.strip().splitlines()[-1] if status.returncode == 0 else status.stderr.strip())
+        finally:
+            regions(state, "down")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
