@@ -135,6 +135,8 @@ class PartitionCopier:
         self._window: deque[_InFlight] = deque()
         self._downstream_end: int | None = None     # target offset after the last acked batch
         self._last_sync: tuple[int, int] | None = None
+        self._fetch_conn = None
+        self._fetch_leader: int | None = None
 
     def __repr__(self) -> str:
         return f"PartitionCopier({self.source_topic}-{self.partition} -> {self.target_topic})"
@@ -154,6 +156,8 @@ class PartitionCopier:
             except (KafkaError, OSError, MirrorBatchError) as exc:
                 # A corrupt source batch is never forwarded: it is retried (a replica with
                 # good bytes may lead next) and counted until someone looks.
+                self._forget_sends()
+                await self._close_fetch_connection()
                 attempt += 1
                 self.stats.errors += 1
                 log.info("%r: %s; retrying", self, exc)
@@ -162,10 +166,13 @@ class PartitionCopier:
                 await anyio.sleep(min(self.source.backoff_ms(attempt), 5000) / 1000)
 
     async def _step(self) -> None:
-        if self._window:                      # what an error left unacknowledged goes first
-            await self._resend_window()
+        if self._window and self._window[0].future is None:
+            await self._drain_window()        # what an error left unacknowledged goes first
+        # The next fetch goes out while this one's batches are still being acknowledged: a
+        # window of produce requests and a fetch overlap, so neither round trip is paid alone.
         answer = await self._fetch()
         if answer is None:
+            await self._drain_window()
             await self._record_end()
             return
         records, aborted, lso = answer
@@ -182,18 +189,26 @@ class PartitionCopier:
                                           batch.records_count, _max_timestamp(view)))
         self._next_seq = prepared.next_sequence
         self.stats.position = prepared.next_fetch_offset
-        await self._drain_window()
-        await self._record_end()
+        await self._fill_window()
+
+    async def _fill_window(self) -> None:
+        """Send what is unsent, completing the oldest whenever max_in_flight are out; returns
+        with up to max_in_flight requests still in flight."""
+        while True:
+            unsent = [e for e in self._window if e.future is None]
+            if not unsent:
+                return
+            if len(self._window) - len(unsent) >= self.max_in_flight:
+                await self._complete_oldest()
+                continue
+            await self._send(unsent[0])
+            # Answers that are already in are taken now: they carry the offset syncs.
+            while self._window and self._window[0].future is not None and self._window[0].future.done():
+                await self._complete_oldest()
 
     async def _drain_window(self) -> None:
+        await self._fill_window()
         while self._window:
-            sent = sum(1 for e in self._window if e.future is not None)
-            for entry in self._window:
-                if sent >= self.max_in_flight:
-                    break
-                if entry.future is None:
-                    await self._send(entry)
-                    sent += 1
             await self._complete_oldest()
 
     # ------------------------------------------------------------------ source
@@ -214,7 +229,7 @@ class PartitionCopier:
                                          fetch_offset=self.stats.position, last_fetched_epoch=-1,
                                          log_start_offset=-1, partition_max_bytes=self.fetch_max_bytes)])],
                     forgotten_topics_data=[], rack_id="")
-        conn = await self.source.connection(leader)
+        conn = await self._fetch_connection(leader)
         version = min(conn.version_for(FETCH), 12)      # by name (KIP-516 ids not needed)
         response = await conn.send(request, api_key=FETCH, version=version,
                                    timeout_ms=self.source.request_timeout_ms + self.fetch_max_wait_ms)
@@ -239,6 +254,27 @@ class PartitionCopier:
         if isinstance(answer, KafkaError):
             raise answer
         self.stats.position = answer.offset
+
+    async def _fetch_connection(self, leader: int):
+        """A connection of this copier's own: a broker answers one connection's requests in
+        order, so partitions sharing one would each wait out the others' long polls."""
+        conn = self._fetch_conn
+        if conn is not None and (conn.closed or self._fetch_leader != leader):
+            await self._close_fetch_connection()
+            conn = None
+        if conn is None:
+            broker = self.source.cluster.brokers.get(leader)
+            if broker is None:
+                self.source.request_metadata_update()
+                raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"leader {leader} unknown")
+            conn = self._fetch_conn = await self.source.dedicated_connection(broker.host, broker.port, leader)
+            self._fetch_leader = leader
+        return conn
+
+    async def _close_fetch_connection(self) -> None:
+        conn, self._fetch_conn = self._fetch_conn, None
+        if conn is not None:
+            await conn.close()
 
     async def _reset_to_log_start(self, log_start: int) -> None:
         if log_start < 0:
@@ -274,15 +310,15 @@ class PartitionCopier:
             request, api_key=PRODUCE, timeout_ms=self.produce_timeout_ms + self.target.request_timeout_ms))
         await asyncio.sleep(0)
 
-    async def _resend_window(self) -> None:
+    def _forget_sends(self) -> None:
+        """After an error every unacknowledged batch is sent again, in order, same sequences."""
         for entry in self._window:
             if entry.future is not None:
                 if not entry.future.done():
                     entry.future.cancel()
                 elif not entry.future.cancelled():
-                    entry.future.exception()    # retrieved: it is being dealt with by resending
+                    entry.future.exception()    # retrieved: it is dealt with by resending
             entry.future = None
-        await self._drain_window()
 
     async def _complete_oldest(self) -> None:
         entry = self._window[0]
