@@ -58,7 +58,7 @@ class LinkConfig(BaseModel):
     policy: str = Field(default="default", pattern=r"^(default|identity)$")
     refresh_topics_s: float = Field(default=5.0, gt=0)
     max_in_flight: int = Field(default=5, ge=1, le=5)
-    fetch_max_bytes: int = Field(default=1 << 20, ge=1024)
+    fetch_max_bytes: int = Field(default=4 << 20, ge=1024)   # per partition and fetch: 4 MiB a WAN round trip
     replication_factor: int = Field(default=-1)       # of created topics; -1: the target's default
     checkpoint_interval_s: float = Field(default=5.0, gt=0)
     sync_group_offsets: bool = False    # commit translated offsets into idle target groups
