@@ -44,26 +44,35 @@ MAX_COMMAND_BYTES = 64 * 1024
 REPO = Path(__file__).resolve().parents[1]
 
 
-class NodeProcess:
-    def __init__(self, layout: NodeLayout):
-        self.layout = layout
-        self.proc: subprocess.Popen | None = None
-        self.started_at: float | None = None
-        self.stopping = False
+def spawn(args: list[str], log_path: Path) -> subprocess.Popen:
+    """A child in its own session (a Ctrl-C at the terminal is the supervisor's to handle),
+    its output appended to `log_path`."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as logf:
+        return subprocess.Popen([sys.executable, "-m", *args], cwd=REPO, stdin=subprocess.DEVNULL,
+                                stdout=logf, stderr=logf, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                                start_new_session=True)
+
+
+class _Child:
+    proc: subprocess.Popen | None = None
 
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+
+class NodeProcess(_Child):
+    def __init__(self, layout: NodeLayout):
+        self.layout = layout
+        self.proc = None
+        self.started_at: float | None = None
+        self.stopping = False
+
     def start(self) -> None:
         if self.running:
             return
-        self.layout.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.layout.log_path, "ab") as logf:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "core.cli", "node", "--config", str(self.layout.config_path)],
-                cwd=REPO, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
-                env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
+        self.proc = spawn(["core.cli", "node", "--config", str(self.layout.config_path)], self.layout.log_path)
         self.started_at = time.time()
         self.stopping = False
         log.info("started %s (pid %d)", self.layout.key, self.proc.pid)
@@ -92,25 +101,18 @@ class NodeProcess:
                 "metrics_port": n.metrics_port, "log": str(n.log_path)}
 
 
-class MirrorProcess:
+class MirrorProcess(_Child):
     """`mirror run --platform`: the topology's mirror links, one process for all of them."""
 
     def __init__(self, state_dir: Path):
         self.state_dir = state_dir
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        self.proc = None
 
     def start(self) -> None:
         if self.running:
             return
-        with open(self.state_dir / MIRROR_LOG, "ab") as logf:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "mirror.cli", "run", "--platform", "--state-dir", str(self.state_dir)],
-                cwd=REPO, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
-                env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
+        self.proc = spawn(["mirror.cli", "run", "--platform", "--state-dir", str(self.state_dir)],
+                          self.state_dir / MIRROR_LOG)
         log.info("started the mirror (pid %d)", self.proc.pid)
 
     async def stop(self) -> None:

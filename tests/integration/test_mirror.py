@@ -84,22 +84,28 @@ def read_all(bootstrap: str, topic: str, until: int, timeout: float = 60) -> lis
     return out
 
 
-def offset_syncs(bootstrap: str) -> list:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "syncs", "auto.offset.reset": "earliest",
+def read_internal(bootstrap: str, topic: str, decode) -> list:
+    """Every record of partition 0 of an internal topic, decoded; by offset, since a
+    compacted topic may have gaps."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{topic}", "auto.offset.reset": "earliest",
                   "enable.auto.commit": False})
     try:
-        c.assign([TopicPartition(SYNCS, 0, 0)])
-        _, end = c.get_watermark_offsets(TopicPartition(SYNCS, 0), timeout=10)
+        c.assign([TopicPartition(topic, 0, 0)])
+        _, end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         out, position, deadline = [], 0, time.monotonic() + 30
-        while position < end:      # by offset: a compacted topic may have gaps
-            assert time.monotonic() < deadline, f"read {position} of {end}"
+        while position < end:
+            assert time.monotonic() < deadline, f"read {position} of {end} of {topic}"
             for msg in c.consume(1000, timeout=1):
                 if not msg.error():
-                    out.append(decode_offset_sync(msg.key(), msg.value()))
+                    out.append(decode(msg.key(), msg.value()))
                     position = msg.offset() + 1
         return out
     finally:
         c.close()
+
+
+def offset_syncs(bootstrap: str) -> list:
+    return read_internal(bootstrap, SYNCS, decode_offset_sync)
 
 
 def test_every_record_arrives_with_its_fields_and_syncs_map_batches_exactly(tmp_path, clusters):
@@ -202,23 +208,7 @@ def test_a_mirror_killed_with_kill9_resumes_from_its_last_sync(tmp_path, cluster
 def read_checkpoints(bootstrap: str) -> list:
     from mirror.records import decode_checkpoint
     topic = "src.checkpoints.internal"
-    if not _has_topic(bootstrap, topic):
-        return []
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "checkpoints", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False})
-    try:
-        c.assign([TopicPartition(topic, 0, 0)])
-        _, end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        out, position, deadline = [], 0, time.monotonic() + 30
-        while position < end:      # by offset: a compacted topic may have gaps
-            assert time.monotonic() < deadline, f"read {position} of {end}"
-            for msg in c.consume(1000, timeout=1):
-                if not msg.error():
-                    out.append(decode_checkpoint(msg.key(), msg.value()))
-                    position = msg.offset() + 1
-        return out
-    finally:
-        c.close()
+    return read_internal(bootstrap, topic, decode_checkpoint) if _has_topic(bootstrap, topic) else []
 
 
 def _has_topic(bootstrap: str, topic: str) -> bool:
