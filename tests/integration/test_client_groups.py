@@ -525,9 +525,14 @@ class KafkaPythonMember(ConfluentMember):
         from kafka import KafkaConsumer
         from kafka.coordinator.assignors.range import RangePartitionAssignor
         self.consumer = KafkaConsumer(
-            topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+            bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
             partition_assignment_strategy=[RangePartitionAssignor], session_timeout_ms=6000,
             heartbeat_interval_ms=200, auto_commit_interval_ms=200)
+        # kafka-python may join before its first Metadata answer; as leader it then assigns
+        # nothing ("No partition metadata for topic", seen once in CI) until a metadata
+        # refresh, minutes later. Knowing the topic first is what a careful app does.
+        assert self.consumer.partitions_for_topic(topic), f"kafka-python cannot see {topic}"
+        self.consumer.subscribe([topic])
         self.records, self.parts, self.errors = [], set(), []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
