@@ -378,6 +378,15 @@ def _rebuild(view: memoryview, info: BatchInfo, fetch_offset: int) -> tuple[byte
     return batch, records[0].offset, len(records)
 
 
+def restamp_producer(batch, producer_id: int, producer_epoch: int, base_sequence: int) -> bytearray:
+    """A copy of one prepared batch under another producer id, epoch and base sequence (the
+    mirror's producer was fenced or forgotten by the target), its CRC recomputed."""
+    data = bytearray(batch)
+    _PRODUCER.pack_into(data, _PRODUCER_AT, producer_id, producer_epoch, wire_sequence(base_sequence))
+    _U32.pack_into(data, _CRC_AT, crc32c(memoryview(data)[CRC_START:]))
+    return data
+
+
 def _finish(data: bytearray, start: int, size: int) -> None:
     """Offsets and leader epoch for the target to assign, attributes cleaned, CRC last."""
     _I64.pack_into(data, start + _BASE_OFFSET_AT, 0)

@@ -44,7 +44,7 @@ from core.client.errors import KafkaError
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 
-from .batches import MirrorBatchError, prepare_for_target
+from .batches import MirrorBatchError, prepare_for_target, restamp_producer
 
 log = logging.getLogger("mirror.copier")
 
@@ -339,16 +339,11 @@ class PartitionCopier:
 
     async def _renew_producer(self) -> None:
         """Re-stamp what is unacknowledged with a new producer id, sequences from 0."""
-        import struct
-
-        from crc32c import crc32c
         self._pid, self._epoch = await self.producer.ensure(stale_id=self._pid)
         seq = 0
         for entry in self._window:
-            buf = bytearray(entry.data)
-            struct.pack_into(">qhi", buf, 43, self._pid, self._epoch, seq)
-            struct.pack_into(">I", buf, 17, crc32c(bytes(buf[21:])))
-            entry.data, entry.base_sequence = memoryview(buf), seq
+            entry.data = memoryview(restamp_producer(entry.data, self._pid, self._epoch, seq))
+            entry.base_sequence = seq
             seq += entry.records
         self._next_seq = seq
 

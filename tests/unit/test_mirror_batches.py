@@ -566,3 +566,15 @@ def test_fetch_loop_forwards_exactly_what_read_committed_returns(log: SourceLog,
     assert position == max(lso, start)
     expected = [log.records[o] for o in sorted(log.committed) if start <= o < lso]
     assert [(r.key, r.value, r.headers, r.timestamp) for r in forwarded] == expected
+
+
+def test_restamp_producer_gives_a_valid_batch_under_the_new_producer():
+    from core.protocol.records import build_batch, decode_batch, iter_batch_headers
+    from mirror.batches import restamp_producer
+    original = build_batch([(b"k", b"v", [], 1000), (b"k2", b"v2", [], 1001)],
+                           producer_id=7, producer_epoch=0, base_sequence=40)
+    out = restamp_producer(original, 9, 2, 2**31 + 5)          # sequences wrap as on the wire
+    [info] = list(iter_batch_headers(out))
+    assert (info.producer_id, info.producer_epoch, info.base_sequence) == (9, 2, 5)
+    records = decode_batch(out, info, verify_crc=True)          # the CRC was recomputed
+    assert [(r.key, r.value) for r in records] == [(b"k", b"v"), (b"k2", b"v2")]
