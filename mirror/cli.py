@@ -93,17 +93,18 @@ def show_status(args) -> int:
             name, labels, value = sample.name, sample.labels, sample.value
             if "partition" in labels:
                 row = rows.setdefault((labels["link"], labels["topic"], int(labels["partition"])), {})
-                row[name.removeprefix("seaway_mirror_").removesuffix("_total")] = value
+                row[name.removeprefix("seaway_mirror_").removeprefix("partition_").removesuffix("_total")] = value
             elif "link" in labels:
                 links.setdefault(labels["link"], {})[name.removeprefix("seaway_mirror_").removesuffix("_total")] = value
     if args.output == "json":
         print(json.dumps({"links": links, "partitions": [dict(link=k[0], topic=k[1], partition=k[2], **v)
                                                          for k, v in sorted(rows.items())]}, indent=2))
         return 0
-    table = [["LINK", "TOPIC", "PARTITION", "LAG", "LAG S", "RECORDS", "BYTES"]]
+    table = [["LINK", "TOPIC", "PARTITION", "LAG", "LAG S", "RECORDS", "BYTES", "ERRORS"]]
     for (link, topic, partition), v in sorted(rows.items()):
         table.append([link, topic, str(partition), f"{v.get('lag_records', 0):.0f}",
-                      f"{v.get('lag_seconds', 0):.1f}", f"{v.get('records', 0):.0f}", f"{v.get('bytes', 0):.0f}"])
+                      f"{v.get('lag_seconds', 0):.1f}", f"{v.get('records', 0):.0f}", f"{v.get('bytes', 0):.0f}",
+                      f"{v.get('errors', 0):.0f}"])
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
@@ -162,7 +163,9 @@ def platform_links(state_dir: Path | None) -> tuple[list[LinkConfig], int | None
                                 source_bootstrap=layout.wan_bootstrap(m.source, target_region),
                                 target_bootstrap=layout.clusters[m.target].bootstrap,
                                 topics=m.topics, exclude=m.exclude or LinkConfig.model_fields["exclude"].default_factory(),
-                                policy=m.policy))
+                                policy=m.policy, sync_group_offsets=m.sync_group_offsets,
+                                checkpoint_interval_s=m.checkpoint_interval_s,
+                                refresh_topics_s=m.refresh_topics_s))
     if not links:
         raise CliError(f"the platform's topology ({info['topology']}) has no mirror links")
     return links, layout.mirror_metrics_port

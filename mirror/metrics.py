@@ -74,6 +74,8 @@ class _LinkCollector:
              for q in ("p50", "p99")}
         errors = CounterMetricFamily("seaway_mirror_errors", "Failed fetches, produces and bookkeeping",
                                      labels=["link"])
+        partition_errors = CounterMetricFamily("seaway_mirror_partition_errors", "Failed fetches and "
+                                               "produces of a partition, each retried", labels=labels)
         lost = CounterMetricFamily("seaway_mirror_lost_to_retention", "Source records deleted before "
                                    "they were mirrored", labels=["link"])
         age = GaugeMetricFamily("seaway_mirror_checkpoint_age_seconds", "Seconds since the last "
@@ -86,6 +88,7 @@ class _LinkCollector:
                 lag_s.add_metric(key, r["lag_seconds"])
                 records.add_metric(key, r["records"])
                 size.add_metric(key, r["bytes"])
+                partition_errors.add_metric(key, r["errors"])
             samples = [x for c in link.copiers.values() for x in c.stats.latencies_ms]
             latency.add_metric([link.name], len(samples), float(sum(samples)))
             q = latency_quantiles(link)
@@ -96,4 +99,4 @@ class _LinkCollector:
             lost.add_metric([link.name], sum(r["lost_to_retention"] for r in rows))
             last = link.checkpoints.last_run
             age.add_metric([link.name], -1 if last is None else max(0.0, time.time() - last))
-        yield from (lag, lag_s, records, size, latency, p["p50"], p["p99"], errors, lost, age)
+        yield from (lag, lag_s, records, size, partition_errors, latency, p["p50"], p["p99"], errors, lost, age)

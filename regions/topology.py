@@ -108,6 +108,11 @@ class MirrorLink(_Strict):
     topics: list[str] = Field(default_factory=lambda: [".*"], min_length=1)
     exclude: list[str] = Field(default_factory=list)
     policy: Literal["default", "identity"] = "default"
+    # Commit translated offsets into the target's idle groups, so that consumers failing over
+    # to the target resume where they were (MM2's sync.group.offsets.enabled, off by default).
+    sync_group_offsets: bool = False
+    checkpoint_interval_s: float = Field(default=5.0, gt=0)
+    refresh_topics_s: float = Field(default=5.0, gt=0)
 
     @field_validator("topics", "exclude")
     @classmethod

@@ -146,10 +146,15 @@ class KafkaClient:
                 raise KafkaConnectionError(f"node {node_id} is not in the cluster metadata")
             task = asyncio.get_running_loop().create_task(self._open(node_id, broker.host, broker.port))
             self._connecting[node_id] = task
-            task.add_done_callback(lambda t, n=node_id: self._connecting.pop(n, None)
-                                   if self._connecting.get(n) is t else None)
+            task.add_done_callback(lambda t, n=node_id: self._connect_done(n, t))
         # Shielded: one caller giving up must not abort the connect others wait for.
         return await asyncio.shield(task)
+
+    def _connect_done(self, node_id: int, task: asyncio.Task) -> None:
+        if self._connecting.get(node_id) is task:
+            del self._connecting[node_id]
+        if not task.cancelled():
+            task.exception()     # retrieved: every waiter may have been cancelled meanwhile
 
     async def _open(self, node_id: int, host: str, port: int) -> BrokerConnection:
         failed_at = self._last_connect_failure.get(node_id)

@@ -43,6 +43,7 @@ def test_the_default_topology_is_two_regions_of_three_nodes_over_three_zones():
         assert cluster.config["min.insync.replicas"] == 2
     assert t.wan_link("eu-west", "us-east") == (40.0, 100.0)
     assert [(m.source, m.target, m.policy) for m in t.mirrors] == [("eu-west-1", "us-east-1", "default")]
+    assert t.mirrors[0].sync_group_offsets     # consumers can fail over to us-east-1
 
 
 def test_the_second_shipped_topology_has_two_clusters_in_one_region():
@@ -58,6 +59,7 @@ def test_a_good_topology_and_its_lookups():
     assert [n.id for n in t.cluster("eu-1").controllers] == [1]
     assert t.wan_link("us-east", "eu-west") == (70.0, 100.0)     # the pair's override, either order
     assert t.mirrors[0].topics == [".*"] and t.mirrors[0].policy == "default"
+    assert not t.mirrors[0].sync_group_offsets and t.mirrors[0].checkpoint_interval_s == 5.0
 
 
 def edit(old: str, new: str) -> str:
@@ -101,6 +103,8 @@ BAD = [
      15, "mirrors[0].topics", "not a regular expression"),
     ("unknown policy", edit("target: us-1}", "target: us-1, policy: rename}"),
      15, "mirrors[0].policy", "'default' or 'identity'"),
+    ("checkpoints never", edit("target: us-1}", "target: us-1, checkpoint_interval_s: 0}"),
+     15, "mirrors[0].checkpoint_interval_s", "greater than 0"),
     ("wan link to nowhere", edit("between: [eu-west, us-east]", "between: [eu-west, mars]"),
      18, "wan.links[0].between[1]", "no region named 'mars'"),
     ("dr primary unknown", edit("primary: eu-west", "primary: mars"),
