@@ -333,3 +333,56 @@ def test_status_shows_lag_throughput_and_latency_and_heartbeats_flow(tmp_path, c
     gone = subprocess.run([sys.executable, "-m", "mirror.cli", "status", "--metrics-url", url], cwd=REPO,
                           capture_output=True, text=True, timeout=30)
     assert gone.returncode == 1 and len(gone.stderr.strip().splitlines()) == 1
+
+
+def test_an_active_active_pair_copies_each_topic_once_and_follows_partition_growth(tmp_path, clusters):
+    """Links both ways between two clusters, as for active-active regions: each cluster gets the
+    other's topics once, under the source alias, and nothing is copied back (no
+    `tgt.src.orders`). A source topic that grows gets the new partitions on the target, and
+    their records arrive."""
+    from confluent_kafka.admin import NewPartitions
+    src, tgt = clusters
+    admins = {node: AdminClient({"bootstrap.servers": node.bootstrap}) for node in (src, tgt)}
+    for node, topic in ((src, "orders"), (tgt, "invoices")):
+        admins[node].create_topics([NewTopic(topic, 2, 1)])[topic].result(10)
+    config = tmp_path / "links.yaml"
+    link = "{{source_alias: {a}, source_bootstrap: '{ab}', target_alias: {b}, target_bootstrap: '{bb}', refresh_topics_s: 1}}"
+    config.write_text("links:\n  - " + link.format(a="src", ab=src.bootstrap, b="tgt", bb=tgt.bootstrap)
+                      + "\n  - " + link.format(a="tgt", ab=tgt.bootstrap, b="src", bb=src.bootstrap) + "\n")
+    mirror = subprocess.Popen([sys.executable, "-m", "mirror.cli", "run", "--config", str(config)], cwd=REPO,
+                              stderr=open(tmp_path / "mirror.log", "ab"))
+    try:
+        for node, topic in ((src, "orders"), (tgt, "invoices")):
+            p = Producer({"bootstrap.servers": node.bootstrap})
+            for i in range(200):
+                p.produce(topic, b"%s-%d" % (topic.encode(), i), partition=i % 2)
+            assert p.flush(30) == 0
+        assert len(read_all(tgt.bootstrap, "src.orders", 200)) >= 200
+        assert len(read_all(src.bootstrap, "tgt.invoices", 200)) >= 200
+
+        # orders grows to 4 partitions upstream; the records of the new ones come across too.
+        admins[src].create_partitions([NewPartitions("orders", 4)])["orders"].result(10)
+        p = Producer({"bootstrap.servers": src.bootstrap, "topic.metadata.refresh.interval.ms": 500})
+        deadline = time.monotonic() + 30
+        while len(p.list_topics("orders", timeout=5).topics["orders"].partitions) < 4:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        for i in range(200):
+            p.produce("orders", b"grown-%d" % i, partition=2 + i % 2)
+        assert p.flush(30) == 0
+        deadline = time.monotonic() + 30       # the mirror grows the target's topic
+        while len(admins[tgt].list_topics("src.orders", timeout=5).topics["src.orders"].partitions) < 4:
+            assert time.monotonic() < deadline, "src.orders never grew on the target"
+            time.sleep(0.2)
+        got = read_all(tgt.bootstrap, "src.orders", 400, timeout=60)
+        grown = {(g[0], g[2]) for g in got if g[2].startswith("grown-")}
+        assert grown == {(2 + i % 2, f"grown-{i}") for i in range(200)}, len(grown)
+        time.sleep(3)        # several discovery rounds in both directions
+        for node, own, other in ((src, "orders", "tgt"), (tgt, "invoices", "src")):
+            topics = {t for t in admins[node].list_topics(timeout=5).topics
+                      if not t.startswith(("__", "mm2-")) and not t.endswith(".internal")}
+            remote = "tgt.invoices" if other == "tgt" else "src.orders"
+            assert topics == {own, remote, "heartbeats", f"{other}.heartbeats"}, topics
+    finally:
+        mirror.send_signal(signal.SIGTERM)
+        assert mirror.wait(30) == 0
