@@ -24,6 +24,9 @@ from pydantic import ValidationError
 from .link import LinkConfig, MirrorLink
 
 
+HAND_OVER_S = 12.0     # past a copier's own drain deadline (10 s), within the 15 s `regions` gives a stop
+
+
 class CliError(Exception):
     pass
 
@@ -178,13 +181,29 @@ async def _run(links: list[LinkConfig], metrics_port: int | None) -> None:
         port = MirrorMetrics(running).serve(metrics_port)
         logging.getLogger("mirror").info("metrics on http://127.0.0.1:%d/metrics", port)
     async with anyio.create_task_group() as tg:
-        for link in running:
-            tg.start_soon(link.run)
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        tg.start_soon(_stop_on_signal, running, tg.cancel_scope)
+        async with anyio.create_task_group() as links:
+            for link in running:
+                links.start_soon(link.run)
+        tg.cancel_scope.cancel()        # every link has handed over
+
+
+async def _stop_on_signal(running: list[MirrorLink], everything: anyio.CancelScope) -> None:
+    """The first SIGTERM or SIGINT stops the links gracefully (each partition's copier sends
+    what it fetched and records its position, up to its drain deadline); a second one, or
+    HAND_OVER_S later, stops at once."""
+    log = logging.getLogger("mirror")
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            log.info("stopping: handing over every partition (a second signal stops at once)")
+            for link in running:
+                link.stop()
+            break
+        with anyio.move_on_after(HAND_OVER_S):
             async for _ in signals:
-                logging.getLogger("mirror").info("stopping")
-                tg.cancel_scope.cancel()
-                return
+                break
+        log.info("stopping at once")
+        everything.cancel()
 
 
 if __name__ == "__main__":

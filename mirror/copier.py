@@ -21,6 +21,11 @@ Positions. The copier starts at `start_offset` (the latest recorded sync, or the
 log start). After a crash, batches produced after the last recorded sync are produced again:
 duplicates are bounded by what was in flight or not yet recorded, never a loss.
 
+Stopping. `request_stop` is a graceful stop (SIGTERM): no new fetch goes out, what was
+already fetched is sent, every answer is awaited, and the end edge is recorded, so a mirror
+started again resumes exactly where this one got and copies nothing twice. Only a crash
+(or a drain that outlives its deadline) leaves duplicates, within the bound above.
+
 Failures. Transport errors and retriable answers (leadership moved, not enough replicas)
 resend the unacknowledged batches in order with the same sequences after a backoff. If the
 target forgot or fenced the producer (UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -137,17 +142,58 @@ class PartitionCopier:
         self._last_sync: tuple[int, int] | None = None
         self._fetch_conn = None
         self._fetch_leader: int | None = None
+        self._stop_requested = anyio.Event()
+        self._before_first_send: anyio.CancelScope | None = None
+        self.stopped = anyio.Event()
 
     def __repr__(self) -> str:
         return f"PartitionCopier({self.source_topic}-{self.partition} -> {self.target_topic})"
 
     # ------------------------------------------------------------------ the loop
 
-    async def run(self) -> None:
-        self._pid, self._epoch = await self.producer.ensure()
-        self._next_seq = 0
+    def request_stop(self) -> None:
+        self._stop_requested.set()
+        if self._before_first_send is not None:
+            self._before_first_send.cancel()
+
+    async def run(self, drain_timeout_s: float = 10.0) -> None:
+        try:
+            await self._copy()
+            with anyio.move_on_after(drain_timeout_s) as scope:
+                await self._hand_over()
+            if scope.cancelled_caught:
+                log.warning("%r: %d batches still unacknowledged after %.0fs; a restart may copy them twice",
+                            self, len(self._window), drain_timeout_s)
+        finally:
+            self.stopped.set()
+            await self._close_fetch_connection()
+
+    async def _hand_over(self) -> None:
+        """Send what was fetched, await every answer, record the end edge."""
         attempt = 0
         while True:
+            try:
+                await self._drain_window()
+                await self._record_end()
+                return
+            except (KafkaError, OSError) as exc:
+                self._forget_sends()
+                attempt += 1
+                log.info("%r: while stopping: %s; retrying", self, exc)
+                self.target.request_metadata_update()
+                await anyio.sleep(min(self.target.backoff_ms(attempt), 1000) / 1000)
+
+    async def _copy(self) -> None:
+        with anyio.CancelScope() as self._before_first_send:   # a stop cancels the wait
+            if self._stop_requested.is_set():
+                return
+            self._pid, self._epoch = await self.producer.ensure()
+        self._before_first_send = None
+        if self._pid < 0:
+            return
+        self._next_seq = 0
+        attempt = 0
+        while not self._stop_requested.is_set():
             try:
                 if self.stats.position < 0:
                     await self._start_at_log_start()
@@ -163,7 +209,8 @@ class PartitionCopier:
                 log.info("%r: %s; retrying", self, exc)
                 self.source.request_metadata_update()
                 self.target.request_metadata_update()
-                await anyio.sleep(min(self.source.backoff_ms(attempt), 5000) / 1000)
+                with anyio.move_on_after(min(self.source.backoff_ms(attempt), 5000) / 1000):
+                    await self._stop_requested.wait()
 
     async def _step(self) -> None:
         if self._window and self._window[0].future is None:

@@ -82,16 +82,18 @@ class MirrorLink:
         self.checkpoints = CheckpointEmitter(self, interval_s=config.checkpoint_interval_s,
                                              sync_group_offsets=config.sync_group_offsets)
         self._started = False
+        self._stopping = anyio.Event()
+        self._unstarted: anyio.CancelScope | None = None    # startup, before any copier runs
 
     @property
     def name(self) -> str:
         return f"{self.config.source_alias}->{self.config.target_alias}"
 
     async def run(self, *, task_status: TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
-        """Run until cancelled; a cluster that is down or unreachable (at the start, or
-        later for the link's own bookkeeping) is retried with backoff, not fatal."""
+        """Run until stopped or cancelled; a cluster that is down or unreachable (at the start,
+        or later for the link's own bookkeeping) is retried with backoff, not fatal."""
         attempt = 0
-        while True:
+        while not self._stopping.is_set():
             try:
                 await self._run_once(task_status)
             except (KafkaError, OSError) as exc:
@@ -101,18 +103,32 @@ class MirrorLink:
                 self.copiers.clear()
                 self.source = KafkaClient(self.config.source_bootstrap, client_id=f"mirror-{self.config.source_alias}")
                 self.target = KafkaClient(self.config.target_bootstrap, client_id=f"mirror-{self.config.target_alias}")
-                await anyio.sleep(delay)
+                with anyio.move_on_after(delay):
+                    await self._stopping.wait()
+
+    def stop(self) -> None:
+        """A graceful stop: copiers hand over (mirror/copier.py) and the syncs they recorded
+        are flushed before `run` returns; a link still starting up just stops."""
+        self._stopping.set()
+        if self._unstarted is not None:
+            self._unstarted.cancel()
 
     async def _run_once(self, task_status) -> None:
         try:
-            await self.source.start()
-            await self.target.start()
-            await self._ensure_syncs_topic()
-            await self._load_syncs()
-            self._sync_producer = Producer(self.source, acks=-1, linger_ms=20)
-            await self._sync_producer.start()
-            self.checkpoint_producer = Producer(self.target, acks=-1, linger_ms=20)
-            await self.checkpoint_producer.start()
+            with anyio.CancelScope() as self._unstarted:
+                if self._stopping.is_set():
+                    return
+                await self.source.start()
+                await self.target.start()
+                await self._ensure_syncs_topic()
+                await self._load_syncs()
+                self._sync_producer = Producer(self.source, acks=-1, linger_ms=20)
+                await self._sync_producer.start()
+                self.checkpoint_producer = Producer(self.target, acks=-1, linger_ms=20)
+                await self.checkpoint_producer.start()
+            self._unstarted = None
+            if self._stopping.is_set():
+                return
             identity = ProducerIdentity(self.target)
             async with anyio.create_task_group() as tg:
                 await self._discover(tg, identity)
@@ -121,12 +137,22 @@ class MirrorLink:
                 if not self._started:
                     self._started = True
                     task_status.started()
-                while True:
-                    await anyio.sleep(self.config.refresh_topics_s)
+                while not self._stopping.is_set():
+                    with anyio.move_on_after(self.config.refresh_topics_s):
+                        await self._stopping.wait()
+                    if self._stopping.is_set():
+                        break
                     try:
                         await self._discover(tg, identity)
                     except (KafkaError, OSError) as exc:
                         log.info("%s: topic discovery failed (%s); retrying", self.name, exc)
+                copiers = list(self.copiers.values())
+                for copier in copiers:
+                    copier.request_stop()
+                for copier in copiers:      # each bounds its own drain
+                    await copier.stopped.wait()
+                log.info("%s: stopped; %d partitions handed over", self.name, len(copiers))
+                tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
                 for producer in (self._sync_producer, self.checkpoint_producer):

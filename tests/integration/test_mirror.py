@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -152,40 +153,55 @@ def test_every_record_arrives_with_its_fields_and_syncs_map_batches_exactly(tmp_
     assert list(res.values())[0].result(10)["retention.ms"].value == "86400000"
 
 
-def test_a_mirror_killed_with_kill9_resumes_from_its_last_sync(tmp_path, clusters):
-    import threading
-    src, tgt = clusters
-    admin = AdminClient({"bootstrap.servers": src.bootstrap})
-    admin.create_topics([NewTopic("events", 3, 1)])["events"].result(10)
-    placed: dict[str, tuple[int, int]] = {}
-    total = 30_000
+class SteadyWriter(threading.Thread):
+    """About 8,000 records/s into a 3-partition topic, so a stop lands mid-stream; `placed`
+    maps each value to its (partition, offset)."""
 
-    def steady():       # about 8,000 records/s, so the kill lands mid-stream
+    def __init__(self, bootstrap: str, topic: str, total: int):
+        super().__init__(daemon=True)
+        self.bootstrap, self.topic, self.total = bootstrap, topic, total
+        self.placed: dict[str, tuple[int, int]] = {}
+
+    def run(self) -> None:
         def delivered(err, msg):
             assert err is None, err
-            placed[msg.value().decode()] = (msg.partition(), msg.offset())
-        p = Producer({"bootstrap.servers": src.bootstrap, "linger.ms": 5, "enable.idempotence": True})
-        for i in range(total):
-            p.produce("events", value=b"v%d" % i, partition=i % 3, on_delivery=delivered)
+            self.placed[msg.value().decode()] = (msg.partition(), msg.offset())
+        p = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "enable.idempotence": True})
+        for i in range(self.total):
+            p.produce(self.topic, value=b"v%d" % i, partition=i % 3, on_delivery=delivered)
             if i % 400 == 399:
                 p.poll(0)
                 time.sleep(0.05)
         assert p.flush(30) == 0
-    producer = threading.Thread(target=steady)
-    producer.start()
-    mirror = start_mirror(tmp_path, src, tgt)
+
+
+def wait_for_progress(tmp_path: Path, bootstrap: str, mirror: subprocess.Popen, beyond: int) -> None:
+    """Until the recorded syncs of the link's partitions add up to more than `beyond`."""
     deadline = time.monotonic() + 60
     while True:
-        syncs = offset_syncs(src.bootstrap) if _has_topic(src.bootstrap, SYNCS) else []
-        if sum({s.partition: s.upstream_offset for s in syncs}.values()) > 4000:
-            break
+        syncs = offset_syncs(bootstrap) if _has_topic(bootstrap, SYNCS) else []
+        if sum({s.partition: s.upstream_offset for s in syncs if s.topic != "heartbeats"}.values()) > beyond:
+            return
         assert time.monotonic() < deadline and mirror.poll() is None, (tmp_path / "mirror.log").read_text()[-2000:]
         time.sleep(0.05)
+
+
+def test_a_mirror_killed_with_kill9_resumes_from_its_last_sync(tmp_path, clusters):
+    src, tgt = clusters
+    admin = AdminClient({"bootstrap.servers": src.bootstrap})
+    admin.create_topics([NewTopic("events", 3, 1)])["events"].result(10)
+    total = 30_000
+    producer = SteadyWriter(src.bootstrap, "events", total)
+    producer.start()
+    placed = producer.placed
+    mirror = start_mirror(tmp_path, src, tgt)
+    wait_for_progress(tmp_path, src.bootstrap, mirror, 4000)
     mirror.send_signal(signal.SIGKILL)
     mirror.wait()
     recorded = {}
     for s in offset_syncs(src.bootstrap):
-        recorded[s.partition] = s.upstream_offset           # the latest sync is the resume point
+        if s.topic == "events":
+            recorded[s.partition] = s.upstream_offset       # the latest sync is the resume point
     producer.join(120)
     assert sum(recorded.values()) < total, "the kill came too late to test a resume"
     mirror = start_mirror(tmp_path, src, tgt, "mirror2")
@@ -204,6 +220,42 @@ def test_a_mirror_killed_with_kill9_resumes_from_its_last_sync(tmp_path, cluster
         assert offset >= recorded.get(partition, 0), (v, placed[v], recorded)
     assert all(n <= 2 for n in seen.values())
 
+
+
+def test_a_mirror_stopped_with_sigterm_hands_over_without_a_duplicate(tmp_path, clusters):
+    """SIGTERM is a graceful stop: the mirror stops fetching, waits for what it has in flight
+    and records where it got. Stopped and restarted three times mid-stream, it leaves the
+    target exactly the source: every record once, in order."""
+    src, tgt = clusters
+    admin = AdminClient({"bootstrap.servers": src.bootstrap})
+    admin.create_topics([NewTopic("events", 3, 1)])["events"].result(10)
+    total = 30_000
+    producer = SteadyWriter(src.bootstrap, "events", total)
+    producer.start()
+    mirror = start_mirror(tmp_path, src, tgt)
+    for round_ in range(3):
+        wait_for_progress(tmp_path, src.bootstrap, mirror, 3000 * (round_ + 1))
+        mirror.send_signal(signal.SIGTERM)
+        assert mirror.wait(30) == 0
+        mirror = start_mirror(tmp_path, src, tgt, f"mirror{round_ + 2}")
+    producer.join(120)
+    placed = producer.placed
+    assert len(placed) == total
+    try:
+        got = read_all(tgt.bootstrap, "src.events", total, timeout=90)
+    finally:
+        log = tmp_path / "mirror4.log"      # a signal before the handler is in place kills it
+        deadline = time.monotonic() + 30
+        while "resume from recorded offset syncs" not in log.read_text():
+            assert time.monotonic() < deadline and mirror.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.1)
+        mirror.send_signal(signal.SIGTERM)
+        assert mirror.wait(30) == 0
+    values = [value for _, _, value, *_ in got]
+    assert len(values) == len(set(values)) == total, (len(values), len(set(values)), total)
+    for p in range(3):        # in the source's order
+        mine = [(offset, value) for partition, offset, value, *_ in got if partition == p]
+        assert [placed[v][1] for _, v in sorted(mine)] == sorted(o for q, o in placed.values() if q == p)
 
 def read_checkpoints(bootstrap: str) -> list:
     from mirror.records import decode_checkpoint
