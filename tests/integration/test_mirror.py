@@ -162,6 +162,14 @@ class SteadyWriter(threading.Thread):
         self.bootstrap, self.topic, self.total = bootstrap, topic, total
         self.placed: dict[str, tuple[int, int]] = {}
 
+    @classmethod
+    def into_new_topic(cls, bootstrap: str, topic: str, total: int) -> "SteadyWriter":
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(10)
+        writer = cls(bootstrap, topic, total)
+        writer.start()
+        return writer
+
     def run(self) -> None:
         def delivered(err, msg):
             assert err is None, err
@@ -188,11 +196,8 @@ def wait_for_progress(tmp_path: Path, bootstrap: str, mirror: subprocess.Popen, 
 
 def test_a_mirror_killed_with_kill9_resumes_from_its_last_sync(tmp_path, clusters):
     src, tgt = clusters
-    admin = AdminClient({"bootstrap.servers": src.bootstrap})
-    admin.create_topics([NewTopic("events", 3, 1)])["events"].result(10)
     total = 30_000
-    producer = SteadyWriter(src.bootstrap, "events", total)
-    producer.start()
+    producer = SteadyWriter.into_new_topic(src.bootstrap, "events", total)
     placed = producer.placed
     mirror = start_mirror(tmp_path, src, tgt)
     wait_for_progress(tmp_path, src.bootstrap, mirror, 4000)
@@ -221,17 +226,13 @@ def test_a_mirror_killed_with_kill9_resumes_from_its_last_sync(tmp_path, cluster
     assert all(n <= 2 for n in seen.values())
 
 
-
 def test_a_mirror_stopped_with_sigterm_hands_over_without_a_duplicate(tmp_path, clusters):
     """SIGTERM is a graceful stop: the mirror stops fetching, waits for what it has in flight
     and records where it got. Stopped and restarted three times mid-stream, it leaves the
     target exactly the source: every record once, in order."""
     src, tgt = clusters
-    admin = AdminClient({"bootstrap.servers": src.bootstrap})
-    admin.create_topics([NewTopic("events", 3, 1)])["events"].result(10)
     total = 30_000
-    producer = SteadyWriter(src.bootstrap, "events", total)
-    producer.start()
+    producer = SteadyWriter.into_new_topic(src.bootstrap, "events", total)
     mirror = start_mirror(tmp_path, src, tgt)
     for round_ in range(3):
         wait_for_progress(tmp_path, src.bootstrap, mirror, 3000 * (round_ + 1))
