@@ -1,0 +1,85 @@
+"""What idle partitions cost the mirror: CPU of the mirror and of the source and target nodes,
+and the mirror's TCP connections, while a link copies N partitions that get no records.
+
+    python tests/benchmarks/bench_mirror_idle.py                     # 0, 60 and 300 partitions
+    python tests/benchmarks/bench_mirror_idle.py --partitions 0 600 --idle 30
+
+Two single Seaway nodes on loopback, one link between them (`mirror run --config`). Each copier
+has its own connection to its source leader and long-polls it (fetch.max.wait 500 ms), so the
+cost grows with the partition count; this measures by how much. The figures go in
+tests/benchmarks/README.md by hand.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from tests.support.node import SeawayNode  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def connections(pid: int) -> int:
+    out = subprocess.run(["ss", "-tnpH", "state", "established"], capture_output=True, text=True).stdout
+    return sum(f"pid={pid}," in line for line in out.splitlines())
+
+
+def trial(partitions: int, settle: float, idle: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-mirror-idle-") as tmp:
+        base = Path(tmp)
+        src, tgt = SeawayNode(base / "src").start(), SeawayNode(base / "tgt").start()
+        mirror = None
+        try:
+            if partitions:
+                admin = AdminClient({"bootstrap.servers": src.bootstrap})
+                admin.create_topics([NewTopic("idle", partitions, 1)])["idle"].result(60)
+            config = base / "links.yaml"
+            config.write_text(f"links:\n  - {{source_alias: src, source_bootstrap: '{src.bootstrap}', "
+                              f"target_alias: tgt, target_bootstrap: '{tgt.bootstrap}'}}\n")
+            mirror = subprocess.Popen([sys.executable, "-m", "mirror.cli", "run", "--config", str(config)],
+                                      cwd=REPO, stderr=open(base / "mirror.log", "ab"))
+            time.sleep(settle)
+            pids = {"mirror": mirror.pid, "source": src.proc.pid, "target": tgt.proc.pid}
+            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            time.sleep(idle)
+            result = {name: 100 * (cpu_seconds(pid) - before[name]) / idle for name, pid in pids.items()}
+            result["connections"] = connections(mirror.pid)
+            return result
+        finally:
+            if mirror is not None:
+                mirror.send_signal(signal.SIGTERM)
+                mirror.wait(30)
+            src.stop()
+            tgt.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--partitions", type=int, nargs="+", default=[0, 60, 300])
+    parser.add_argument("--settle", type=float, default=15.0, help="seconds before sampling")
+    parser.add_argument("--idle", type=float, default=20.0, help="seconds sampled")
+    args = parser.parse_args()
+    print(f"{'partitions':>10}  {'mirror %':>8}  {'source %':>8}  {'target %':>8}  {'connections':>11}")
+    for n in args.partitions:
+        r = trial(n, args.settle, args.idle)
+        print(f"{n:>10}  {r['mirror']:>8.1f}  {r['source']:>8.1f}  {r['target']:>8.1f}  {r['connections']:>11}")
+
+
+if __name__ == "__main__":
+    main()
