@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from .link import LinkConfig, MirrorLink
 
 
-HAND_OVER_S = 12.0     # past a copier's own drain deadline (10 s), within the 15 s `regions` gives a stop
+HAND_OVER_S = 12.0     # copiers hand over in 8 s, the link closes in 3 s; `regions` waits 20 s
 
 
 class CliError(Exception):

@@ -23,8 +23,9 @@ duplicates are bounded by what was in flight or not yet recorded, never a loss.
 
 Stopping. `request_stop` is a graceful stop (SIGTERM): no new fetch goes out, what was
 already fetched is sent, every answer is awaited, and the end edge is recorded, so a mirror
-started again resumes exactly where this one got and copies nothing twice. Only a crash
-(or a drain that outlives its deadline) leaves duplicates, within the bound above.
+started again resumes exactly where this one got and copies nothing twice. The whole stop,
+including a step already under way, has `drain_timeout_s`; only a crash or a stop that
+outlives it leaves duplicates, within the bound above.
 
 Failures. Transport errors and retriable answers (leadership moved, not enough replicas)
 resend the unacknowledged batches in order with the same sequences after a backoff. If the
@@ -126,7 +127,7 @@ class PartitionCopier:
                  source_topic: str, target_topic: str, partition: int, start_offset: int | None,
                  on_synced: Callable[[int, int], Awaitable[None] | None],
                  max_in_flight: int = 5, fetch_max_bytes: int = 1 << 20, fetch_max_wait_ms: int = 500,
-                 produce_timeout_ms: int = 30_000, retry_backoff_ms: int = 200):
+                 produce_timeout_ms: int = 30_000, retry_backoff_ms: int = 200, drain_timeout_s: float = 8.0):
         if not 1 <= max_in_flight <= 5:
             raise ValueError("max_in_flight must be 1..5 (the target's idempotence tracks 5 batches)")
         self.source, self.target, self.producer = source, target, producer
@@ -142,9 +143,12 @@ class PartitionCopier:
         self._last_sync: tuple[int, int] | None = None
         self._fetch_conn = None
         self._fetch_leader: int | None = None
+        self.drain_timeout_s = drain_timeout_s
         self._stop_requested = anyio.Event()
         self._before_first_send: anyio.CancelScope | None = None
+        self._lifetime: anyio.CancelScope | None = None
         self.stopped = anyio.Event()
+        self.handed_over = False      # stopped with everything acknowledged and recorded
 
     def __repr__(self) -> str:
         return f"PartitionCopier({self.source_topic}-{self.partition} -> {self.target_topic})"
@@ -152,18 +156,26 @@ class PartitionCopier:
     # ------------------------------------------------------------------ the loop
 
     def request_stop(self) -> None:
+        """Stop fetching and hand over, within `drain_timeout_s` from now: a step stuck on a
+        cluster that does not answer is cut off there, and what it left unacknowledged may
+        then be copied again after a restart, as after a crash."""
         self._stop_requested.set()
         if self._before_first_send is not None:
             self._before_first_send.cancel()
+        if self._lifetime is not None:
+            self._lifetime.deadline = min(self._lifetime.deadline, anyio.current_time() + self.drain_timeout_s)
 
-    async def run(self, drain_timeout_s: float = 10.0) -> None:
+    async def run(self) -> None:
         try:
-            await self._copy()
-            with anyio.move_on_after(drain_timeout_s) as scope:
+            with anyio.CancelScope() as self._lifetime:
+                if self._stop_requested.is_set():
+                    self._lifetime.deadline = anyio.current_time() + self.drain_timeout_s
+                await self._copy()
                 await self._hand_over()
-            if scope.cancelled_caught:
-                log.warning("%r: %d batches still unacknowledged after %.0fs; a restart may copy them twice",
-                            self, len(self._window), drain_timeout_s)
+            if self._lifetime.cancelled_caught:
+                log.warning("%r: not handed over within %.0fs (%d batches unacknowledged); a restart "
+                            "may copy what followed its last recorded sync again", self,
+                            self.drain_timeout_s, len(self._window))
         finally:
             self.stopped.set()
             await self._close_fetch_connection()
@@ -175,6 +187,7 @@ class PartitionCopier:
             try:
                 await self._drain_window()
                 await self._record_end()
+                self.handed_over = True
                 return
             except (KafkaError, OSError) as exc:
                 self._forget_sends()
@@ -413,10 +426,10 @@ class PartitionCopier:
     async def _sync(self, upstream: int, downstream: int) -> None:
         if self._last_sync == (upstream, downstream):
             return
-        self._last_sync = (upstream, downstream)
         result = self.on_synced(upstream, downstream)
         if result is not None:
             await result
+        self._last_sync = (upstream, downstream)      # only once it was handed to the producer
 
 
 def _max_timestamp(batch: memoryview) -> int:

@@ -39,6 +39,11 @@ from .translation import OffsetSyncStore
 
 log = logging.getLogger("mirror.link")
 
+# Closing the link's producers (flushing the last offset syncs and checkpoints) gets this long,
+# after the copiers' hand-over (8 s): 11 s in all, inside the 12 s the process gives a stop
+# (mirror/cli.py HAND_OVER_S) and the 20 s `regions` gives the process.
+CLOSE_S = 3.0
+
 # Topic configs MM2 never copies (DefaultConfigPropertyFilter): they describe the source
 # cluster's brokers or replication, not the data.
 NOT_COPIED = re.compile(r"follower\.replication\.throttled\.replicas|leader\.replication\.throttled\.replicas"
@@ -84,6 +89,7 @@ class MirrorLink:
         self._started = False
         self._stopping = anyio.Event()
         self._unstarted: anyio.CancelScope | None = None    # startup, before any copier runs
+        self._discovering: anyio.CancelScope | None = None
 
     @property
     def name(self) -> str:
@@ -96,10 +102,11 @@ class MirrorLink:
         while not self._stopping.is_set():
             try:
                 await self._run_once(task_status)
-            except (KafkaError, OSError) as exc:
+            except* (KafkaError, OSError) as group:    # raised in the task group, or before it
                 attempt += 1
                 delay = min(0.2 * 2 ** attempt, 10.0)
-                log.warning("%s: %s; starting the link again in %.1fs", self.name, exc, delay)
+                log.warning("%s: %s; starting the link again in %.1fs", self.name,
+                            "; ".join(str(exc) for exc in group.exceptions), delay)
                 self.copiers.clear()
                 self.source = KafkaClient(self.config.source_bootstrap, client_id=f"mirror-{self.config.source_alias}")
                 self.target = KafkaClient(self.config.target_bootstrap, client_id=f"mirror-{self.config.target_alias}")
@@ -108,10 +115,13 @@ class MirrorLink:
 
     def stop(self) -> None:
         """A graceful stop: copiers hand over (mirror/copier.py) and the syncs they recorded
-        are flushed before `run` returns; a link still starting up just stops."""
+        are flushed before `run` returns; startup and topic discovery just stop."""
         self._stopping.set()
-        if self._unstarted is not None:
-            self._unstarted.cancel()
+        for scope in (self._unstarted, self._discovering):
+            if scope is not None:
+                scope.cancel()
+        for copier in self.copiers.values():
+            copier.request_stop()
 
     async def _run_once(self, task_status) -> None:
         try:
@@ -131,7 +141,7 @@ class MirrorLink:
                 return
             identity = ProducerIdentity(self.target)
             async with anyio.create_task_group() as tg:
-                await self._discover(tg, identity)
+                await self._discover_until_stopped(tg, identity, retry=False)
                 tg.start_soon(self.checkpoints.run, name=f"{self.name} checkpoints")
                 tg.start_soon(self._heartbeats, name=f"{self.name} heartbeats")
                 if not self._started:
@@ -140,30 +150,43 @@ class MirrorLink:
                 while not self._stopping.is_set():
                     with anyio.move_on_after(self.config.refresh_topics_s):
                         await self._stopping.wait()
-                    if self._stopping.is_set():
-                        break
-                    try:
-                        await self._discover(tg, identity)
-                    except (KafkaError, OSError) as exc:
-                        log.info("%s: topic discovery failed (%s); retrying", self.name, exc)
+                    await self._discover_until_stopped(tg, identity, retry=True)
                 copiers = list(self.copiers.values())
-                for copier in copiers:
+                for copier in copiers:      # each bounds its own hand-over
                     copier.request_stop()
-                for copier in copiers:      # each bounds its own drain
+                for copier in copiers:
                     await copier.stopped.wait()
-                log.info("%s: stopped; %d partitions handed over", self.name, len(copiers))
+                log.info("%s: stopped; %d of %d partitions handed over", self.name,
+                         sum(c.handed_over for c in copiers), len(copiers))
                 tg.cancel_scope.cancel()
         finally:
-            with anyio.CancelScope(shield=True):
-                for producer in (self._sync_producer, self.checkpoint_producer):
-                    if producer is None:
-                        continue
-                    try:
-                        await producer.close(timeout_ms=5000)
-                    except Exception:   # noqa: BLE001 — closing on the way out
-                        pass
-                await self.source.close()
-                await self.target.close()
+            await self._close_clients()
+
+    async def _discover_until_stopped(self, tg, identity: ProducerIdentity, *, retry: bool) -> None:
+        """One discovery pass, cut short by a stop. The first pass of a run fails the run (so it
+        starts again with backoff); later ones are retried at the next refresh."""
+        if self._stopping.is_set():
+            return
+        with anyio.CancelScope() as self._discovering:
+            try:
+                await self._discover(tg, identity)
+            except (KafkaError, OSError) as exc:
+                if not retry:
+                    raise
+                log.info("%s: topic discovery failed (%s); retrying", self.name, exc)
+        self._discovering = None
+
+    async def _close_clients(self) -> None:
+        """Flush the recorded syncs (and checkpoints) and close, within CLOSE_S together, even
+        when cancelled: the process's stop budget is the copiers' hand-over plus this."""
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(CLOSE_S):
+                async with anyio.create_task_group() as closing:
+                    for producer in (self._sync_producer, self.checkpoint_producer):
+                        if producer is not None:
+                            closing.start_soon(_close_quietly, producer)
+            await self.source.close()
+            await self.target.close()
 
     # ------------------------------------------------------------------ heartbeats
 
@@ -298,3 +321,10 @@ class MirrorLink:
             max_in_flight=self.config.max_in_flight, fetch_max_bytes=self.config.fetch_max_bytes)
         self.copiers[(topic, partition)] = copier
         tg.start_soon(copier.run, name=repr(copier))
+
+
+async def _close_quietly(producer: Producer) -> None:
+    try:
+        await producer.close(timeout_ms=CLOSE_S * 1000)
+    except Exception as exc:   # noqa: BLE001 — closing on the way out; what was unsent is redone
+        log.info("closing a producer: %s", exc)

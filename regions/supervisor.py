@@ -119,7 +119,7 @@ class MirrorProcess(_Child):
         if not self.running:
             return
         self.proc.terminate()
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 20     # the mirror's own hand-over gives up after 12 s (+3 s to close)
         while self.proc.poll() is None:
             if time.monotonic() > deadline:
                 self.proc.kill()

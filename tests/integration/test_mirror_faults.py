@@ -78,3 +78,44 @@ def test_leader_failover_upstream_and_a_target_outage_lose_nothing(tmp_path):
             assert len(acked) > 1000
         finally:
             tgt.stop()
+
+
+@pytest.mark.parametrize("paused", ["source", "target"])
+def test_a_stop_while_a_cluster_hangs_is_bounded_and_a_restart_loses_nothing(tmp_path, paused):
+    """SIGTERM while the source or target is frozen (SIGSTOP): no hand-over can finish, so the
+    mirror gives up within its deadline (8 s for the copiers, 3 s to close) and exits 0 rather
+    than hang; after the cluster thaws a new mirror completes the copy: nothing lost, and
+    nothing copied more than twice."""
+    from tests.integration.test_mirror import SteadyWriter
+    src = SeawayNode(tmp_path / "src").start()
+    tgt = SeawayNode(tmp_path / "tgt").start()
+    frozen = src if paused == "source" else tgt
+    try:
+        writer = SteadyWriter.into_new_topic(src.bootstrap, "events", 20_000)
+        mirror = start_mirror(tmp_path, src, tgt)
+        time.sleep(1.5)                      # copying mid-stream
+        frozen.pause()
+        try:
+            time.sleep(0.5)
+            started = time.monotonic()
+            mirror.send_signal(signal.SIGTERM)
+            assert mirror.wait(30) == 0
+            took = time.monotonic() - started
+        finally:
+            frozen.resume()
+        assert took < 15, took
+        writer.join(120)
+        mirror = start_mirror(tmp_path, src, tgt, "mirror2")
+        try:
+            got = read_all(tgt.bootstrap, "src.events", 20_000, timeout=90)
+        finally:
+            mirror.send_signal(signal.SIGTERM)
+            assert mirror.wait(30) == 0
+        counts: dict[str, int] = {}
+        for _, _, value, *_ in got:
+            counts[value] = counts.get(value, 0) + 1
+        assert set(counts) == set(writer.placed), f"missing {len(set(writer.placed) - set(counts))}"
+        assert max(counts.values()) <= 2
+    finally:
+        src.stop()
+        tgt.stop()
