@@ -194,6 +194,21 @@ def wait_for_progress(tmp_path: Path, bootstrap: str, mirror: subprocess.Popen, 
         time.sleep(0.05)
 
 
+def copies_after_a_restart(tmp_path: Path, src, tgt, total: int) -> dict[str, int]:
+    """Start the mirror again and read src.events on the target until `total` distinct
+    values are there; how many copies of each value it holds."""
+    mirror = start_mirror(tmp_path, src, tgt, "mirror2")
+    try:
+        got = read_all(tgt.bootstrap, "src.events", total, timeout=90)
+    finally:
+        mirror.send_signal(signal.SIGTERM)
+        assert mirror.wait(30) == 0
+    copies: dict[str, int] = {}
+    for _, _, value, *_ in got:
+        copies[value] = copies.get(value, 0) + 1
+    return copies
+
+
 def test_a_mirror_killed_with_kill9_resumes_from_its_last_sync(tmp_path, clusters):
     src, tgt = clusters
     total = 30_000
@@ -209,15 +224,7 @@ def test_a_mirror_killed_with_kill9_resumes_from_its_last_sync(tmp_path, cluster
             recorded[s.partition] = s.upstream_offset       # the latest sync is the resume point
     producer.join(120)
     assert sum(recorded.values()) < total, "the kill came too late to test a resume"
-    mirror = start_mirror(tmp_path, src, tgt, "mirror2")
-    try:
-        got = read_all(tgt.bootstrap, "src.events", total, timeout=90)
-    finally:
-        mirror.send_signal(signal.SIGTERM)
-        assert mirror.wait(30) == 0
-    seen: dict[str, int] = {}
-    for _, _, value, *_ in got:
-        seen[value] = seen.get(value, 0) + 1
+    seen = copies_after_a_restart(tmp_path, src, tgt, total)
     assert set(seen) == set(placed), f"missing {len(set(placed) - set(seen))}"
     duplicated = [v for v, n in seen.items() if n > 1]
     for v in duplicated:       # only what came after the last recorded sync can come twice

@@ -86,7 +86,7 @@ def test_a_stop_while_a_cluster_hangs_is_bounded_and_a_restart_loses_nothing(tmp
     mirror gives up within its deadline (8 s for the copiers, 3 s to close) and exits 0 rather
     than hang; after the cluster thaws a new mirror completes the copy: nothing lost, and
     nothing copied more than twice."""
-    from tests.integration.test_mirror import SteadyWriter
+    from tests.integration.test_mirror import SteadyWriter, copies_after_a_restart
     src = SeawayNode(tmp_path / "src").start()
     tgt = SeawayNode(tmp_path / "tgt").start()
     frozen = src if paused == "source" else tgt
@@ -105,15 +105,7 @@ def test_a_stop_while_a_cluster_hangs_is_bounded_and_a_restart_loses_nothing(tmp
             frozen.resume()
         assert took < 15, took
         writer.join(120)
-        mirror = start_mirror(tmp_path, src, tgt, "mirror2")
-        try:
-            got = read_all(tgt.bootstrap, "src.events", 20_000, timeout=90)
-        finally:
-            mirror.send_signal(signal.SIGTERM)
-            assert mirror.wait(30) == 0
-        counts: dict[str, int] = {}
-        for _, _, value, *_ in got:
-            counts[value] = counts.get(value, 0) + 1
+        counts = copies_after_a_restart(tmp_path, src, tgt, 20_000)
         assert set(counts) == set(writer.placed), f"missing {len(set(writer.placed) - set(counts))}"
         assert max(counts.values()) <= 2
     finally:
