@@ -145,7 +145,6 @@ class PartitionCopier:
         self._fetch_leader: int | None = None
         self.drain_timeout_s = drain_timeout_s
         self._stop_requested = anyio.Event()
-        self._before_first_send: anyio.CancelScope | None = None
         self._lifetime: anyio.CancelScope | None = None
         self.stopped = anyio.Event()
         self.handed_over = False      # stopped with everything acknowledged and recorded
@@ -160,19 +159,21 @@ class PartitionCopier:
         cluster that does not answer is cut off there, and what it left unacknowledged may
         then be copied again after a restart, as after a crash."""
         self._stop_requested.set()
-        if self._before_first_send is not None:
-            self._before_first_send.cancel()
-        if self._lifetime is not None:
+        if self._lifetime is None:
+            return
+        if self._pid < 0:
+            self._lifetime.cancel()       # nothing sent yet: nothing to hand over
+        else:
             self._lifetime.deadline = min(self._lifetime.deadline, anyio.current_time() + self.drain_timeout_s)
 
     async def run(self) -> None:
         try:
             with anyio.CancelScope() as self._lifetime:
                 if self._stop_requested.is_set():
-                    self._lifetime.deadline = anyio.current_time() + self.drain_timeout_s
+                    return
                 await self._copy()
                 await self._hand_over()
-            if self._lifetime.cancelled_caught:
+            if self._lifetime.cancelled_caught and self._pid >= 0:
                 log.warning("%r: not handed over within %.0fs (%d batches unacknowledged); a restart "
                             "may copy what followed its last recorded sync again", self,
                             self.drain_timeout_s, len(self._window))
@@ -197,13 +198,7 @@ class PartitionCopier:
                 await anyio.sleep(min(self.target.backoff_ms(attempt), 1000) / 1000)
 
     async def _copy(self) -> None:
-        with anyio.CancelScope() as self._before_first_send:   # a stop cancels the wait
-            if self._stop_requested.is_set():
-                return
-            self._pid, self._epoch = await self.producer.ensure()
-        self._before_first_send = None
-        if self._pid < 0:
-            return
+        self._pid, self._epoch = await self.producer.ensure()
         self._next_seq = 0
         attempt = 0
         while not self._stop_requested.is_set():

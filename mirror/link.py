@@ -120,8 +120,6 @@ class MirrorLink:
         for scope in (self._unstarted, self._discovering):
             if scope is not None:
                 scope.cancel()
-        for copier in self.copiers.values():
-            copier.request_stop()
 
     async def _run_once(self, task_status) -> None:
         try:
