@@ -336,21 +336,30 @@ def test_a_group_fails_over_to_the_target_without_skipping(tmp_path, clusters):
         bound = sum(committed[p] - max(s.upstream for s in mine[p] if s.upstream <= committed[p])
                     for p in checkpoints)
         # The same group, now on the target, resumes where the checkpoints say.
-        rest: list[str] = []
-        g = Consumer({"bootstrap.servers": tgt.bootstrap, "group.id": "app", "auto.offset.reset": "earliest",
-                      "enable.auto.commit": False})
-        g.subscribe(["src.orders"])
-        wanted = set(placed) - {v for _, _, v in consumed}
-        deadline = time.monotonic() + 60
-        while not wanted <= set(rest) and time.monotonic() < deadline:
-            for msg in g.consume(200, timeout=0.5):
-                if not msg.error():
-                    rest.append(msg.value().decode())
-        g.close()
+        wanted = {v.encode() for v in placed} - {v.encode() for _, _, v in consumed}
+        resume_on_target(tgt.bootstrap, "app", "src.orders", wanted, bound, timeout=60)
     finally:
         mirror.send_signal(signal.SIGTERM)
         mirror.wait(30)
-    assert wanted <= set(rest), f"skipped {len(wanted - set(rest))}"
+
+
+def resume_on_target(bootstrap: str, group: str, topic: str, wanted: set[bytes], bound: int,
+                     timeout: float = 90) -> None:
+    """The group, failed over to the target, reads until it has every value in `wanted`: none
+    skipped, and no more than `bound` values it had consumed before read again."""
+    rest: list[bytes] = []
+    g = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    try:
+        g.subscribe([topic])
+        deadline = time.monotonic() + timeout
+        while not wanted <= set(rest) and time.monotonic() < deadline:
+            for msg in g.consume(1000, timeout=0.5):
+                if not msg.error():
+                    rest.append(msg.value())
+    finally:
+        g.close()
+    assert wanted <= set(rest), f"skipped {len(wanted - set(rest))} records"
     redelivered = [v for v in rest if v not in wanted]
     assert len(redelivered) <= bound, (len(redelivered), bound)
 

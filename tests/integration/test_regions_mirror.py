@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient
 from mirror.records import decode_offset_sync
 from mirror.translation import Sync, translate
 from regions.topology import DEFAULT_TOPOLOGY
-from tests.integration.test_mirror import read_internal
+from tests.integration.test_mirror import read_internal, resume_on_target
 from tests.integration.test_regions import REPO, Platform, create, regions, without_fixed_ports
 
 pytestmark = pytest.mark.integration
@@ -200,16 +200,4 @@ def test_a_group_moves_to_us_east_after_a_source_outage_with_every_record_mirror
 
         # The same group in us-east reads the rest: none skipped, re-reads within the bound.
         wanted = {r[1] for part in source.values() for r in part} - consumed
-        rest: list[bytes] = []
-        g = Consumer({"bootstrap.servers": us, "group.id": GROUP, "auto.offset.reset": "earliest",
-                      "enable.auto.commit": False})
-        g.subscribe([REMOTE])
-        deadline = time.monotonic() + 90
-        while not wanted <= set(rest) and time.monotonic() < deadline:
-            for msg in g.consume(1000, timeout=0.5):
-                if not msg.error():
-                    rest.append(msg.value())
-        g.close()
-        assert wanted <= set(rest), f"skipped {len(wanted - set(rest))} records"
-        redelivered = [v for v in rest if v not in wanted]
-        assert len(redelivered) <= bound, (len(redelivered), bound)
+        resume_on_target(us, GROUP, REMOTE, wanted, bound)
