@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 log = logging.getLogger(__name__)
@@ -64,10 +66,12 @@ class BrokerMetrics:
         of a node with the controller role (None on a broker-only node)."""
         self.registry.register(_QuorumCollector(quorum, controller))
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> int:
-        """Start the /metrics HTTP endpoint in a daemon thread; returns the bound port."""
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        return server.server_address[1]
+    def serve(self, port: int, host: str = "0.0.0.0", health: Callable[[], tuple[bool, str]] | None = None) -> int:
+        """Start the /metrics HTTP endpoint in a daemon thread; returns the bound port. With
+        `health`, GET /health answers 200 or 503 with its one-line reason: what a container
+        healthcheck asks (a probe that costs no Python start)."""
+        from core.metrics_http import serve_http
+        return serve_http(self.registry, port, host, health)
 
 
 class _PartitionCollector:

@@ -83,6 +83,29 @@ class NodeHandle:
         if self.cancel_scope is not None:
             self.cancel_scope.cancel()
 
+    def health(self) -> tuple[bool, str]:
+        """Does this node serve? (ok, one line). Read on the metrics thread: plain attributes only."""
+        if self.draining:
+            return False, f"node {self.config.node_id} is shutting down"
+        seen = []
+        if self.quorum is not None:
+            leader = self.quorum.leader_id
+            if leader is None or leader < 0:
+                return False, f"node {self.config.node_id}: the metadata quorum has no leader"
+            seen.append(f"quorum leader {leader}")
+        if self.lifecycle is not None:
+            if self.lifecycle.broker_epoch < 0:
+                return False, f"broker {self.config.node_id} is not registered with the controller"
+            if self.lifecycle.fenced:
+                return False, f"broker {self.config.node_id} is fenced"
+            if not self.lifecycle.serving:
+                return False, f"broker {self.config.node_id} is catching up with the metadata log"
+            seen.append(f"broker {self.config.node_id} registered (epoch {self.lifecycle.broker_epoch}), "
+                        f"unfenced and serving")
+        elif self.broker is not None:
+            seen.append(f"node {self.config.node_id} serving")
+        return True, "healthy: " + "; ".join(seen)
+
 
 async def _serve_listener(listener_cfg: Listener, tcp_listener, server, authorizer,
                           accepting: anyio.CancelScope, handlers=None, controller=None) -> None:
@@ -137,7 +160,8 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
     authorizer = AllowAll()
     handle = NodeHandle(broker, config=config, controller=controller, quorum=quorum, lifecycle=lifecycle)
     if config["metrics.port"] is not None:
-        handle.metrics_port = metrics.serve(config["metrics.port"], config.listeners[0].host or "0.0.0.0")
+        handle.metrics_port = metrics.serve(config["metrics.port"], config.listeners[0].host or "0.0.0.0",
+                                            health=handle.health)
         log.info("metrics on http://%s:%d/metrics", config.listeners[0].host or "0.0.0.0", handle.metrics_port)
     try:
         async with anyio.create_task_group() as tg:
@@ -208,6 +232,7 @@ async def _serve_when_caught_up(tg, broker: Broker, lifecycle: BrokerLifecycle, 
     await sync.wait_synced(lambda: sync.synced_offset >= target, timeout_s=float("inf"))
     for serve in listeners:
         tg.start_soon(*serve)
+    lifecycle.serving = True
     log.info("broker %d is serving clients", broker.node_id)
 
 

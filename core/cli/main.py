@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import groups_cmd, leaders_cmd, node_cmd, quorum_cmd, reassign_cmd, storage_cmd, topics_cmd
+from . import groups_cmd, health_cmd, leaders_cmd, node_cmd, quorum_cmd, reassign_cmd, storage_cmd, topics_cmd
 
 
 class CliError(Exception):
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     quorum_cmd.register(sub)
     reassign_cmd.register(sub)
     leaders_cmd.register(sub)
+    health_cmd.register(sub)
     return parser
 
 

@@ -14,6 +14,10 @@ def register(sub) -> None:
     p.add_argument("--config", "-c", metavar="FILE", help="properties file (Kafka's server.properties format)")
     p.add_argument("--override", "-o", metavar="KEY=VALUE", action="append", default=[],
                    help="set a property, overriding the file (repeatable)")
+    p.add_argument("--cluster-id", metavar="ID",
+                   help="format the log dirs with this cluster id first unless they already are (as "
+                        "`seaway storage format --ignore-formatted`; what Kafka's container image does "
+                        "with CLUSTER_ID), so a container's first start needs no separate step")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=run)
 
@@ -35,6 +39,13 @@ def run(args) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = BrokerConfig(_props(args))
+    if args.cluster_id:
+        from pathlib import Path
+
+        from core.broker.catalog import format_storage
+        for directory, what in format_storage([Path(d) for d in config.log_dirs], config.node_id,
+                                              args.cluster_id, ignore_formatted=True):
+            logging.getLogger("seaway").info("%s: %s (cluster %s)", what, directory, args.cluster_id)
     backend_options = {}
     try:
         import uvloop  # noqa: F401

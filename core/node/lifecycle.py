@@ -47,6 +47,7 @@ class BrokerLifecycle:
         self.broker_epoch = -1
         self.fenced = True
         self.caught_up = False
+        self.serving = False                # client listeners accept (set by the node once unfenced and caught up)
         self.want_shutdown = False
         self.shutdown_granted = anyio.Event()
         self.registered = anyio.Event()
