@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="the platform's state directory ($SEAWAY_STATE_DIR, default ~/.seaway/platform)")
     run.add_argument("--metrics-port", type=int, default=None,
                      help="serve Prometheus metrics on this port (with --platform: the platform's)")
+    run.add_argument("--metrics-host", default="127.0.0.1",
+                     help="the address metrics listen on (default 127.0.0.1; 0.0.0.0 in a container)")
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     status = sub.add_parser("status", help="per link, topic and partition: lag, latency, throughput")
     where = status.add_mutually_exclusive_group(required=True)
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        anyio.run(_run, links, metrics_port)
+        anyio.run(_run, links, metrics_port, args.metrics_host)
     except KeyboardInterrupt:
         pass
     return 0
@@ -168,18 +170,20 @@ def platform_links(state_dir: Path | None) -> tuple[list[LinkConfig], int | None
                                 topics=m.topics, exclude=m.exclude or LinkConfig.model_fields["exclude"].default_factory(),
                                 policy=m.policy, sync_group_offsets=m.sync_group_offsets,
                                 checkpoint_interval_s=m.checkpoint_interval_s,
-                                refresh_topics_s=m.refresh_topics_s))
+                                refresh_topics_s=m.refresh_topics_s,
+                                rpo_target_s=topology.dr.rpo_target_s))
     if not links:
         raise CliError(f"the platform's topology ({info['topology']}) has no mirror links")
     return links, layout.mirror_metrics_port
 
 
-async def _run(links: list[LinkConfig], metrics_port: int | None) -> None:
+async def _run(links: list[LinkConfig], metrics_port: int | None, metrics_host: str = "127.0.0.1") -> None:
     running = [MirrorLink(link) for link in links]
     if metrics_port is not None:
         from .metrics import MirrorMetrics
-        port = MirrorMetrics(running).serve(metrics_port)
-        logging.getLogger("mirror").info("metrics on http://127.0.0.1:%d/metrics", port)
+        port = MirrorMetrics(running).serve(metrics_port, metrics_host)
+        logging.getLogger("mirror").info("metrics on http://%s:%d/metrics (health on /health)",
+                                         metrics_host, port)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_stop_on_signal, running, tg.cancel_scope)
         async with anyio.create_task_group() as links:

@@ -101,6 +101,7 @@ class CopierStats:
     bytes: int = 0
     batches: int = 0
     last_batch_timestamp_ms: int = -1  # max timestamp of the last acknowledged batch
+    last_source_answer_ms: int = -1    # wall clock of the last fetch the source answered
     latencies_ms: deque = field(default_factory=lambda: deque(maxlen=1024))
     errors: int = 0
     skipped_aborted: int = 0
@@ -297,6 +298,7 @@ class PartitionCopier:
         if p.error_code:
             raise KafkaError(p.error_code, f"fetch {tp} at {self.stats.position}")
         self.stats.source_end = p.last_stable_offset if p.last_stable_offset >= 0 else p.high_watermark
+        self.stats.last_source_answer_ms = int(time.time() * 1000)
         records = p.records
         if records is None or not len(records):
             return None

@@ -68,6 +68,9 @@ class LinkConfig(BaseModel):
     checkpoint_interval_s: float = Field(default=5.0, gt=0)
     sync_group_offsets: bool = False    # commit translated offsets into idle target groups
     heartbeat_interval_s: float = Field(default=1.0, gt=0)
+    # The DR recovery-point target this link serves (the topology's dr.rpo_target_s), exported
+    # as a gauge so that the lag alert compares each link against its own target.
+    rpo_target_s: float | None = Field(default=None, gt=0)
 
 
 class MirrorLink:
@@ -112,6 +115,10 @@ class MirrorLink:
                 self.target = KafkaClient(self.config.target_bootstrap, client_id=f"mirror-{self.config.target_alias}")
                 with anyio.move_on_after(delay):
                     await self._stopping.wait()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
 
     def stop(self) -> None:
         """A graceful stop: copiers hand over (mirror/copier.py) and the syncs they recorded

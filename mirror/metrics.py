@@ -5,14 +5,26 @@ Per link, topic and partition: lag in records (the source's last stable offset m
 mirrored position) and in seconds (how old the last mirrored batch was when it was mirrored,
 while there is lag), records and bytes copied. Per link: replication latency (acknowledged at
 the target minus the batch's newest timestamp; heartbeats, one a second, keep it current when
-traffic is idle), checkpoint age, errors, records deleted upstream before they were copied.
+traffic is idle), checkpoint age, errors, records deleted upstream before they were copied,
+and the link's RPO target.
+
+Lag in seconds is what a failover would lose, in time: how old the last mirrored batch was
+while records wait, and at least how long the source has been silent once it stops answering
+for SOURCE_SILENCE_S (a cut WAN shows as growing lag, not as a mirror that is caught up).
 """
 from __future__ import annotations
 
 import time
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
+
+from core.metrics_http import serve_http
+
+
+# A copier long-polls the source (0.5 s) and is answered within a request timeout; silence past
+# this long means the source cannot be reached, and counts as lag in seconds.
+SOURCE_SILENCE_S = 10.0
 
 
 class MirrorMetrics:
@@ -22,8 +34,15 @@ class MirrorMetrics:
         self.registry.register(_LinkCollector(links))
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
-        server, _ = start_http_server(port, addr=host, registry=self.registry)
-        return server.server_address[1]
+        """/metrics and /health (every link running) in a daemon thread; returns the bound port."""
+        return serve_http(self.registry, port, host, self.health)
+
+    def health(self) -> tuple[bool, str]:
+        stopping = [link.name for link in self.links if link.stopping]
+        if stopping:
+            return False, "stopping: " + ", ".join(stopping)
+        return True, "healthy: " + ", ".join(f"{link.name} copying {len(link.copiers)} partitions"
+                                             for link in self.links)
 
 
 def partition_rows(link) -> list[dict]:
@@ -36,6 +55,12 @@ def partition_rows(link) -> list[dict]:
         lag_s = 0.0
         if lag > 0 and s.last_batch_timestamp_ms >= 0:
             lag_s = max(0.0, (now_ms - s.last_batch_timestamp_ms) / 1000)
+        if s.last_source_answer_ms >= 0:
+            # A source that stopped answering (a cut WAN, a region down) hides what it has been
+            # written since: the copy is at least as stale as the last answer, lag or not.
+            silent_s = (now_ms - s.last_source_answer_ms) / 1000
+            if silent_s > SOURCE_SILENCE_S:
+                lag_s = max(lag_s, silent_s)
         rows.append({"link": link.name, "topic": topic, "partition": partition,
                      "target_topic": copier.target_topic, "position": s.position,
                      "source_end": s.source_end, "lag_records": lag, "lag_seconds": round(lag_s, 3),
@@ -80,6 +105,8 @@ class _LinkCollector:
                                    "they were mirrored", labels=["link"])
         age = GaugeMetricFamily("seaway_mirror_checkpoint_age_seconds", "Seconds since the last "
                                 "complete checkpoint pass (-1 before the first)", labels=["link"])
+        rpo = GaugeMetricFamily("seaway_mirror_rpo_target_seconds", "The recovery-point target the "
+                                "link serves (the topology's dr.rpo_target_s)", labels=["link"])
         for link in list(self.links):
             rows = partition_rows(link)
             for r in rows:
@@ -99,4 +126,7 @@ class _LinkCollector:
             lost.add_metric([link.name], sum(r["lost_to_retention"] for r in rows))
             last = link.checkpoints.last_run
             age.add_metric([link.name], -1 if last is None else max(0.0, time.time() - last))
-        yield from (lag, lag_s, records, size, partition_errors, latency, p["p50"], p["p99"], errors, lost, age)
+            if link.config.rpo_target_s is not None:
+                rpo.add_metric([link.name], link.config.rpo_target_s)
+        yield from (lag, lag_s, records, size, partition_errors, latency, p["p50"], p["p99"], errors, lost, age,
+                    rpo)
