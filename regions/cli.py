@@ -6,6 +6,8 @@
     regions stop REGION|CLUSTER|CLUSTER/ID [--kill]    an outage, gracefully or kill -9
     regions start REGION|CLUSTER|CLUSTER/ID            the recovery
     regions down                         stop everything (data stays in the state directory)
+    regions compose [TOPOLOGY] [-o FILE] the topology as a Docker Compose file
+    regions wan --link ... --proxy ...   the WAN between regions on its own (what compose runs)
 
 The platform runs under a supervisor process (regions/supervisor.py) that outlives `regions up
 --detach`; the other commands talk to it through a socket in the state directory
@@ -57,6 +59,20 @@ def main(argv: list[str] | None = None) -> int:
     start = sub.add_parser("start", help="start what `stop` stopped")
     start.add_argument("target", help="REGION, CLUSTER or CLUSTER/ID")
     sub.add_parser("down", help="stop the whole platform")
+    compose = sub.add_parser("compose", help="write the topology as a Docker Compose file")
+    compose.add_argument("topology", nargs="?", type=Path, default=DEFAULT_TOPOLOGY,
+                         help="topology file (default: the two-region topology that ships with Seaway)")
+    compose.add_argument("--output", "-o", type=Path, default=None,
+                         help="where to write it (default: standard output)")
+    wan = sub.add_parser("wan", help="run WAN proxies between regions (the compose file's wan service)")
+    wan.add_argument("--link", action="append", default=[], metavar="A,B,LATENCY_MS,MBIT",
+                     help="the link between regions A and B: one-way latency and bandwidth per "
+                          "direction (MBIT may be 'unlimited'); repeatable")
+    wan.add_argument("--proxy", action="append", default=[], metavar="PORT=HOST:PORT@CLIENT>SERVER",
+                     help="listen on PORT for clients in region CLIENT and forward to HOST:PORT in "
+                          "region SERVER; repeatable")
+    wan.add_argument("--metrics-port", type=int, default=None,
+                     help="serve /metrics and /health on this port")
     supervise = sub.add_parser("supervise")   # internal: what `up` runs in the background
     supervise.add_argument("topology", type=Path)
     args = parser.parse_args(argv)
@@ -286,8 +302,57 @@ def cmd_supervise(args, state_dir: Path) -> int:
     return 0
 
 
+def cmd_compose(args, state_dir: Path) -> int:
+    from .compose import compose_file
+    topology = load_topology(args.topology)
+    source = _relative(args.topology)
+    output = _relative(args.output) if args.output else "FILE"
+    rules = "alerts.yml"    # the rules ship in compose/; a file written elsewhere points back at them
+    if args.output is not None:
+        import os
+        rules = os.path.relpath(Path(__file__).resolve().parents[1] / "compose" / "alerts.yml",
+                                Path(args.output).resolve().parent)
+    text = compose_file(topology, source=source, output=output, rules_file=rules)
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        Path(args.output).write_text(text)
+    except OSError as exc:
+        raise CliError(f"--output: cannot write {args.output}: {exc.strerror or exc}") from None
+    print(f"wrote {args.output}; start it with: docker compose -f {args.output} up -d --wait")
+    return 0
+
+
+def _relative(path: Path) -> str:
+    """A path as the generated file's header shows it: relative to the repository if inside it."""
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        return str(Path(path).resolve().relative_to(repo))
+    except ValueError:
+        return str(path)
+
+
+def cmd_wan(args, state_dir: Path) -> int:
+    import logging
+
+    from .wan import parse_link, parse_proxy, serve_wan, wan_proxies
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        links = [parse_link(text) for text in args.link]
+        specs = [parse_proxy(text) for text in args.proxy]
+        if not specs:
+            raise ValueError("--proxy: give at least one proxy")
+        proxies = wan_proxies(links, specs)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    anyio.run(serve_wan, specs, proxies, "0.0.0.0", args.metrics_port)
+    return 0
+
+
 COMMANDS = {"up": cmd_up, "status": cmd_status, "stop": cmd_stop_start, "start": cmd_stop_start,
-            "down": cmd_down, "supervise": cmd_supervise}
+            "down": cmd_down, "supervise": cmd_supervise, "compose": cmd_compose, "wan": cmd_wan}
 
 
 if __name__ == "__main__":

@@ -288,3 +288,129 @@ async def run_proxies(proxies: Sequence[WanProxy], *, task_status: TaskStatus = 
     async with anyio.create_task_group() as tg:
         ports = [await tg.start(proxy.serve) for proxy in proxies]
         task_status.started(ports)
+
+
+# ---------------------------------------------------------------------------- `regions wan`
+
+@dataclass(frozen=True)
+class ProxySpec:
+    """`PORT=HOST:PORT@CLIENT>SERVER`: clients in region CLIENT reach HOST:PORT in SERVER."""
+    listen_port: int
+    upstream_host: str
+    upstream_port: int
+    client_region: str
+    server_region: str
+
+
+def parse_link(text: str) -> tuple[str, str, float, float | None]:
+    """`A,B,LATENCY_MS,MBIT` -> (a, b, latency_s, bandwidth_bps or None); ValueError names the part."""
+    parts = text.split(",")
+    if len(parts) != 4 or not parts[0] or not parts[1] or parts[0] == parts[1]:
+        raise ValueError(f"--link: {text!r} is not A,B,LATENCY_MS,MBIT with two different regions")
+    try:
+        latency_ms = float(parts[2])
+    except ValueError:
+        raise ValueError(f"--link: latency {parts[2]!r} in {text!r} is not a number") from None
+    if not (math.isfinite(latency_ms) and 0 <= latency_ms <= 60_000):
+        raise ValueError(f"--link: latency {parts[2]!r} in {text!r} is not between 0 and 60000 ms")
+    bandwidth = None
+    if parts[3] != "unlimited":
+        try:
+            mbit = float(parts[3])
+        except ValueError:
+            raise ValueError(f"--link: bandwidth {parts[3]!r} in {text!r} is not a number or 'unlimited'") from None
+        if not (math.isfinite(mbit) and mbit > 0):
+            raise ValueError(f"--link: bandwidth {parts[3]!r} in {text!r} is not > 0")
+        bandwidth = mbit * 1e6
+    return parts[0], parts[1], latency_ms / 1000, bandwidth
+
+
+def parse_proxy(text: str) -> ProxySpec:
+    try:
+        listen, rest = text.split("=", 1)
+        upstream, regions = rest.rsplit("@", 1)
+        client, server = regions.split(">", 1)
+        host, port = upstream.rsplit(":", 1)
+        spec = ProxySpec(int(listen), host, int(port), client, server)
+    except ValueError:
+        raise ValueError(f"--proxy: {text!r} is not PORT=HOST:PORT@CLIENT>SERVER") from None
+    for value in (spec.listen_port, spec.upstream_port):
+        if not 1 <= value <= 65535:
+            raise ValueError(f"--proxy: port {value} in {text!r} is not between 1 and 65535")
+    if not (host and client and server) or client == server:
+        raise ValueError(f"--proxy: {text!r} needs a host and two different regions")
+    return spec
+
+
+def wan_proxies(links: Sequence[tuple[str, str, float, float | None]], specs: Sequence[ProxySpec],
+                listen_host: str = "0.0.0.0") -> list[WanProxy]:
+    """One pipe per direction of each region pair, shared by every proxy of that pair (as the
+    supervisor does); ValueError if a proxy joins two regions no link names."""
+    pipes: dict[tuple[str, str], WanPipe] = {}
+    for a, b, latency_s, bandwidth in links:
+        pipes[(a, b)] = WanPipe(latency_s, bandwidth)
+        pipes[(b, a)] = WanPipe(latency_s, bandwidth)
+    proxies = []
+    for spec in specs:
+        forward = pipes.get((spec.client_region, spec.server_region))
+        if forward is None:
+            raise ValueError(f"--proxy: no --link joins {spec.client_region} and {spec.server_region}")
+        proxies.append(WanProxy(spec.upstream_host, spec.upstream_port, listen_host=listen_host,
+                                listen_port=spec.listen_port, forward_pipe=forward,
+                                backward_pipe=pipes[(spec.server_region, spec.client_region)]))
+    return proxies
+
+
+async def serve_wan(specs: Sequence[ProxySpec], proxies: Sequence[WanProxy], listen_host: str = "0.0.0.0",
+                    metrics_port: int | None = None) -> None:
+    """Run the proxies (from wan_proxies) until SIGTERM or SIGINT; with `metrics_port`, serve
+    /metrics (connections and queued bytes per direction) and /health (every proxy listening)."""
+    import signal
+    async with anyio.create_task_group() as tg:
+        await tg.start(run_proxies, proxies)
+        for spec in specs:
+            log.info("WAN %s>%s: %s:%d -> %s:%d", spec.client_region, spec.server_region, listen_host,
+                     spec.listen_port, spec.upstream_host, spec.upstream_port)
+        if metrics_port is not None:
+            from prometheus_client import CollectorRegistry
+
+            from core.metrics_http import serve_http
+            registry = CollectorRegistry()
+            registry.register(_WanCollector(specs, proxies))
+
+            def health() -> tuple[bool, str]:
+                listening = sum(p.port is not None for p in proxies)
+                return listening == len(proxies), f"{listening} of {len(proxies)} WAN proxies listening"
+            port = serve_http(registry, metrics_port, listen_host, health)
+            log.info("metrics on http://%s:%d/metrics (health on /health)", listen_host, port)
+        print(f"regions wan: {len(proxies)} proxies listening", flush=True)
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                break
+        for proxy in proxies:
+            proxy.close()
+
+
+class _WanCollector:
+    """Per direction of each region pair: open connections and bytes in flight, read on scrape."""
+
+    def __init__(self, specs: Sequence[ProxySpec], proxies: Sequence[WanProxy]):
+        self.pairs = list(zip(specs, proxies))
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+        labels = ["client_region", "server_region"]
+        connections = GaugeMetricFamily("seaway_wan_connections", "Open connections through the WAN",
+                                        labels=labels)
+        queued = GaugeMetricFamily("seaway_wan_queued_bytes", "Bytes read from one side of the WAN and "
+                                   "not yet delivered to the other", labels=labels)
+        totals: dict[tuple[str, str], list[int]] = {}
+        for spec, proxy in self.pairs:
+            t = totals.setdefault((spec.client_region, spec.server_region), [0, 0])
+            t[0] += proxy.open_connections
+            t[1] += proxy.queued_bytes
+        for key, (conns, nbytes) in sorted(totals.items()):
+            connections.add_metric(list(key), conns)
+            queued.add_metric(list(key), nbytes)
+        yield connections
+        yield queued

@@ -1,0 +1,184 @@
+"""The compose file is the topology's, and nothing else: the committed compose/two-regions.yml is
+exactly what `regions compose` writes from the default topology, Docker Compose accepts it, and
+every node's properties are ones a Seaway node accepts. What compose cannot express is a
+one-line error naming the field."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from core.config import BrokerConfig
+from regions.compose import FIRST_WAN_PROXY_PORT, cluster_id_for, compose_file
+from regions.topology import DEFAULT_TOPOLOGY, TopologyError, load_topology, parse_topology
+from regions.wan import ProxySpec, parse_link, parse_proxy, wan_proxies
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED = REPO / "compose" / "two-regions.yml"
+
+
+def regions(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "regions.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=60)
+
+
+def generated() -> str:
+    return compose_file(load_topology(DEFAULT_TOPOLOGY))
+
+
+def test_the_committed_compose_file_is_what_the_generator_writes():
+    assert COMMITTED.read_text() == generated(), (
+        "compose/two-regions.yml is stale: regenerate it with "
+        "`regions compose -o compose/two-regions.yml`")
+
+
+def test_regions_compose_writes_the_committed_file(tmp_path):
+    out = tmp_path / "two-regions.yml"
+    done = regions("compose", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert f"docker compose -f {out} up -d --wait" in done.stdout
+    # Written elsewhere, the file points back at the alert rules in compose/.
+    doc = yaml.safe_load(out.read_text())
+    rules = (out.parent / doc["configs"]["alerts"]["file"]).resolve()
+    assert rules == REPO / "compose" / "alerts.yml"
+    assert out.read_text().replace(doc["configs"]["alerts"]["file"], "./alerts.yml") \
+        .split("\n", 3)[3] == COMMITTED.read_text().split("\n", 3)[3]
+
+
+@pytest.mark.skipif(shutil.which("docker") is None, reason="docker is not installed")
+def test_docker_compose_accepts_the_file():
+    done = subprocess.run(["docker", "compose", "-f", str(COMMITTED), "config", "--quiet"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_file_holds_every_node_network_volume_link_and_prometheus():
+    doc = yaml.safe_load(COMMITTED.read_text())
+    topology = load_topology(DEFAULT_TOPOLOGY)
+    services = doc["services"]
+    assert set(doc["networks"]) == {"eu-west", "us-east"}
+    nodes = {f"{name}-{n.id}": (region, name, n) for region, name, c in topology.clusters() for n in c.nodes}
+    for host, (region, cluster, node) in nodes.items():
+        service = services[host]
+        assert service["hostname"] == host
+        assert service["networks"] == [region]
+        assert service["volumes"] == [f"{host}-data:/var/lib/seaway"]
+        assert f"127.0.0.1:{node.port}:9095" in service["ports"]
+        assert service["command"][-2:] == ["--cluster-id", cluster_id_for(topology, cluster)]
+        props = dict(line.split("=", 1) for line in doc["configs"][host]["content"].splitlines())
+        assert props["broker.rack"] == node.zone
+        assert props["node.id"] == str(node.id)
+        config = BrokerConfig(props, warn_unknown=False)     # a node accepts every property
+        assert config.node_id == node.id
+        advertised = {listener.name: (listener.host, listener.port) for listener in config.advertised_listeners}
+        assert advertised["EXTERNAL"] == ("127.0.0.1", node.port)
+        assert advertised["INTERNAL"] == (host, 9092)
+        other = "US_EAST" if region == "eu-west" else "EU_WEST"
+        assert advertised[f"WAN_{other}"][0] == "wan"
+    # One cluster id per cluster, stable, and different between clusters.
+    assert cluster_id_for(topology, "eu-west-1") != cluster_id_for(topology, "us-east-1")
+    assert cluster_id_for(topology, "eu-west-1") == cluster_id_for(load_topology(DEFAULT_TOPOLOGY), "eu-west-1")
+
+    wan = services["wan"]
+    assert wan["networks"] == ["eu-west", "us-east"]
+    assert wan["command"][wan["command"].index("--link") + 1] == "eu-west,us-east,40,100"
+
+    mirror = services["mirror-eu-west-1-to-us-east-1"]
+    assert mirror["networks"] == ["us-east"]          # runs where its target is
+    [link] = yaml.safe_load(doc["configs"]["mirror-eu-west-1-to-us-east-1"]["content"])["links"]
+    assert link["source_bootstrap"].split(",") == [f"wan:{FIRST_WAN_PROXY_PORT + i}" for i in range(3)]
+    assert link["target_bootstrap"] == "us-east-1-1:9092,us-east-1-2:9092,us-east-1-3:9092"
+    assert link["rpo_target_s"] == topology.dr.rpo_target_s
+
+    prometheus = yaml.safe_load(doc["configs"]["prometheus"]["content"])
+    jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
+    scraped = {t for group in jobs["seaway-nodes"]["static_configs"] for t in group["targets"]}
+    assert scraped == {f"{host}:9094" for host in nodes}
+    assert jobs["seaway-mirror"]["static_configs"][0]["targets"] == ["mirror-eu-west-1-to-us-east-1:9100"]
+    assert prometheus["rule_files"] == ["/etc/prometheus/rules/*.yml"]
+    assert doc["configs"]["alerts"] == {"file": "./alerts.yml"}
+
+
+def test_every_proxy_joins_a_node_to_the_other_region_through_the_shared_pipes():
+    doc = yaml.safe_load(COMMITTED.read_text())
+    command = doc["services"]["wan"]["command"]
+    specs = [parse_proxy(command[i + 1]) for i, arg in enumerate(command) if arg == "--proxy"]
+    links = [parse_link(command[i + 1]) for i, arg in enumerate(command) if arg == "--link"]
+    assert len(specs) == 6
+    assert {(s.client_region, s.server_region) for s in specs} == {("us-east", "eu-west"), ("eu-west", "us-east")}
+    proxies = wan_proxies(links, specs)
+    eastbound = [p for s, p in zip(specs, proxies) if s.client_region == "us-east"]
+    assert len({id(p.forward_pipe) for p in eastbound}) == 1      # one link, shared bandwidth
+    assert eastbound[0].forward_pipe.latency_s == pytest.approx(0.040)
+    assert eastbound[0].forward_pipe.bandwidth_bps == pytest.approx(100e6)
+
+
+BROKER_WITHOUT_PORT = """
+name: t
+regions:
+  a:
+    clusters:
+      a-1:
+        nodes:
+          - {id: 1, roles: [broker, controller], zone: z1}
+  b:
+    clusters:
+      b-1:
+        nodes:
+          - {id: 1, roles: [broker, controller], zone: z1, port: 29092}
+"""
+
+
+def test_a_broker_without_a_port_cannot_be_published(tmp_path):
+    with pytest.raises(TopologyError) as err:
+        compose_file(parse_topology(BROKER_WITHOUT_PORT))
+    assert str(err.value) == ("regions.a.clusters.a-1.nodes[0].port: compose publishes each broker on "
+                              "a fixed host port; give the node a `port`")
+    path = tmp_path / "t.yaml"
+    path.write_text(BROKER_WITHOUT_PORT)
+    done = regions("compose", str(path))
+    assert done.returncode == 2
+    assert done.stderr == ("regions compose: regions.a.clusters.a-1.nodes[0].port: compose publishes each "
+                           "broker on a fixed host port; give the node a `port`\n")
+
+
+def test_the_prometheus_port_is_not_a_node_port():
+    text = BROKER_WITHOUT_PORT.replace("zone: z1}", "zone: z1, port: 19092, metrics_port: 9090}", 1)
+    with pytest.raises(TopologyError, match=r"^regions\.a\.clusters\.a-1\.nodes\[0\]\.metrics_port: port 9090"):
+        compose_file(parse_topology(text))
+
+
+def test_an_unwritable_output_is_one_line(tmp_path):
+    done = regions("compose", "-o", str(tmp_path / "no" / "such" / "dir.yml"))
+    assert done.returncode == 1
+    assert done.stderr.startswith("regions compose: --output: cannot write ")
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--link", "eu,us,40"], "--link: 'eu,us,40' is not A,B,LATENCY_MS,MBIT with two different regions"),
+    (["--link", "eu,eu,40,100"], "--link: 'eu,eu,40,100' is not A,B,LATENCY_MS,MBIT with two different regions"),
+    (["--link", "eu,us,soon,100"], "--link: latency 'soon' in 'eu,us,soon,100' is not a number"),
+    (["--link", "eu,us,-1,100"], "--link: latency '-1' in 'eu,us,-1,100' is not between 0 and 60000 ms"),
+    (["--link", "eu,us,40,0"], "--link: bandwidth '0' in 'eu,us,40,0' is not > 0"),
+    (["--link", "eu,us,40,fast"], "--link: bandwidth 'fast' in 'eu,us,40,fast' is not a number or 'unlimited'"),
+    (["--link", "eu,us,40,100", "--proxy", "10000=host@us>eu"], "--proxy: '10000=host@us>eu' is not PORT=HOST:PORT@CLIENT>SERVER"),
+    (["--link", "eu,us,40,100", "--proxy", "70000=h:1@us>eu"], "--proxy: port 70000 in '70000=h:1@us>eu' is not between 1 and 65535"),
+    (["--link", "eu,us,40,100", "--proxy", "10000=h:1@us>us"], "--proxy: '10000=h:1@us>us' needs a host and two different regions"),
+    (["--link", "eu,us,40,100", "--proxy", "10000=h:1@ap>eu"], "--proxy: no --link joins ap and eu"),
+    (["--link", "eu,us,40,100"], "--proxy: give at least one proxy"),
+])
+def test_bad_wan_arguments_are_one_line(args, message):
+    done = regions("wan", *args)
+    assert done.returncode == 1
+    assert done.stderr == f"regions wan: {message}\n"
+
+
+def test_parsed_wan_arguments():
+    assert parse_link("eu-west,us-east,40,unlimited") == ("eu-west", "us-east", 0.04, None)
+    assert parse_proxy("10003=us-east-1-1:9096@eu-west>us-east") == ProxySpec(
+        10003, "us-east-1-1", 9096, "eu-west", "us-east")
