@@ -12,7 +12,8 @@
 #   3. seaway:latest: compose/Dockerfile on that base, installing only from the wheelhouse
 #      (pip --no-index: the build itself downloads nothing).
 #   4. seaway-prometheus:local: the base with this machine's Debian prometheus and promtool,
-#      for compose's PROMETHEUS_IMAGE where prom/prometheus cannot be pulled.
+#      for compose's PROMETHEUS_IMAGE where prom/prometheus cannot be pulled. compose/.env
+#      names it, so `docker compose -f compose/two-regions.yml up` uses it without more ado.
 # Prints each step's time and the image sizes. Needs root (debootstrap) and docker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -81,5 +82,13 @@ if command -v prometheus >/dev/null && command -v promtool >/dev/null; then
     docker build -q --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$PROMETHEUS_IMAGE" "$ctx" >/dev/null
     rm -rf "$ctx"
     step "$PROMETHEUS_IMAGE built from $(command -v prometheus) ($(prometheus --version 2>&1 | head -n 1 | awk '{print $3}'))"
+    if [ -z "${SEAWAY_PROMETHEUS_IMAGE:-}" ]; then
+        # Compose reads .env beside the compose file; the tests name their own images instead.
+        printf '# Written by compose/build-image.sh: no image can be pulled here.\nPROMETHEUS_IMAGE=%s\n' \
+            "$PROMETHEUS_IMAGE" > compose/.env
+        step "compose/.env: PROMETHEUS_IMAGE=$PROMETHEUS_IMAGE"
+    fi
+else
+    step "no prometheus here (apt-get install prometheus): compose will pull prom/prometheus"
 fi
 docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "^(${IMAGE%%:*}|${BASE_IMAGE%%:*}|${PROMETHEUS_IMAGE%%:*}):" || true

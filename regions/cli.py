@@ -307,12 +307,12 @@ def cmd_compose(args, state_dir: Path) -> int:
     topology = load_topology(args.topology)
     source = _relative(args.topology)
     output = _relative(args.output) if args.output else "FILE"
-    rules = "alerts.yml"    # the rules ship in compose/; a file written elsewhere points back at them
+    assets = "."    # compose/ holds the alert rules and Grafana's files; a file elsewhere points back
     if args.output is not None:
         import os
-        rules = os.path.relpath(Path(__file__).resolve().parents[1] / "compose" / "alerts.yml",
-                                Path(args.output).resolve().parent)
-    text = compose_file(topology, source=source, output=output, rules_file=rules)
+        assets = os.path.relpath(Path(__file__).resolve().parents[1] / "compose",
+                                 Path(args.output).resolve().parent)
+    text = compose_file(topology, source=source, output=output, assets=assets)
     if args.output is None:
         sys.stdout.write(text)
         return 0

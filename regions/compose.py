@@ -55,6 +55,8 @@ MIRROR_METRICS_PORT = 9100
 PROMETHEUS_PORT = 9090
 IMAGE = "${SEAWAY_IMAGE:-seaway:latest}"
 PROMETHEUS_IMAGE = "${PROMETHEUS_IMAGE:-prom/prometheus:v2.53.1}"
+GRAFANA_IMAGE = "${GRAFANA_IMAGE:-grafana/grafana:11.2.0}"
+GRAFANA_PORT = 3000
 DATA_DIR = "/var/lib/seaway/data"
 NODE_PROPERTIES = "/etc/seaway/node.properties"
 # A probe that asks the process itself (GET /health answers from the node's own state: registered,
@@ -75,8 +77,9 @@ def cluster_id_for(topology: Topology, cluster: str) -> str:
 
 
 def compose_file(topology: Topology, *, source: str = "regions/topologies/two-regions.yaml",
-                 output: str = "compose/two-regions.yml", rules_file: str = "alerts.yml") -> str:
-    """The compose file's text for `topology`; TopologyError names what compose cannot do."""
+                 output: str = "compose/two-regions.yml", assets: str = ".") -> str:
+    """The compose file's text for `topology`; TopologyError names what compose cannot do.
+    `assets` is where compose/ (alert rules, Grafana's files) is, relative to the output."""
     _check_expressible(topology)
     services: dict = {}
     volumes: dict = {}
@@ -210,7 +213,7 @@ def compose_file(topology: Topology, *, source: str = "regions/topologies/two-re
                     cluster=m.target)
 
     configs["prometheus"] = {"content": _prometheus_config(topology, scrape)}
-    configs["alerts"] = {"file": rules_file if rules_file.startswith(".") else f"./{rules_file}"}
+    configs["alerts"] = {"file": f"{assets}/alerts.yml"}
     services["prometheus"] = {
         "image": PROMETHEUS_IMAGE,
         "entrypoint": ["prometheus"],
@@ -224,6 +227,19 @@ def compose_file(topology: Topology, *, source: str = "regions/topologies/two-re
         "labels": {"io.seaway.role": "prometheus"},
     }
     volumes["prometheus-data"] = None
+    # Grafana cannot run where images cannot be pulled; it is there for those who can
+    # (`--profile grafana`), with the dashboards and datasource provisioned.
+    services["grafana"] = {
+        "image": GRAFANA_IMAGE,
+        "profiles": ["grafana"],
+        "networks": list(topology.regions),
+        "ports": [f"127.0.0.1:{GRAFANA_PORT}:3000"],
+        "environment": {"GF_AUTH_ANONYMOUS_ENABLED": "true", "GF_AUTH_ANONYMOUS_ORG_ROLE": "Viewer"},
+        "volumes": [f"{assets}/grafana/provisioning:/etc/grafana/provisioning:ro",
+                    f"{assets}/grafana/dashboards:/var/lib/grafana/dashboards:ro"],
+        "depends_on": ["prometheus"],
+        "labels": {"io.seaway.role": "grafana"},
+    }
 
     doc = {
         "name": topology.name,

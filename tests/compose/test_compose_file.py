@@ -4,6 +4,7 @@ every node's properties are ones a Seaway node accepts. What compose cannot expr
 one-line error naming the field."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -41,12 +42,34 @@ def test_regions_compose_writes_the_committed_file(tmp_path):
     done = regions("compose", "-o", str(out))
     assert done.returncode == 0, done.stderr
     assert f"docker compose -f {out} up -d --wait" in done.stdout
-    # Written elsewhere, the file points back at the alert rules in compose/.
+    # Written elsewhere, the file points back at compose/ for the alert rules and Grafana's files.
     doc = yaml.safe_load(out.read_text())
-    rules = (out.parent / doc["configs"]["alerts"]["file"]).resolve()
-    assert rules == REPO / "compose" / "alerts.yml"
-    assert out.read_text().replace(doc["configs"]["alerts"]["file"], "./alerts.yml") \
-        .split("\n", 3)[3] == COMMITTED.read_text().split("\n", 3)[3]
+    rules = doc["configs"]["alerts"]["file"]
+    assert (out.parent / rules).resolve() == REPO / "compose" / "alerts.yml"
+    for volume in doc["services"]["grafana"]["volumes"]:
+        assert (out.parent / volume.split(":")[0]).resolve().is_dir(), volume
+    assets = rules.removesuffix("/alerts.yml")
+    body = lambda text: text.split("\n", 3)[3]    # noqa: E731 — past the header naming the paths
+    assert body(out.read_text()).replace(f"{assets}/", "./") == body(COMMITTED.read_text())
+
+
+def test_the_grafana_dashboard_and_its_provisioning():
+    doc = yaml.safe_load(COMMITTED.read_text())
+    grafana = doc["services"]["grafana"]
+    assert grafana["profiles"] == ["grafana"]            # only with --profile grafana
+    dashboard = json.loads((REPO / "compose" / "grafana" / "dashboards" / "seaway.json").read_text())
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+    assert {r["title"] for r in dashboard["panels"] if r["type"] == "row"} == {
+        "Cluster health", "Replication between regions"}
+    assert all(t["datasource"]["uid"] == "prometheus" for p in panels for t in p["targets"])
+    source = yaml.safe_load((REPO / "compose" / "grafana" / "provisioning" / "datasources"
+                             / "prometheus.yml").read_text())
+    assert source["datasources"][0]["uid"] == "prometheus"
+    assert source["datasources"][0]["url"] == "http://prometheus:9090"
+    provider = yaml.safe_load((REPO / "compose" / "grafana" / "provisioning" / "dashboards"
+                               / "seaway.yml").read_text())
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
 
 
 @pytest.mark.skipif(shutil.which("docker") is None, reason="docker is not installed")
