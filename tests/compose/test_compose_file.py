@@ -205,3 +205,25 @@ def test_parsed_wan_arguments():
     assert parse_link("eu-west,us-east,40,unlimited") == ("eu-west", "us-east", 0.04, None)
     assert parse_proxy("10003=us-east-1-1:9096@eu-west>us-east") == ProxySpec(
         10003, "us-east-1-1", 9096, "eu-west", "us-east")
+
+
+def test_the_readme_names_what_the_compose_file_publishes():
+    """A newcomer reads addresses in the README, never in the compose file: they must agree."""
+    readme = (REPO / "README.md").read_text()
+    doc = yaml.safe_load(COMMITTED.read_text())
+    section = readme[readme.index("## Containers: docker compose"):]
+    section = section[:section.index("\n## ", 5)]
+    for region, cluster in (("eu-west", "eu-west-1"), ("us-east", "us-east-1")):
+        published = [doc["services"][f"{cluster}-{i}"]["ports"][0].rsplit(":", 1)[0] for i in (1, 2, 3)]
+        assert f"| {cluster} (clients on the host) | `{','.join(published)}` |" in section
+        for i in (1, 2, 3):
+            metrics = doc["services"][f"{cluster}-{i}"]["ports"][1].split(":")[1]
+            assert metrics in section
+    assert doc["services"]["prometheus"]["ports"] == ["127.0.0.1:9090:9090"]
+    assert "`http://127.0.0.1:9090`" in section
+    assert doc["services"]["grafana"]["ports"] == ["127.0.0.1:3000:3000"]
+    # Compose names the WAN container and the region networks after the project (`name:`).
+    assert doc["name"] == "seaway"
+    assert "docker network disconnect seaway_eu-west seaway-wan-1" in section
+    assert "docker network connect --alias wan seaway_eu-west seaway-wan-1" in section
+    assert "bash compose/build-image.sh && docker compose -f compose/two-regions.yml up -d --wait" in readme
