@@ -14,7 +14,8 @@
 #   4. seaway-prometheus:local: the base with this machine's Debian prometheus and promtool,
 #      for compose's PROMETHEUS_IMAGE where prom/prometheus cannot be pulled. compose/.env
 #      names it, so `docker compose -f compose/two-regions.yml up` uses it without more ado.
-# Prints each step's time and the image sizes. Needs root (debootstrap) and docker.
+# Prints each step's time and the image sizes. Needs docker, and root for debootstrap (which it
+# installs from Debian when it is missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,8 +48,16 @@ debian_mirror() {
     echo "$m"
 }
 
+apt_install() {
+    # A fresh machine has neither debootstrap nor prometheus; Debian has both.
+    [ "$(id -u)" = 0 ] || { echo "build-image: $1 is missing: apt-get install $1 (as root)" >&2; exit 1; }
+    step "apt-get install $1"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$1" >/dev/null
+}
+
 if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
-    command -v debootstrap >/dev/null || { echo "build-image: debootstrap is missing (apt-get install debootstrap)" >&2; exit 1; }
+    command -v debootstrap >/dev/null || apt_install debootstrap
     t=$(now)
     root=$(mktemp -d /tmp/seaway-rootfs.XXXXXX)
     trap 'rm -rf "$root"' EXIT
@@ -75,13 +84,25 @@ docker build -q -f compose/Dockerfile --build-arg "BASE_IMAGE=$BASE_IMAGE" \
     --build-arg "WHEELHOUSE=$WHEELHOUSE" -t "$IMAGE" . >/dev/null
 step "$IMAGE built in $(took "$t") (base $BASE_IMAGE, wheelhouse $WHEELHOUSE)"
 
-if command -v prometheus >/dev/null && command -v promtool >/dev/null; then
+# Debian's prometheus package, unpacked (not installed) unless this machine has it already.
+prometheus_bin=$(command -v prometheus || true)
+promtool_bin=$(command -v promtool || true)
+if [ -z "$prometheus_bin" ] || [ -z "$promtool_bin" ]; then
+    unpacked=$(mktemp -d)
+    if (cd "$unpacked" && apt-get download prometheus >/dev/null 2>&1 \
+            || { apt-get update -qq && apt-get download prometheus >/dev/null; }) 2>/dev/null; then
+        dpkg-deb -x "$unpacked"/prometheus_*.deb "$unpacked/root"
+        prometheus_bin=$unpacked/root/usr/bin/prometheus promtool_bin=$unpacked/root/usr/bin/promtool
+        step "unpacked Debian's $(basename "$unpacked"/prometheus_*.deb)"
+    fi
+fi
+if [ -x "$prometheus_bin" ] && [ -x "$promtool_bin" ]; then
     ctx=$(mktemp -d)
-    cp "$(command -v prometheus)" "$(command -v promtool)" "$ctx/"
+    cp "$prometheus_bin" "$promtool_bin" "$ctx/"
     printf 'ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nCOPY prometheus promtool /bin/\nRUN mkdir -p /prometheus && chown 65534:65534 /prometheus\nUSER 65534\nENTRYPOINT ["/bin/prometheus"]\n' > "$ctx/Dockerfile"
     docker build -q --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$PROMETHEUS_IMAGE" "$ctx" >/dev/null
     rm -rf "$ctx"
-    step "$PROMETHEUS_IMAGE built from $(command -v prometheus) ($(prometheus --version 2>&1 | head -n 1 | awk '{print $3}'))"
+    step "$PROMETHEUS_IMAGE built from Debian's prometheus $("$prometheus_bin" --version 2>&1 | head -n 1 | awk '{print $3}')"
     if [ -z "${SEAWAY_PROMETHEUS_IMAGE:-}" ]; then
         # Compose reads .env beside the compose file; the tests name their own images instead.
         printf '# Written by compose/build-image.sh: no image can be pulled here.\nPROMETHEUS_IMAGE=%s\n' \
@@ -89,6 +110,7 @@ if command -v prometheus >/dev/null && command -v promtool >/dev/null; then
         step "compose/.env: PROMETHEUS_IMAGE=$PROMETHEUS_IMAGE"
     fi
 else
-    step "no prometheus here (apt-get install prometheus): compose will pull prom/prometheus"
+    step "no prometheus package to be had: compose will pull prom/prometheus"
 fi
+[ -n "${unpacked:-}" ] && rm -rf "$unpacked"
 docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "^(${IMAGE%%:*}|${BASE_IMAGE%%:*}|${PROMETHEUS_IMAGE%%:*}):" || true
