@@ -38,12 +38,11 @@ from __future__ import annotations
 
 import base64
 import uuid
-from pathlib import Path
 
 import yaml
 
 from .layout import wan_listener
-from .topology import DEFAULT_TOPOLOGY, Topology, TopologyError, _dotted
+from .topology import Topology, TopologyError, _dotted
 
 INTERNAL_PORT = 9092
 CONTROLLER_PORT = 9093
@@ -86,90 +85,105 @@ def compose_file(topology: Topology, *, source: str = "regions/topologies/two-re
     """The compose file's text for `topology`; TopologyError names what compose cannot do.
     `assets` is where compose/ (alert rules, Grafana's files) is, relative to the output."""
     _check_expressible(topology)
-    services: dict = {}
-    volumes: dict = {}
-    proxies: list[str] = []          # regions wan --proxy arguments
-    wan_ports: dict[tuple[str, int, str], int] = {}   # (cluster, node id, client region) -> proxy port
-    next_proxy = FIRST_WAN_PROXY_PORT
+    doc = _ComposeDocument(topology, assets)
     for region, name, cluster in topology.clusters():
-        remote = [r for r in topology.regions if r != region]
-        for node in cluster.brokers:
-            for i, client_region in enumerate(remote):
-                wan_ports[(name, node.id, client_region)] = next_proxy
-                proxies.append(f"{next_proxy}={_host(name, node.id)}:{FIRST_WAN_LISTENER_PORT + i}"
-                               f"@{client_region}>{region}")
-                next_proxy += 1
-
-    configs: dict = {}
-    scrape: dict[str, list[dict]] = {"seaway-nodes": [], "seaway-mirror": [], "seaway-wan": []}
-    for region, name, cluster in topology.clusters():
-        remote = [r for r in topology.regions if r != region]
-        cluster_id = cluster_id_for(topology, name)
-        voters = ",".join(f"{n.id}@{_host(name, n.id)}:{CONTROLLER_PORT}" for n in cluster.controllers)
         for node in cluster.nodes:
-            host = _host(name, node.id)
-            listeners, advertised, protocols = [], [], ["CONTROLLER:PLAINTEXT"]
-            ports = [f"{node.host}:{node.metrics_port}:{METRICS_PORT}"] if node.metrics_port else []
-            if node.is_broker:
-                listeners += [f"INTERNAL://0.0.0.0:{INTERNAL_PORT}", f"EXTERNAL://0.0.0.0:{EXTERNAL_PORT}"]
-                advertised += [f"INTERNAL://{host}:{INTERNAL_PORT}", f"EXTERNAL://{node.host}:{node.port}"]
-                protocols += ["INTERNAL:PLAINTEXT", "EXTERNAL:PLAINTEXT"]
-                ports.insert(0, f"{node.host}:{node.port}:{EXTERNAL_PORT}")
-                for i, client_region in enumerate(remote):
-                    listener = wan_listener(client_region)
-                    listeners.append(f"{listener}://0.0.0.0:{FIRST_WAN_LISTENER_PORT + i}")
-                    advertised.append(f"{listener}://wan:{wan_ports[(name, node.id, client_region)]}")
-                    protocols.append(f"{listener}:PLAINTEXT")
-            if node.is_controller:
-                listeners.append(f"CONTROLLER://0.0.0.0:{CONTROLLER_PORT}")
-            props = {
-                "node.id": node.id,
-                "process.roles": ",".join(sorted(node.roles)),
-                "controller.quorum.voters": voters,
-                "controller.listener.names": "CONTROLLER",
-                "listeners": ",".join(listeners),
-                "listener.security.protocol.map": ",".join(protocols),
-                "log.dirs": DATA_DIR,
-                "broker.rack": node.zone,
-                "metrics.port": METRICS_PORT,
-            }
-            if advertised:
-                props["advertised.listeners"] = ",".join(advertised)
-                props["inter.broker.listener.name"] = "INTERNAL"
-            for extra in (cluster.config, node.config):
-                props.update(extra)
-            configs[host] = {"content": "".join(f"{k}={_property(v)}\n" for k, v in props.items())}
-            volume = f"{host}-data"
-            volumes[volume] = None
-            services[host] = {
-                "image": IMAGE,
-                "hostname": host,
-                "command": ["seaway", "node", "--config", NODE_PROPERTIES, "--cluster-id", cluster_id],
-                "configs": [{"source": host, "target": NODE_PROPERTIES}],
-                "networks": [region],
-                "volumes": [f"{volume}:/var/lib/seaway"],
-                "ports": ports,
-                "healthcheck": _healthcheck(METRICS_PORT),
-                "stop_grace_period": "30s",
-                "labels": {"io.seaway.region": region, "io.seaway.cluster": name,
-                           "io.seaway.node-id": str(node.id)},
-            }
-            _add_target(scrape["seaway-nodes"], f"{host}:{METRICS_PORT}", region=region, cluster=name)
+            doc.add_node(region, name, cluster, node)
+    if doc.wan_ports:
+        doc.add_wan()
+    for link in topology.mirrors:
+        doc.add_mirror(link)
+    doc.add_prometheus()
+    doc.add_grafana()
+    body = yaml.dump(doc.to_dict(), Dumper=_Dumper, sort_keys=False, width=100, default_flow_style=False)
+    return HEADER.format(source=source, output=output) + body
 
-    if proxies:
-        links = []
-        regions = list(topology.regions)
+
+class _ComposeDocument:
+    """The services, volumes and configs of the file, added one process at a time."""
+
+    def __init__(self, topology: Topology, assets: str):
+        self.topology = topology
+        self.assets = assets
+        self.services: dict = {}
+        self.volumes: dict = {}
+        self.configs: dict = {}
+        self.scrape: dict[str, list[dict]] = {"seaway-nodes": [], "seaway-mirror": [], "seaway-wan": []}
+        # One WAN proxy port per (cluster, broker id, client region), numbered in file order.
+        self.wan_ports: dict[tuple[str, int, str], int] = {}
+        self.proxies: list[str] = []        # `regions wan --proxy` arguments
+        for region, name, cluster in topology.clusters():
+            for node in cluster.brokers:
+                for i, client_region in enumerate(self._remote(region)):
+                    port = FIRST_WAN_PROXY_PORT + len(self.proxies)
+                    self.wan_ports[(name, node.id, client_region)] = port
+                    self.proxies.append(f"{port}={_host(name, node.id)}:{FIRST_WAN_LISTENER_PORT + i}"
+                                        f"@{client_region}>{region}")
+
+    def _remote(self, region: str) -> list[str]:
+        return [r for r in self.topology.regions if r != region]
+
+    def add_node(self, region: str, name: str, cluster, node) -> None:
+        host = _host(name, node.id)
+        listeners, advertised, protocols = [], [], ["CONTROLLER:PLAINTEXT"]
+        ports = [f"{node.host}:{node.metrics_port}:{METRICS_PORT}"] if node.metrics_port else []
+        if node.is_broker:
+            listeners += [f"INTERNAL://0.0.0.0:{INTERNAL_PORT}", f"EXTERNAL://0.0.0.0:{EXTERNAL_PORT}"]
+            advertised += [f"INTERNAL://{host}:{INTERNAL_PORT}", f"EXTERNAL://{node.host}:{node.port}"]
+            protocols += ["INTERNAL:PLAINTEXT", "EXTERNAL:PLAINTEXT"]
+            ports.insert(0, f"{node.host}:{node.port}:{EXTERNAL_PORT}")
+            for i, client_region in enumerate(self._remote(region)):
+                listener = wan_listener(client_region)
+                listeners.append(f"{listener}://0.0.0.0:{FIRST_WAN_LISTENER_PORT + i}")
+                advertised.append(f"{listener}://wan:{self.wan_ports[(name, node.id, client_region)]}")
+                protocols.append(f"{listener}:PLAINTEXT")
+        if node.is_controller:
+            listeners.append(f"CONTROLLER://0.0.0.0:{CONTROLLER_PORT}")
+        props = {
+            "node.id": node.id,
+            "process.roles": ",".join(sorted(node.roles)),
+            "controller.quorum.voters": ",".join(f"{n.id}@{_host(name, n.id)}:{CONTROLLER_PORT}"
+                                                 for n in cluster.controllers),
+            "controller.listener.names": "CONTROLLER",
+            "listeners": ",".join(listeners),
+            "listener.security.protocol.map": ",".join(protocols),
+            "log.dirs": DATA_DIR,
+            "broker.rack": node.zone,
+            "metrics.port": METRICS_PORT,
+        }
+        if advertised:
+            props["advertised.listeners"] = ",".join(advertised)
+            props["inter.broker.listener.name"] = "INTERNAL"
+        for extra in (cluster.config, node.config):
+            props.update(extra)
+        self.configs[host] = {"content": "".join(f"{k}={_property(v)}\n" for k, v in props.items())}
+        volume = f"{host}-data"
+        self.volumes[volume] = None
+        self.services[host] = {
+            "image": IMAGE,
+            "hostname": host,
+            "command": ["seaway", "node", "--config", NODE_PROPERTIES,
+                        "--cluster-id", cluster_id_for(self.topology, name)],
+            "configs": [{"source": host, "target": NODE_PROPERTIES}],
+            "networks": [region],
+            "volumes": [f"{volume}:/var/lib/seaway"],
+            "ports": ports,
+            "healthcheck": _healthcheck(METRICS_PORT),
+            "stop_grace_period": "30s",
+            "labels": {"io.seaway.region": region, "io.seaway.cluster": name, "io.seaway.node-id": str(node.id)},
+        }
+        _add_target(self.scrape["seaway-nodes"], f"{host}:{METRICS_PORT}", region=region, cluster=name)
+
+    def add_wan(self) -> None:
+        command = ["regions", "wan", "--metrics-port", str(METRICS_PORT)]
+        regions = list(self.topology.regions)
         for i, a in enumerate(regions):
             for b in regions[i + 1:]:
-                latency, mbit = topology.wan_link(a, b)
-                links.append(f"{a},{b},{latency:g},{'unlimited' if mbit is None else f'{mbit:g}'}")
-        command = ["regions", "wan", "--metrics-port", str(METRICS_PORT)]
-        for link in links:
-            command += ["--link", link]
-        for proxy in proxies:
+                latency, mbit = self.topology.wan_link(a, b)
+                command += ["--link", f"{a},{b},{latency:g},{'unlimited' if mbit is None else f'{mbit:g}'}"]
+        for proxy in self.proxies:
             command += ["--proxy", proxy]
-        _add_target(scrape["seaway-wan"], f"wan:{METRICS_PORT}")
-        services["wan"] = {
+        self.services["wan"] = {
             "image": IMAGE,
             "hostname": "wan",
             "command": command,
@@ -177,30 +191,30 @@ def compose_file(topology: Topology, *, source: str = "regions/topologies/two-re
             "healthcheck": _healthcheck(METRICS_PORT),
             "labels": {"io.seaway.role": "wan"},
         }
+        _add_target(self.scrape["seaway-wan"], f"wan:{METRICS_PORT}")
 
-    for m in topology.mirrors:
+    def add_mirror(self, m) -> None:
+        """A link runs in its target's region and reads the source through the WAN, as the
+        platform runs it (mirror/cli.py's platform_links)."""
         service = f"mirror-{m.source}-to-{m.target}"
-        target_region = topology.region_of(m.target)
-        source_region = topology.region_of(m.source)
-        source_cluster = topology.cluster(m.source)
-        target = topology.cluster(m.target)
-        if source_region == target_region:
-            source_bootstrap = ",".join(f"{_host(m.source, n.id)}:{INTERNAL_PORT}"
-                                        for n in source_cluster.brokers)
+        target_region = self.topology.region_of(m.target)
+        sources = self.topology.cluster(m.source).brokers
+        if self.topology.region_of(m.source) == target_region:
+            source_bootstrap = ",".join(f"{_host(m.source, n.id)}:{INTERNAL_PORT}" for n in sources)
         else:
-            source_bootstrap = ",".join(f"wan:{wan_ports[(m.source, n.id, target_region)]}"
-                                        for n in source_cluster.brokers)
+            source_bootstrap = ",".join(f"wan:{self.wan_ports[(m.source, n.id, target_region)]}" for n in sources)
         link = {"source_alias": m.source, "source_bootstrap": source_bootstrap,
                 "target_alias": m.target,
-                "target_bootstrap": ",".join(f"{_host(m.target, n.id)}:{INTERNAL_PORT}" for n in target.brokers),
+                "target_bootstrap": ",".join(f"{_host(m.target, n.id)}:{INTERNAL_PORT}"
+                                             for n in self.topology.cluster(m.target).brokers),
                 "topics": list(m.topics), "policy": m.policy,
                 "sync_group_offsets": m.sync_group_offsets,
                 "checkpoint_interval_s": m.checkpoint_interval_s, "refresh_topics_s": m.refresh_topics_s,
-                "rpo_target_s": topology.dr.rpo_target_s}
+                "rpo_target_s": self.topology.dr.rpo_target_s}
         if m.exclude:
             link["exclude"] = list(m.exclude)
-        configs[service] = {"content": yaml.safe_dump({"links": [link]}, sort_keys=False)}
-        services[service] = {
+        self.configs[service] = {"content": yaml.safe_dump({"links": [link]}, sort_keys=False)}
+        self.services[service] = {
             "image": IMAGE,
             "hostname": service,
             "command": ["mirror", "run", "--config", f"/etc/seaway/{service}.yml",
@@ -211,47 +225,49 @@ def compose_file(topology: Topology, *, source: str = "regions/topologies/two-re
             "stop_grace_period": "20s",
             "labels": {"io.seaway.role": "mirror", "io.seaway.link": f"{m.source}->{m.target}"},
         }
-        _add_target(scrape["seaway-mirror"], f"{service}:{MIRROR_METRICS_PORT}", region=target_region,
+        _add_target(self.scrape["seaway-mirror"], f"{service}:{MIRROR_METRICS_PORT}", region=target_region,
                     cluster=m.target)
 
-    configs["prometheus"] = {"content": _prometheus_config(topology, scrape)}
-    configs["alerts"] = {"file": f"{assets}/alerts.yml"}
-    services["prometheus"] = {
-        "image": PROMETHEUS_IMAGE,
-        "entrypoint": ["prometheus"],
-        "command": ["--config.file=/etc/prometheus/prometheus.yml",
-                    "--storage.tsdb.path=/prometheus", "--web.listen-address=:9090"],
-        "networks": list(topology.regions),
-        "ports": [f"127.0.0.1:{PROMETHEUS_PORT}:9090"],
-        "configs": [{"source": "prometheus", "target": "/etc/prometheus/prometheus.yml"},
-                    {"source": "alerts", "target": "/etc/prometheus/rules/seaway.yml"}],
-        "volumes": ["prometheus-data:/prometheus"],
-        "labels": {"io.seaway.role": "prometheus"},
-    }
-    volumes["prometheus-data"] = None
-    # Grafana cannot run where images cannot be pulled; it is there for those who can
-    # (`--profile grafana`), with the dashboards and datasource provisioned.
-    services["grafana"] = {
-        "image": GRAFANA_IMAGE,
-        "profiles": ["grafana"],
-        "networks": list(topology.regions),
-        "ports": [f"127.0.0.1:{GRAFANA_PORT}:3000"],
-        "environment": {"GF_AUTH_ANONYMOUS_ENABLED": "true", "GF_AUTH_ANONYMOUS_ORG_ROLE": "Viewer"},
-        "volumes": [f"{assets}/grafana/provisioning:/etc/grafana/provisioning:ro",
-                    f"{assets}/grafana/dashboards:/var/lib/grafana/dashboards:ro"],
-        "depends_on": ["prometheus"],
-        "labels": {"io.seaway.role": "grafana"},
-    }
+    def add_prometheus(self) -> None:
+        self.configs["prometheus"] = {"content": _prometheus_config(self.topology, self.scrape)}
+        self.configs["alerts"] = {"file": f"{self.assets}/alerts.yml"}
+        self.services["prometheus"] = {
+            "image": PROMETHEUS_IMAGE,
+            "entrypoint": ["prometheus"],
+            "command": ["--config.file=/etc/prometheus/prometheus.yml",
+                        "--storage.tsdb.path=/prometheus", "--web.listen-address=:9090"],
+            "networks": list(self.topology.regions),
+            "ports": [f"127.0.0.1:{PROMETHEUS_PORT}:9090"],
+            "configs": [{"source": "prometheus", "target": "/etc/prometheus/prometheus.yml"},
+                        {"source": "alerts", "target": "/etc/prometheus/rules/seaway.yml"}],
+            "volumes": ["prometheus-data:/prometheus"],
+            "labels": {"io.seaway.role": "prometheus"},
+        }
+        self.volumes["prometheus-data"] = None
 
-    doc = {
-        "name": topology.name,
-        "services": services,
-        "networks": {region: {"labels": {"io.seaway.region": region}} for region in topology.regions},
-        "volumes": volumes,
-        "configs": configs,
-    }
-    body = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=100, default_flow_style=False)
-    return HEADER.format(source=source, output=output) + body
+    def add_grafana(self) -> None:
+        """Grafana cannot run where images cannot be pulled; it is there for those who can
+        (`--profile grafana`), with the dashboards and datasource provisioned."""
+        self.services["grafana"] = {
+            "image": GRAFANA_IMAGE,
+            "profiles": ["grafana"],
+            "networks": list(self.topology.regions),
+            "ports": [f"127.0.0.1:{GRAFANA_PORT}:3000"],
+            "environment": {"GF_AUTH_ANONYMOUS_ENABLED": "true", "GF_AUTH_ANONYMOUS_ORG_ROLE": "Viewer"},
+            "volumes": [f"{self.assets}/grafana/provisioning:/etc/grafana/provisioning:ro",
+                        f"{self.assets}/grafana/dashboards:/var/lib/grafana/dashboards:ro"],
+            "depends_on": ["prometheus"],
+            "labels": {"io.seaway.role": "grafana"},
+        }
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.topology.name,
+            "services": self.services,
+            "networks": {region: {"labels": {"io.seaway.region": region}} for region in self.topology.regions},
+            "volumes": self.volumes,
+            "configs": self.configs,
+        }
 
 
 def _add_target(groups: list[dict], target: str, **labels: str) -> None:
@@ -288,8 +304,9 @@ def _check_expressible(topology: Topology) -> None:
                                     f"fixed host port; give the node a `port`")
             for field in ("port", "metrics_port"):
                 value = getattr(node, field)
-                if value is not None and value == PROMETHEUS_PORT:
-                    raise TopologyError(f"{_dotted(at + (field,))}: port {value} is Prometheus' on the host")
+                for port, owner in ((PROMETHEUS_PORT, "Prometheus'"), (GRAFANA_PORT, "Grafana's")):
+                    if value == port:
+                        raise TopologyError(f"{_dotted(at + (field,))}: port {value} is {owner} on the host")
 
 
 def _host(cluster: str, node_id: int) -> str:
@@ -319,10 +336,3 @@ def _none(dumper, data):
 _Dumper.add_representer(str, _str)
 _Dumper.add_representer(type(None), _none)
 
-
-def default_output() -> Path:
-    return Path(__file__).resolve().parents[1] / "compose" / "two-regions.yml"
-
-
-def default_source() -> Path:
-    return DEFAULT_TOPOLOGY
