@@ -12,9 +12,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from mirror.copier import CopierStats
 from mirror.metrics import SOURCE_SILENCE_S, MirrorMetrics, partition_rows
 
-NOW_MS = time.time() * 1000
-
-
 def link_with(stats: CopierStats, rpo_target_s=None):
     copier = SimpleNamespace(stats=stats, target_topic="src.orders")
     return SimpleNamespace(name="src->tgt", copiers={("orders", 0): copier}, stopping=False,
@@ -22,27 +19,33 @@ def link_with(stats: CopierStats, rpo_target_s=None):
                            checkpoints=SimpleNamespace(errors=0, last_run=None))
 
 
-@pytest.mark.parametrize("what, stats, low, high", [
-    ("caught up, source answering", dict(position=10, source_end=10, last_batch_timestamp_ms=NOW_MS - 60_000,
-                                         last_source_answer_ms=NOW_MS - 500), 0, 0),
-    ("behind: the last copied batch's age", dict(position=5, source_end=10, last_batch_timestamp_ms=NOW_MS - 7_000,
-                                                 last_source_answer_ms=NOW_MS - 500), 6.5, 8),
-    ("caught up, source silent past the threshold", dict(position=10, source_end=10,
-                                                         last_batch_timestamp_ms=NOW_MS - 1_000,
-                                                         last_source_answer_ms=NOW_MS - 95_000), 94, 97),
-    ("caught up, silent but within the threshold", dict(position=10, source_end=10,
-                                                        last_source_answer_ms=NOW_MS - (SOURCE_SILENCE_S - 3) * 1000), 0, 0),
-    ("behind and silent: the larger of the two", dict(position=5, source_end=10, last_batch_timestamp_ms=NOW_MS - 200_000,
-                                                      last_source_answer_ms=NOW_MS - 30_000), 199, 202),
-    ("never fetched yet", dict(position=-1, source_end=-1), 0, 0),
-])
-def test_lag_seconds(what, stats, low, high):
-    [row] = partition_rows(link_with(CopierStats(**stats)))
+# (what, position, source end, last batch's timestamp and last source answer in seconds ago
+# (None: never), lag seconds low, high). The clock is read when the test runs, not collected.
+CASES = [
+    ("caught up, source answering", 10, 10, 60, 0.5, 0, 0),
+    ("behind: the last copied batch's age", 5, 10, 7, 0.5, 6.5, 8),
+    ("caught up, source silent past the threshold", 10, 10, 1, 95, 94, 97),
+    ("caught up, silent but within the threshold", 10, 10, None, SOURCE_SILENCE_S - 3, 0, 0),
+    ("behind and silent: the larger of the two", 5, 10, 200, 30, 199, 202),
+    ("never fetched yet", -1, -1, None, None, 0, 0),
+]
+
+
+@pytest.mark.parametrize("what, position, end, batch_ago, answer_ago, low, high", CASES)
+def test_lag_seconds(what, position, end, batch_ago, answer_ago, low, high):
+    now_ms = time.time() * 1000
+    stats = CopierStats(position=position, source_end=end)
+    if batch_ago is not None:
+        stats.last_batch_timestamp_ms = int(now_ms - batch_ago * 1000)
+    if answer_ago is not None:
+        stats.last_source_answer_ms = int(now_ms - answer_ago * 1000)
+    [row] = partition_rows(link_with(stats))
     assert low <= row["lag_seconds"] <= high, what
 
 
 def test_the_rpo_target_and_health_are_served():
-    link = link_with(CopierStats(position=10, source_end=10, last_source_answer_ms=NOW_MS), rpo_target_s=60.0)
+    link = link_with(CopierStats(position=10, source_end=10, last_source_answer_ms=int(time.time() * 1000)),
+                     rpo_target_s=60.0)
     metrics = MirrorMetrics([link], CollectorRegistry())
     text = generate_latest(metrics.registry).decode()
     assert 'seaway_mirror_rpo_target_seconds{link="src->tgt"} 60.0' in text
