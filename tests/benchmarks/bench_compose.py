@@ -1,5 +1,6 @@
 """What the compose platform costs: image build time and size, seconds from `up` to healthy, and
-the idle CPU of every container of compose/two-regions.yml together.
+the idle CPU of every container of compose/two-regions.yml together, and of the Docker daemons
+beside them (healthcheck execs run through them).
 
     python tests/benchmarks/bench_compose.py                 # 3 up/down trials, 60 s idle each
     python tests/benchmarks/bench_compose.py --trials 1 --idle 30
@@ -13,6 +14,7 @@ removed at the end. The figures go in tests/benchmarks/README.md by hand.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import sys
@@ -39,7 +41,24 @@ def container_cpu_seconds(container_id: str) -> float:
     raise SystemExit(f"no cgroup CPU accounting found for container {full[:12]}")
 
 
-def trial(platform: ComposePlatform, settle: float, idle: float) -> tuple[float, float, dict[str, float]]:
+def docker_daemons_cpu_seconds() -> float:
+    """CPU time of the Docker daemons (dockerd, containerd and its shims, docker-proxy): where
+    healthcheck execs and published ports cost the host outside any container's cgroup."""
+    total = 0.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1:text.rindex(")")]
+        if name in ("dockerd", "containerd", "docker-proxy") or name.startswith("containerd-shim"):
+            fields = text.rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / ticks
+    return total
+
+
+def trial(platform: ComposePlatform, settle: float, idle: float) -> tuple[float, float, float, dict[str, float]]:
     took = platform.up()
     time.sleep(settle)
     names = {}
@@ -47,13 +66,15 @@ def trial(platform: ComposePlatform, settle: float, idle: float) -> tuple[float,
         cid, service = line.split()
         names[cid] = service
     before = {cid: container_cpu_seconds(cid) for cid in names}
+    daemons_before = docker_daemons_cpu_seconds()
     started = time.monotonic()
     time.sleep(idle)
     after = {cid: container_cpu_seconds(cid) for cid in names}
+    daemons = docker_daemons_cpu_seconds() - daemons_before
     elapsed = time.monotonic() - started
     per_service = {names[cid]: 100 * (after[cid] - before[cid]) / elapsed for cid in names}
     platform.compose("down", "-v", "--timeout", "20")
-    return took, sum(per_service.values()), per_service
+    return took, sum(per_service.values()), 100 * daemons / elapsed, per_service
 
 
 def main() -> int:
@@ -66,20 +87,24 @@ def main() -> int:
         built = platform.build_log
         steps = re.findall(r"build-image: (.*)", built)
         size = platform.image_size()
-        print(f"images built in {platform.build_s:.1f}s ({'made the Debian base' if platform.made_base else 'base already there'}):")
+        print(f"images built in {platform.build_s:.1f}s ({'made the Debian base' if platform.made_base else 'base already there'}):",
+              flush=True)
         for step in steps:
             print(f"  {step}")
         print(f"image {platform.image}: {size / 1e6:.0f} MB")
-        ups, idles = [], []
+        ups, idles, daemons = [], [], []
         for i in range(args.trials):
-            took, total, per_service = trial(platform, args.settle, args.idle)
+            took, total, daemon, per_service = trial(platform, args.settle, args.idle)
             ups.append(took)
             idles.append(total)
+            daemons.append(daemon)
             top = ", ".join(f"{s} {v:.1f}%" for s, v in sorted(per_service.items(), key=lambda kv: -kv[1]))
-            print(f"trial {i + 1}: healthy {took:.1f}s after up; idle {total:.1f}% of one core ({top})")
-        print(f"up to healthy: median {statistics.median(ups):.1f}s ({min(ups):.1f} to {max(ups):.1f})")
-        print(f"idle CPU, all containers: median {statistics.median(idles):.1f}% of one core "
-              f"({min(idles):.1f} to {max(idles):.1f})")
+            print(f"trial {i + 1}: healthy {took:.1f}s after up; idle {total:.1f}% of one core in the "
+                  f"containers ({top}), {daemon:.1f}% in the Docker daemons", flush=True)
+        for what, values, unit in (("up to healthy", ups, "s"), ("idle CPU, all containers", idles, "%"),
+                                   ("idle CPU, Docker daemons", daemons, "%")):
+            print(f"{what}: median {statistics.median(values):.1f}{unit} "
+                  f"({min(values):.1f} to {max(values):.1f})")
     return 0
 
 
