@@ -176,18 +176,15 @@ class _ComposeDocument:
 
     def add_wan(self) -> None:
         command = ["regions", "wan", "--metrics-port", str(METRICS_PORT)]
-        regions = list(self.topology.regions)
-        for i, a in enumerate(regions):
-            for b in regions[i + 1:]:
-                latency, mbit = self.topology.wan_link(a, b)
-                command += ["--link", f"{a},{b},{latency:g},{'unlimited' if mbit is None else f'{mbit:g}'}"]
+        for a, b, latency, mbit in self.topology.wan_pairs():
+            command += ["--link", f"{a},{b},{latency:g},{'unlimited' if mbit is None else f'{mbit:g}'}"]
         for proxy in self.proxies:
             command += ["--proxy", proxy]
         self.services["wan"] = {
             "image": IMAGE,
             "hostname": "wan",
             "command": command,
-            "networks": regions,
+            "networks": list(self.topology.regions),
             "healthcheck": _healthcheck(METRICS_PORT),
             "labels": {"io.seaway.role": "wan"},
         }

@@ -31,7 +31,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from .layout import NodeLayout, PlatformLayout, write_properties
-from .wan import WanPipe, WanProxy
+from .wan import ProxySpec, WanProxy, wan_proxies
 
 log = logging.getLogger("regions.supervisor")
 
@@ -142,18 +142,11 @@ class Supervisor:
 
     def _proxies(self) -> list[WanProxy]:
         """One pipe per direction of each region pair, shared by every proxy of that pair."""
-        topology = self.layout.topology
-        pipes: dict[tuple[str, str], WanPipe] = {}
-
-        def pipe(src: str, dst: str) -> WanPipe:
-            if (src, dst) not in pipes:
-                latency_ms, mbit = topology.wan_link(src, dst)
-                pipes[(src, dst)] = WanPipe(latency_ms / 1000, None if mbit is None else mbit * 1e6)
-            return pipes[(src, dst)]
-        return [WanProxy("127.0.0.1", p.upstream_port, listen_port=p.listen_port,
-                         forward_pipe=pipe(p.client_region, p.server_region),
-                         backward_pipe=pipe(p.server_region, p.client_region))
-                for p in self.layout.proxies]
+        links = [(a, b, latency_ms / 1000, None if mbit is None else mbit * 1e6)
+                 for a, b, latency_ms, mbit in self.layout.topology.wan_pairs()]
+        specs = [ProxySpec(p.listen_port, "127.0.0.1", p.upstream_port, p.client_region, p.server_region)
+                 for p in self.layout.proxies]
+        return wan_proxies(links, specs, listen_host="127.0.0.1")
 
     @property
     def socket_path(self) -> Path:

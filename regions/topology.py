@@ -154,6 +154,14 @@ class Topology(_Strict):
     def cluster(self, cluster_name: str) -> Cluster:
         return self.regions[self.region_of(cluster_name)].clusters[cluster_name]
 
+    def wan_pairs(self) -> Iterator[tuple[str, str, float, float | None]]:
+        """Every pair of regions once, in file order: (a, b, one-way latency ms, bandwidth
+        Mbit/s or None for unlimited)."""
+        regions = list(self.regions)
+        for i, a in enumerate(regions):
+            for b in regions[i + 1:]:
+                yield (a, b, *self.wan_link(a, b))
+
     def wan_link(self, a: str, b: str) -> tuple[float, float | None]:
         """(one-way latency ms, bandwidth Mbit/s or None for unlimited) between regions a and b."""
         latency, bandwidth = self.wan.latency_ms, self.wan.bandwidth_mbit
