@@ -32,7 +32,7 @@ took() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]
 
 if $pull; then
     t=$(now)
-    docker build -f compose/Dockerfile -t "$IMAGE" .
+    docker build --force-rm -f compose/Dockerfile -t "$IMAGE" .
     step "$IMAGE built in $(took "$t") from python:3.11-slim"
     docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$IMAGE"
     exit 0
@@ -80,7 +80,7 @@ python3 -m pip wheel -q --wheel-dir "$WHEELHOUSE" .
 step "wheelhouse ($(ls "$WHEELHOUSE" | wc -l) wheels) in $(took "$t")"
 
 t=$(now)
-docker build -q -f compose/Dockerfile --build-arg "BASE_IMAGE=$BASE_IMAGE" \
+docker build -q --force-rm -f compose/Dockerfile --build-arg "BASE_IMAGE=$BASE_IMAGE" \
     --build-arg "WHEELHOUSE=$WHEELHOUSE" -t "$IMAGE" . >/dev/null
 step "$IMAGE built in $(took "$t") (base $BASE_IMAGE, wheelhouse $WHEELHOUSE)"
 
@@ -100,7 +100,7 @@ if [ -x "$prometheus_bin" ] && [ -x "$promtool_bin" ]; then
     ctx=$(mktemp -d)
     cp "$prometheus_bin" "$promtool_bin" "$ctx/"
     printf 'ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nCOPY prometheus promtool /bin/\nRUN mkdir -p /prometheus && chown 65534:65534 /prometheus\nUSER 65534\nENTRYPOINT ["/bin/prometheus"]\n' > "$ctx/Dockerfile"
-    docker build -q --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$PROMETHEUS_IMAGE" "$ctx" >/dev/null
+    docker build -q --force-rm --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$PROMETHEUS_IMAGE" "$ctx" >/dev/null
     rm -rf "$ctx"
     step "$PROMETHEUS_IMAGE built from Debian's prometheus $("$prometheus_bin" --version 2>&1 | head -n 1 | awk '{print $3}')"
     if [ -z "${SEAWAY_PROMETHEUS_IMAGE:-}" ]; then
