@@ -60,14 +60,14 @@ class ComposePlatform:
 
     # ---------------------------------------------------------------- images
 
-    def build(self) -> str:
+    def build(self) -> None:
+        """compose/build-image.sh under this run's tags; its step lines stay in build_log."""
         self.volumes_before = set(run(["docker", "volume", "ls", "-q"]).stdout.split())
         self.made_base = not image_exists(BASE_IMAGE)
         started = time.monotonic()
         done = run(["bash", "compose/build-image.sh"], timeout=900, env=self.env)
         self.build_s = time.monotonic() - started
         self.build_log = done.stderr
-        return done.stderr
 
     def image_size(self) -> int:
         out = run(["docker", "image", "inspect", "--format", "{{.Size}}", self.image]).stdout
