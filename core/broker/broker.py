@@ -23,6 +23,7 @@ from core.log import Log, LogConfig, cleaner
 from core.protocol.errors import ErrorCode
 
 from .catalog import Catalog, TopicRecord, ensure_meta
+from .fetch_session import FetchSessionCache
 from .groups.manager import GroupManager
 from .metrics import BrokerMetrics
 from .producer_state import ProducerIdAllocator, delete_snapshots, read_allocator_state, write_allocator_state
@@ -102,6 +103,12 @@ class Broker:
         # a worker thread, and must not interleave with another on the same catalog.
         self.admin_lock = anyio.Lock()
         self.groups = GroupManager(self)
+        # Partitions written since the flush scheduler / producer snapshots last looked at them
+        # (Partition.written): those jobs visit these, not every partition.
+        self._flush_candidates: set[Partition] = set()
+        self._snapshot_candidates: set[Partition] = set()
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"],
+                                                config["min.incremental.fetch.session.eviction.ms"])
         self.kraft = None   # KRaftLink in a KRaft cluster: the quorum, the controller channel, the sync
 
     # ------------------------------------------------------------------ lifecycle
@@ -204,7 +211,13 @@ class Broker:
             raise
         partition = Partition(topic, index, plog, producers)
         partition.snapshot_offset = snapshot_offset
+        partition.written = self._partition_written
+        self._partition_written(partition)   # a first look at each, after opening
         return partition
+
+    def _partition_written(self, partition: Partition) -> None:
+        self._flush_candidates.add(partition)
+        self._snapshot_candidates.add(partition)
 
     def _open_partitions(self, topic: str, indexes: range, lc: LogConfig) -> list[Partition]:
         """Open (creating if needed) the given partitions; all or none (worker thread)."""
@@ -411,12 +424,14 @@ class Broker:
         interval = self.config["log.flush.scheduler.interval.ms"] / 1000
         while True:
             await anyio.sleep(interval)
-            for p in list(self.all_partitions()):
+            for p in list(self._flush_candidates):
                 try:
                     if not p.offline and p.log.flush_pending():
                         await p.flush()
                 except Exception as exc:  # noqa: BLE001 — one partition must not stop the node
                     p.fail(exc)
+                if p.offline or not p.log.has_flush_work():
+                    self._flush_candidates.discard(p)   # back with its next write
 
     async def run_retention(self) -> None:
         interval = self.config["log.retention.check.interval.ms"] / 1000
@@ -433,7 +448,9 @@ class Broker:
         buffer = self.config["log.cleaner.dedupe.buffer.size"]
         while True:
             await anyio.sleep(interval)
-            for p in list(self.all_partitions()):
+            compacted = [p for t in list(self.topics.values()) if t.configs.get("cleanup.policy") and
+                         "compact" in t.configs.get("cleanup.policy") for p in t.partitions if p is not None]
+            for p in compacted:
                 if p.offline or not p.log.config.compact_enabled or self.draining:
                     continue
                 try:
@@ -453,7 +470,7 @@ class Broker:
         while True:
             await anyio.sleep(interval)
             now = self.clock()
-            for p in list(self.all_partitions()):
+            for p in list(self._snapshot_candidates):
                 try:
                     p.producers.expire(now, self.config["producer.id.expiration.ms"])
                     # Even an empty state is worth a (tiny) snapshot: it spares the next start
@@ -461,6 +478,10 @@ class Broker:
                     await p.write_producer_snapshot()
                 except Exception as exc:  # noqa: BLE001 — one partition must not stop the node
                     p.fail(exc)
+                if p.offline or p.log.closed or (not len(p.producers)
+                                                  and p.snapshot_offset == p.log.log_end_offset):
+                    # Nothing left to expire or snapshot until the next write.
+                    self._snapshot_candidates.discard(p)
 
     async def apply_retention(self) -> int:
         deleted = 0

@@ -11,7 +11,7 @@ import logging
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ class BrokerMetrics:
         self.registry.register(_PartitionCollector(broker))
         self.registry.register(_GroupCollector(broker))
         self.registry.register(_ReplicationCollector(broker))
+        self.registry.register(_FetchSessionCollector(broker))
 
     def watch_quorum(self, quorum, controller=None) -> None:
         """KRaft gauges of a node in the metadata quorum; `controller` is the QuorumController
@@ -95,6 +96,23 @@ class _PartitionCollector:
                 hw.add_metric(labels, p.high_watermark)
                 size.add_metric(labels, p.log.size_bytes)
         yield from (leo, start, hw, size)
+
+
+class _FetchSessionCollector:
+    """Kafka's FetchSessionCache metrics (NumIncrementalFetchSessions,
+    NumIncrementalFetchPartitionsCached, IncrementalFetchSessionEvictionsPerSec)."""
+
+    def __init__(self, broker):
+        self.broker = broker
+
+    def collect(self):
+        cache = self.broker.fetch_sessions
+        yield GaugeMetricFamily("seaway_fetch_sessions", "Incremental fetch sessions (KIP-227) this broker "
+                                "holds", value=len(cache))
+        yield GaugeMetricFamily("seaway_fetch_session_partitions", "Partitions held by all fetch sessions",
+                                value=cache.partitions)
+        yield CounterMetricFamily("seaway_fetch_session_evictions", "Fetch sessions evicted to make room "
+                                  "for new ones", value=cache.evictions)
 
 
 class _ReplicationCollector:

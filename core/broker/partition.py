@@ -15,6 +15,7 @@ import copy
 import logging
 import os
 import uuid
+from typing import Callable
 from pathlib import Path
 
 import anyio
@@ -52,6 +53,10 @@ class Partition:
         self.producers = producers if producers is not None else ProducerState()
         self.snapshot_offset = -1  # log end offset of the latest producer snapshot written
         self._waiters: set[anyio.Event] = set()
+        self._watchers: dict = {}   # fetch session -> its key for this partition
+        # Called after each write (Broker._partition_written): the background jobs that flush
+        # and snapshot look only at partitions written since, never at all of them.
+        self.written: Callable[["Partition"], None] | None = None
         self._lock = anyio.Lock()
         self.failure: str | None = None  # why the partition went offline, if it did
         self.replica = None     # PartitionReplica in a KRaft cluster (replica_manager.py)
@@ -163,6 +168,7 @@ class Partition:
                 if b.producer_id >= 0:
                     self.producers.update(b, offset, timestamp_ms=now_ms)
                 offset += b.last_offset_delta + 1
+            self.note_written()
         self.wake_waiters()
         return result
 
@@ -180,6 +186,7 @@ class Partition:
         lock: replica_manager.py)."""
         self.log.append(data, batches, assign_offsets=False, apply_flush_policy=False)
         self.producers.replay(batches)
+        self.note_written()
         if self.log.flush_due():
             await anyio.to_thread.run_sync(self.log.maybe_flush)
 
@@ -187,7 +194,12 @@ class Partition:
         """The log was cut (caller holds the lock): producer state above the cut is gone too,
         so rebuild it from the latest snapshot below the new end, as Kafka does."""
         self.producers, self.snapshot_offset = self.load_producer_state(self.log)
+        self.note_written()
         self.wake_waiters()
+
+    def note_written(self) -> None:
+        if self.written is not None:
+            self.written(self)
 
     def _check_producers(self, batches: list[BatchInfo]) -> Verdict | None:
         """None to append; else the verdict to answer with (an error or a duplicate)."""
@@ -276,6 +288,7 @@ class Partition:
     async def delete_records(self, before_offset: int) -> int:
         async with self._lock:
             start = self.log.delete_records(before_offset)
+            self.note_written()
             if self.replica is not None:
                 self.replicas.log_start_advanced(self)
             return start
@@ -301,6 +314,18 @@ class Partition:
     def remove_waiter(self, event: anyio.Event) -> None:
         self._waiters.discard(event)
 
+    def watch(self, session, key) -> None:
+        """A fetch session (fetch_session.py) holds this partition under `key`: tell it of every
+        change, so that its rounds look only at partitions that changed."""
+        self._watchers[session] = key
+
+    def unwatch(self, session) -> None:
+        self._watchers.pop(session, None)
+
     def wake_waiters(self) -> None:
+        """Something a fetch may want changed: records, the high watermark, the log start,
+        the leadership, or the partition went away."""
         for event in self._waiters:
             event.set()
+        for session, key in self._watchers.items():
+            session.mark_dirty(key)

@@ -1,11 +1,17 @@
-"""ReplicaFetcher: this broker's fetches from one leader broker (Kafka's ReplicaFetcherThread).
+"""ReplicaFetcher: this broker's fetches from one leader broker (Kakfa's ReplicaFetcherThread).
 
 Every follower replica whose leader is that broker asks for a fetch (SendFetch) when it wants
-one; the fetcher sends all the partitions that asked in one Fetch request (replica id and
-broker epoch set, topic ids, no fetch session), waits for the answer (the leader holds it up to
-replica.fetch.wait.max.ms for new data), hands each partition its part, and goes again. Each
-partition has at most one fetch in flight, so a partition asks again only after its answer was
-applied; the request therefore always names exactly the partitions that are ready.
+one. The fetcher keeps those partitions in one fetch session (KIP-227) with the leader: the
+first Fetch names them all, and each later one names only the partitions whose fetch position
+changed (and forgets the ones that left), so an idle partition costs nothing per round. The
+leader holds the request up to replica.fetch.wait.max.ms for new data and answers only for the
+partitions with something new; the fetcher hands each its part and goes again at once. A
+partition's fetch stays outstanding until an answer names it, so each has at most one fetch in
+flight, and asks again only after its answer was applied.
+
+A session error (the leader restarted, or lost the session) sends everything again in a full
+request, at once; a failed request fails every outstanding fetch (each backs off
+replica.fetch.backoff.ms), and the next request is full.
 
 Fetched batches are checked (framing and CRC) before the replica sees them: a corrupt answer is
 a failed fetch, retried after replica.fetch.backoff.ms, never appended. SendListOffsets (the
@@ -23,6 +29,8 @@ from core.client.errors import KafkaError
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.protocol.records import InvalidBatch, scan_batches
+
+from core.client.fetch_session import SESSION_ERRORS, FetchSessionHandler
 
 from .replication import (DivergingEpoch, FetchedBatch, FetchResponse, LeaderOffsets, SendFetch,
                           SendListOffsets)
@@ -58,34 +66,63 @@ class ReplicaFetcher:
         self.manager = manager
         self.leader_id = leader_id
         self.config = manager.config
-        self._fetches: dict[tuple[str, int], tuple[object, SendFetch]] = {}
+        # (topic, index) -> (partition, SendFetch): every fetch outstanding at this leader
+        self._outstanding: dict[tuple[str, int], tuple[object, SendFetch]] = {}
+        # session key -> the SendFetch whose parameters the leader's session holds
+        self._sent: dict[tuple, SendFetch] = {}
         self._listings: dict[tuple[str, int], tuple[object, SendListOffsets]] = {}
+        self._held: dict[tuple[str, int], tuple[object, SendFetch]] = {}   # throttled for now
+        self._session = FetchSessionHandler()
+        self._names: dict[bytes, str] = {}
         self._wake = anyio.Event()
         self._conn: BrokerConnection | None = None
         self._conn_address: tuple[str, int] | None = None
         # Per partition: did our last fetch reach the leader's high watermark? (unknown: no)
         self._caught_up: dict[tuple[str, int], bool] = {}
 
+    def _session_key(self, partition) -> tuple:
+        topic = self.manager.broker.topics.get(partition.topic)
+        topic_id = topic.topic_id if topic is not None else bytes(16)
+        self._names[topic_id] = partition.topic
+        return (partition.topic, topic_id, partition.index)
+
     def add(self, partition, action) -> None:
         key = (partition.topic, partition.index)
+        skey = self._session_key(partition)
         if isinstance(action, SendFetch):
-            self._fetches[key] = (partition, action)
+            self._outstanding[key] = (partition, action)
+            f = action.fetch
+            params = (f.current_leader_epoch, f.fetch_offset, f.last_fetched_epoch, f.log_start_offset)
+            self._session.want(skey, params)
+            if self._session.holds(skey, params):
+                self._sent[skey] = action   # the leader already fetches exactly this for it
         else:
             self._listings[key] = (partition, action)
+            self._forget(key, skey)
         self._wake.set()
+
+    def remove(self, partition) -> None:
+        """The partition no longer fetches from this leader."""
+        key = (partition.topic, partition.index)
+        self._listings.pop(key, None)
+        self._held.pop(key, None)
+        self._forget(key, self._session_key(partition))
+
+    def _forget(self, key, skey) -> None:
+        self._outstanding.pop(key, None)
+        self._sent.pop(skey, None)
+        self._session.drop(skey)
 
     async def run(self) -> None:
         backoff = self.config["replica.fetch.backoff.ms"] / 1000
         try:
             while True:
-                if not self._fetches and not self._listings:
+                if not self._outstanding and not self._listings and not self._held:
                     self._wake = anyio.Event()
                     await self._wake.wait()
-                fetches, self._fetches = self._fetches, {}
                 listings, self._listings = self._listings, {}
-                held = self._hold_throttled(fetches)
-                if held and not fetches and not listings:
-                    self._fetches.update(held)
+                self._hold_throttled()
+                if not self._outstanding and not listings:
                     await anyio.sleep(THROTTLE_PAUSE_S)
                     continue
                 try:
@@ -94,30 +131,36 @@ class ReplicaFetcher:
                         answer = await self._list_offsets(conn, partition, action)
                         await self.manager.leader_offsets_answered(partition, action.request_id, answer)
                     listings = {}
-                    if fetches:
-                        await self._fetch(conn, fetches)
-                    for key, entry in held.items():
-                        self._fetches.setdefault(key, entry)
+                    if self._outstanding:
+                        await self._fetch(conn)
                 except (KafkaError, OSError) as exc:
                     log.info("broker %d: fetch from broker %d failed: %s", self.manager.node_id,
                              self.leader_id, exc)
                     await self._drop_connection()
-                    for partition, action in [*fetches.values(), *listings.values(), *held.values()]:
+                    self._session.handle_failure()
+                    failed = [*self._outstanding.values(), *listings.values()]
+                    for partition, _ in list(self._outstanding.values()):
+                        self._forget((partition.topic, partition.index), self._session_key(partition))
+                    for partition, action in failed:
                         await self.manager.fetch_failed(partition, action.request_id)
                     await anyio.sleep(backoff)
         finally:
             with anyio.CancelScope(shield=True):
                 await self._drop_connection()
 
-    def _hold_throttled(self, fetches: dict) -> dict:
-        """KIP-73: while the follower throttle is exceeded, take the throttled partitions out
-        of this round (they stay pending for a later one)."""
+    def _hold_throttled(self) -> None:
+        """KIP-73: while the follower throttle is exceeded, the throttled partitions leave the
+        session (they stay pending, and come back once it is not)."""
         quota = self.manager.follower_quota
-        targets = [k for k, (p, _) in fetches.items()
-                   if self.manager.is_follower_throttle_target(p, self._caught_up.get(k, False))]
-        if not targets or not quota.exceeded():
-            return {}
-        return {k: fetches.pop(k) for k in targets}
+        if not quota.exceeded():
+            for key, (partition, action) in list(self._held.items()):
+                del self._held[key]
+                self.add(partition, action)
+            return
+        for key, (p, action) in list(self._outstanding.items()):
+            if self.manager.is_follower_throttle_target(p, self._caught_up.get(key, False)):
+                self._forget(key, self._session_key(p))
+                self._held[key] = (p, action)
 
     async def _connection(self) -> BrokerConnection:
         address = self.manager.leader_endpoint(self.leader_id)
@@ -142,47 +185,64 @@ class ReplicaFetcher:
             conn, self._conn = self._conn, None
             await conn.close()
 
-    async def _fetch(self, conn: BrokerConnection, fetches) -> None:
+    def _request(self, plan, version: int):
         R = m.FetchRequest
         me = self.manager.node_id
         epoch = self.manager.link.lifecycle.broker_epoch
         max_partition = self.config["replica.fetch.max.bytes"]
-        topics: dict[str, list] = {}
-        ids: dict[str, bytes] = {}
-        for (name, index), (partition, action) in fetches.items():
-            topic = self.manager.broker.topics.get(name)
-            if topic is None:
-                continue
-            ids[name] = topic.topic_id
-            f = action.fetch
-            topics.setdefault(name, []).append(R.FetchPartition(
-                partition=index, current_leader_epoch=f.current_leader_epoch,
-                fetch_offset=f.fetch_offset, last_fetched_epoch=f.last_fetched_epoch,
-                log_start_offset=f.log_start_offset, partition_max_bytes=max_partition))
-        request = R(replica_id=me, replica_state=R.ReplicaState(replica_id=me, replica_epoch=epoch),
-                    max_wait_ms=self.config["replica.fetch.wait.max.ms"],
-                    min_bytes=self.config["replica.fetch.min.bytes"],
-                    max_bytes=self.config["replica.fetch.response.max.bytes"],
-                    isolation_level=0, session_id=0, session_epoch=-1,
-                    topics=[R.FetchTopic(topic=name, topic_id=ids[name], partitions=parts)
-                            for name, parts in topics.items()],
-                    forgotten_topics_data=[], rack_id="")
+        by_id = version >= 13
+        topics: dict[tuple, list] = {}
+        for (name, topic_id, index), (leader_epoch, offset, last_epoch, start) in plan.partitions.items():
+            topics.setdefault((name, topic_id), []).append(R.FetchPartition(
+                partition=index, current_leader_epoch=leader_epoch, fetch_offset=offset,
+                last_fetched_epoch=last_epoch, log_start_offset=start, partition_max_bytes=max_partition))
+        forgotten: dict[tuple, list[int]] = {}
+        for name, topic_id, index in plan.forgotten:
+            forgotten.setdefault((name, topic_id), []).append(index)
+        return R(replica_id=me, replica_state=R.ReplicaState(replica_id=me, replica_epoch=epoch),
+                 max_wait_ms=self.config["replica.fetch.wait.max.ms"],
+                 min_bytes=self.config["replica.fetch.min.bytes"],
+                 max_bytes=self.config["replica.fetch.response.max.bytes"],
+                 isolation_level=0, session_id=plan.session_id, session_epoch=plan.epoch,
+                 topics=[R.FetchTopic(topic="" if by_id else name, topic_id=topic_id, partitions=parts)
+                         for (name, topic_id), parts in topics.items()],
+                 forgotten_topics_data=[R.ForgottenTopic(topic="" if by_id else name, topic_id=topic_id,
+                                                         partitions=parts)
+                                        for (name, topic_id), parts in forgotten.items()],
+                 rack_id="")
+
+    async def _fetch(self, conn: BrokerConnection) -> None:
         version = min(FETCH_VERSION, conn.version_for(1))
-        response = await conn.send(request, 1, version=version)
-        if response.error_code:
-            raise KafkaError(ErrorCode(response.error_code), "fetch refused")
-        names = {t.topic_id: t.name for t in self.manager.broker.topics.values()}
-        answered = set()
+        plan = self._session.build(sessions=version >= 7)
+        for skey in plan.partitions:
+            entry = self._outstanding.get(skey[::2])
+            if entry is not None:
+                self._sent[skey] = entry[1]
+        response = await conn.send(self._request(plan, version), 1, version=version)
+        if not self._session.handle_response(plan, response.error_code, response.session_id):
+            code = ErrorCode(response.error_code)
+            if code in SESSION_ERRORS:
+                log.info("broker %d: fetch session with broker %d: %s; starting a new one",
+                         self.manager.node_id, self.leader_id, code.name)
+                return   # the next round sends everything again
+            raise KafkaError(code, "fetch refused")
+        answered = []
         for t in response.responses:
-            name = names.get(t.topic_id) if version >= 13 else t.topic
+            name = self._names.get(t.topic_id) if version >= 13 else t.topic
             for pd in t.partitions:
-                entry = fetches.get((name, pd.partition_index))
+                skey = (name, t.topic_id if version >= 13 else self._topic_id(name), pd.partition_index)
+                action = self._sent.pop(skey, None)
+                if action is None:
+                    continue
+                key = (name, pd.partition_index)
+                entry = self._outstanding.get(key)
                 if entry is None:
                     continue
-                answered.add((name, pd.partition_index))
-                partition, action = entry
+                partition = entry[0]
+                if entry[1] is action:
+                    del self._outstanding[key]   # answered; asks again once applied
+                answered.append((key, skey))
                 parsed = self._parse(partition, pd)
-                key = (name, pd.partition_index)
                 if parsed is not None and parsed[1].data and \
                         self.manager.is_follower_throttle_target(partition, self._caught_up.get(key, False)):
                     self.manager.follower_quota.record(len(parsed[1].data))
@@ -193,9 +253,13 @@ class ReplicaFetcher:
                     await self.manager.fetch_answered(partition, action.request_id, answer, data)
                     if answer.error == ErrorCode.NONE and answer.high_watermark >= 0:
                         self._caught_up[key] = partition.log.log_end_offset >= answer.high_watermark
-        for key, (partition, action) in fetches.items():
-            if key not in answered:
-                await self.manager.fetch_failed(partition, action.request_id)
+        for key, skey in answered:
+            if key not in self._outstanding:
+                self._session.drop(skey)   # not fetching it now (backing off, fenced, listing)
+
+    def _topic_id(self, name: str) -> bytes:
+        topic = self.manager.broker.topics.get(name)
+        return topic.topic_id if topic is not None else bytes(16)
 
     def _parse(self, partition, pd):
         error = ErrorCode(pd.error_code)

@@ -112,11 +112,13 @@ class ReplicaManager:
         self.clock = monotonic_ms
         self._seq = itertools.count()
         self._deadlines: list[tuple[int, int, object]] = []
+        self._scheduled: dict[object, int] = {}   # partition -> its one live entry in _deadlines
         self._ticker_wake = anyio.Event()
         self._waiters: dict[int, ReplicationWaiter] = {}
         self._alter_pending: dict[object, SendAlterPartition] = {}
         self._alter_wake = anyio.Event()
         self._fetchers: dict[int, object] = {}
+        self._fetching_from: dict[tuple[str, int], int] = {}   # partition -> leader it fetches from
         self._task_group = None
         self._hw_dirty = False
         self._isr_sizes: dict[tuple[str, int], int] = {}
@@ -205,6 +207,7 @@ class ReplicaManager:
             partition.is_leader = replica.is_leader
             partition.leader_epoch = max(replica.leader_epoch, 0)
             if (replica.leader_id, replica.leader_epoch) != before:
+                partition.wake_waiters()   # fetches (and fetch sessions) learn of it now
                 # Kafka logs each makeLeader/makeFollower: the first thing read after a loss.
                 log.info("%s: %s in leader epoch %d (log end %d, high watermark %d, ISR %s)",
                          partition, "leader" if replica.is_leader else f"follower of {reg.leader}",
@@ -221,6 +224,7 @@ class ReplicaManager:
             await self._execute(partition, locked=True)
             partition.replica = None
             partition.is_leader = False
+            self._track_fetcher(partition)
 
     # ------------------------------------------------------------------ inputs
 
@@ -305,6 +309,22 @@ class ReplicaManager:
     def _after_input(self, partition) -> None:
         self._schedule(partition)
         self._count_isr_change(partition)
+        self._track_fetcher(partition)
+
+    def _track_fetcher(self, partition) -> None:
+        """A partition that no longer follows the leader it fetched from leaves that leader's
+        fetch session."""
+        key = (partition.topic, partition.index)
+        current = self._fetching_from.get(key)
+        if current is None:
+            return
+        replica = partition.replica
+        follower = replica.follower if replica is not None else None
+        if follower is None or follower.leader_id != current:
+            del self._fetching_from[key]
+            fetcher = self._fetchers.get(current)
+            if fetcher is not None:
+                fetcher.remove(partition)
 
     def _count_isr_change(self, partition) -> None:
         """Kafka's IsrShrinksPerSec / IsrExpandsPerSec: changes of the committed ISR of a
@@ -352,6 +372,11 @@ class ReplicaManager:
     def _do_light(self, partition, action) -> bool:
         """Actions without log bytes; False for the ones that need the lock."""
         if isinstance(action, SendFetch) or isinstance(action, SendListOffsets):
+            key = (partition.topic, partition.index)
+            before = self._fetching_from.get(key)
+            if before is not None and before != action.leader_id and before in self._fetchers:
+                self._fetchers[before].remove(partition)
+            self._fetching_from[key] = action.leader_id
             self._fetcher(action.leader_id).add(partition, action)
         elif isinstance(action, HighWatermarkChanged):
             self._hw_dirty = True
@@ -419,6 +444,10 @@ class ReplicaManager:
         deadline = replica.next_deadline_ms()
         if deadline is None:
             return
+        scheduled = self._scheduled.get(partition)
+        if scheduled is not None and scheduled <= deadline:
+            return   # the ticker wakes for it by then anyway (and reads the real deadline)
+        self._scheduled[partition] = deadline
         if not self._deadlines or deadline < self._deadlines[0][0]:
             self._ticker_wake.set()
         heapq.heappush(self._deadlines, (deadline, next(self._seq), partition))
@@ -427,7 +456,10 @@ class ReplicaManager:
         while True:
             now = self.clock()
             while self._deadlines and self._deadlines[0][0] <= now:
-                _, _, partition = heapq.heappop(self._deadlines)
+                due, _, partition = heapq.heappop(self._deadlines)
+                if self._scheduled.get(partition) != due:
+                    continue   # superseded by an earlier entry for the same partition
+                del self._scheduled[partition]
                 replica = partition.replica
                 if replica is None:
                     continue
@@ -435,8 +467,8 @@ class ReplicaManager:
                 if deadline is not None and deadline <= now:
                     replica.tick()
                     self._execute_sync(partition)
-                elif deadline is not None:
-                    heapq.heappush(self._deadlines, (deadline, next(self._seq), partition))
+                else:
+                    self._schedule(partition)
             wait = (self._deadlines[0][0] - now) / 1000 if self._deadlines else 1.0
             self._ticker_wake = anyio.Event()
             with anyio.move_on_after(max(wait, 0.001)):

@@ -399,6 +399,18 @@ class Log:
         return (self._flushed_offset != self._checkpointed_offset
                 and self._clock() - self._checkpoint_ms >= RECOVERY_CHECKPOINT_INTERVAL_MS)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def has_flush_work(self) -> bool:
+        """Whether flush_pending() may become true without another write: records not yet
+        fsynced, a rolled segment, or a checkpoint behind the flushed offset."""
+        if self.failed or self._closed:
+            return False
+        return bool(self._unflushed_records or self._rolled_unflushed
+                     or self._flushed_offset != self._checkpointed_offset)
+
     def maybe_flush(self) -> bool:
         """Do what flush_pending() asks: apply the flush policy, fsync rolled segments (as
         Kafka does on roll) and rewrite the recovery-point checkpoint when a rolled segment

@@ -10,7 +10,7 @@ from core.protocol.errors import ErrorCode
 
 
 def _read(answer: FetchAnswer, chunks=()) -> _Read:
-    r = _Read(0, None, None, 1 << 20, 5, ErrorCode.NONE)
+    r = _Read(("t", 0), 0, None, None, 1 << 20, 5, ErrorCode.NONE)
     r.follower = FollowerFetch(2, 7, 3, 5, 3)
     r.answer = answer
     r.chunks = list(chunks)

@@ -8,9 +8,11 @@ so a consumer can always make progress.
 Long poll: if fewer than `min_bytes` are ready, the request waits up to `max_wait_ms` for an
 append to any of its partitions, then reads again. Errors answer at once.
 
-Fetch sessions (KIP-227): we never create one (session id 0), which tells clients to keep
-sending full requests; a request naming a session we do not have gets
-FETCH_SESSION_ID_NOT_FOUND. v13+ names topics by id.
+Fetch sessions (KIP-227, v7+; fetch_session.py has the rules): a full request with epoch 0
+opens a session when the cache has room. An incremental request is served from the session:
+only the partitions it names or that changed since the last round (its dirty set) are looked
+at, a long poll waits on the session as a whole, and the answer names only the partitions with
+something new. v13+ names topics by id.
 
 KIP-392: with replica.selector.class=RackAwareReplicaSelector a leader answers a consumer (v11+,
 with client.rack) with a preferred read replica in the client's rack and no records
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Hashable
 
 import anyio
 
@@ -34,6 +37,8 @@ from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.security.authorizer import Operation, ResourceType
 
+from ..fetch_session import (FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, CachedPartition, FetchSession,
+                             next_epoch)
 from ..replica_selector import preferred_read_replica
 from ..replication import FollowerFetch
 
@@ -51,10 +56,11 @@ class _Read:
     """What one partition of the request has gathered so far. A long poll that wakes up reads
     on from `next_offset`, so data already gathered is never read twice."""
 
-    __slots__ = ("index", "topic", "partition", "max_bytes", "chunks", "size", "next_offset", "error",
-                 "follower", "answer", "preferred")
+    __slots__ = ("key", "index", "topic", "partition", "max_bytes", "chunks", "size", "next_offset", "error",
+                 "follower", "answer", "preferred", "entry", "params")
 
-    def __init__(self, index: int, topic, partition, max_bytes: int, fetch_offset: int, error: ErrorCode):
+    def __init__(self, key, index: int, topic, partition, max_bytes: int, fetch_offset: int, error: ErrorCode):
+        self.key = key                               # (topic id or name, index), as the request names it
         self.index = index
         self.topic = topic
         self.partition = partition
@@ -66,158 +72,204 @@ class _Read:
         self.follower: FollowerFetch | None = None   # a follower's fetch: what it sent
         self.answer = None                           # and its replica's latest FetchAnswer
         self.preferred: int | None = None            # KIP-392: read from this broker instead
+        self.entry: CachedPartition | None = None    # its fetch session's entry, if any
+        self.params: tuple = ()                      # what the fetcher asked, for a new session
 
 
 class _PendingFetch:
     def __init__(self, ctx, req):
         b = ctx.broker
+        self.ctx = ctx
         self.by_id = ctx.api_version >= 13
         # fetch.max.bytes caps what one response may hold, whatever the client asks for.
         cap = b.config["fetch.max.bytes"]
         self.budget = min(req.max_bytes, cap) if req.max_bytes > 0 else cap
         self.used = 0
         self.any_error = False
-        self.topics: list[tuple[object, str, list[_Read]]] = []
-        replica_id, broker_epoch = _replica(ctx, req)
-        self.from_follower = replica_id >= 0
-        selector = b.config["replica.selector.class"] if b.kraft is not None else None
-        client_rack = req.rack_id if ctx.api_version >= 11 else None
-        cluster_error = ErrorCode.NONE
+        # topic key -> (topic id, topic name, reads), in the order the topics were first read
+        self.groups: dict[Hashable, tuple[bytes, str, list[_Read]]] = {}
+        self.reads: dict[tuple, _Read] = {}
+        self.replica_id, self.broker_epoch = _replica(ctx, req)
+        self.from_follower = self.replica_id >= 0
+        self.selector = b.config["replica.selector.class"] if b.kraft is not None else None
+        self.client_rack = req.rack_id if ctx.api_version >= 11 else None
+        self.cluster_error = ErrorCode.NONE
         if self.from_follower and not ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, "kafka-cluster"):
-            cluster_error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-        for ft in req.topics:
-            topic = b.topics_by_id.get(ft.topic_id) if self.by_id else b.topics.get(ft.topic)
-            name = topic.name if topic else ft.topic
-            reads = []
-            for fp in ft.partitions:
-                p, missing = b.leader_partition(topic, fp.partition)
-                if topic is None:
-                    error = ErrorCode.UNKNOWN_TOPIC_ID if self.by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                elif self.from_follower:
-                    error = cluster_error
-                    p = topic.partition(fp.partition)
-                    if not error and (p is None or p.replica is None):
-                        error = ErrorCode.NOT_LEADER_OR_FOLLOWER
-                elif not ctx.authorize(Operation.READ, ResourceType.TOPIC, name):
-                    error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                elif p is None:
-                    # KIP-392: from v11 a consumer may read from a follower (up to its high
-                    # watermark), as a leader's preferred read replica sends it to.
-                    p = _local_follower(topic, fp.partition) if ctx.api_version >= 11 else None
-                    error = missing if p is None else p.check_leader_epoch(fp.current_leader_epoch)
-                else:
-                    error = p.check_leader_epoch(fp.current_leader_epoch)
-                r = _Read(fp.partition, topic, p, fp.partition_max_bytes, fp.fetch_offset, error)
-                if not error and not self.from_follower and selector and p.is_leader:
-                    r.preferred = preferred_read_replica(selector, client_rack, p, fp.fetch_offset,
-                                                         b.kraft.quorum.loader.image, ctx.listener.name)
-                    self.any_error |= r.preferred is not None   # answer at once, without records
-                if self.from_follower and not error:
-                    r.follower = FollowerFetch(replica_id, broker_epoch, fp.current_leader_epoch,
-                                               fp.fetch_offset, fp.last_fetched_epoch, fp.log_start_offset)
-                    r.answer = p.replicas.answer_follower_fetch(p, r.follower)
-                    if r.answer.error:
-                        r.error = r.answer.error
-                    elif r.answer.diverging_epoch is not None:
-                        self.any_error = True   # answer at once: the follower must truncate
-                    else:
-                        r.next_offset = r.answer.read_offset
-                reads.append(r)
-                self.any_error |= bool(r.error)
-            self.topics.append((ft, name, reads))
+            self.cluster_error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
-    def answer_again(self) -> None:
+    def open_request(self, req) -> None:
+        """A full request: every partition it names."""
+        for ft in req.topics:
+            topic_key = ft.topic_id if self.by_id else ft.topic
+            for fp in ft.partitions:
+                self.open(topic_key, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
+                          fp.current_leader_epoch, fp.last_fetched_epoch, fp.log_start_offset)
+
+    def open(self, topic_key, index: int, fetch_offset: int, max_bytes: int, current_leader_epoch: int,
+             last_fetched_epoch: int, log_start_offset: int, *, update_fetch_state: bool = True) -> _Read:
+        b = self.ctx.broker
+        ctx = self.ctx
+        topic = b.topics_by_id.get(topic_key) if self.by_id else b.topics.get(topic_key)
+        name = topic.name if topic else ("" if self.by_id else topic_key)
+        p, missing = b.leader_partition(topic, index)
+        if topic is None:
+            error = ErrorCode.UNKNOWN_TOPIC_ID if self.by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        elif self.from_follower:
+            error = self.cluster_error
+            p = topic.partition(index)
+            if not error and (p is None or p.replica is None):
+                error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        elif not ctx.authorize(Operation.READ, ResourceType.TOPIC, name):
+            error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif p is None:
+            # KIP-392: from v11 a consumer may read from a follower (up to its high
+            # watermark), as a leader's preferred read replica sends it to.
+            p = _local_follower(topic, index) if ctx.api_version >= 11 else None
+            error = missing if p is None else p.check_leader_epoch(current_leader_epoch)
+        else:
+            error = p.check_leader_epoch(current_leader_epoch)
+        key = (topic_key, index)
+        r = _Read(key, index, topic, p, max_bytes, fetch_offset, error)
+        r.params = (fetch_offset, max_bytes, current_leader_epoch, last_fetched_epoch, log_start_offset)
+        if not error and not self.from_follower and self.selector and p.is_leader:
+            r.preferred = preferred_read_replica(self.selector, self.client_rack, p, fetch_offset,
+                                                 b.kraft.quorum.loader.image, ctx.listener.name)
+            self.any_error |= r.preferred is not None   # answer at once, without records
+        if self.from_follower and not error:
+            r.follower = FollowerFetch(self.replica_id, self.broker_epoch, current_leader_epoch,
+                                       fetch_offset, last_fetched_epoch, log_start_offset)
+            r.answer = p.replicas.answer_follower_fetch(p, r.follower, update_fetch_state=update_fetch_state)
+            if r.answer.error:
+                r.error = r.answer.error
+            elif r.answer.diverging_epoch is not None:
+                self.any_error = True   # answer at once: the follower must truncate
+            else:
+                r.next_offset = r.answer.read_offset
+        self.any_error |= bool(r.error)
+        group = self.groups.get(topic_key)
+        if group is None:
+            topic_id = topic_key if self.by_id else bytes(16)
+            group = self.groups[topic_key] = (topic_id, name, [])
+        group[2].append(r)
+        self.reads[key] = r
+        return r
+
+    def open_entry(self, key, entry: CachedPartition, named: bool) -> _Read:
+        r = self.open(key[0], key[1], entry.fetch_offset, entry.partition_max_bytes, entry.current_leader_epoch,
+                      entry.last_fetched_epoch, entry.log_start_offset, update_fetch_state=named)
+        r.entry = entry
+        return r
+
+    def answer_again(self, reads) -> None:
         """After a wait: each follower partition without data asks its replica again (without
         counting the fetch twice), so it reads what arrived and carries the latest high
         watermark."""
-        for _, _, reads in self.topics:
-            for r in reads:
-                if r.follower is None or r.error or r.chunks:
-                    continue
-                p = r.partition
-                if p.replica is None:
-                    r.error = ErrorCode.NOT_LEADER_OR_FOLLOWER
-                    self.any_error = True
-                    continue
-                r.answer = p.replicas.answer_follower_fetch(p, r.follower, update_fetch_state=False)
-                if r.answer.error:
-                    r.error = r.answer.error
-                    self.any_error = True
-                elif r.answer.read_offset is not None:
-                    r.next_offset = r.answer.read_offset
+        for r in reads:
+            if r.follower is None or r.error or r.chunks:
+                continue
+            p = r.partition
+            if p.replica is None:
+                r.error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                self.any_error = True
+                continue
+            r.answer = p.replicas.answer_follower_fetch(p, r.follower, update_fetch_state=False)
+            if r.answer.error:
+                r.error = r.answer.error
+                self.any_error = True
+            elif r.answer.read_offset is not None:
+                r.next_offset = r.answer.read_offset
 
     def partitions(self):
-        return [r.partition for _, _, reads in self.topics for r in reads if r.partition is not None and not r.error]
+        return [r.partition for r in self.reads.values() if r.partition is not None and not r.error]
 
     def gather(self, broker) -> None:
         """Read what has arrived since the last pass, within the limits (KIP-74)."""
-        for _, name, reads in self.topics:
-            for r in reads:
-                if r.error:
-                    continue
-                p = r.partition
-                if broker.topics.get(name) is not r.topic:  # deleted while we waited
-                    r.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    self.any_error = True
-                    continue
-                if r.preferred is not None:
-                    continue
-                throttled = False
-                if r.follower is not None:
-                    if r.chunks or r.answer.diverging_epoch is not None:
-                        continue
-                    if r.answer.read_offset is None or r.next_offset >= p.log.log_end_offset:
-                        continue
-                    throttled = p.replicas.is_leader_throttle_target(p, r.follower.replica_id)
-                    if throttled and p.replicas.leader_quota.exceeded():
-                        continue   # KIP-73: no records while the leader throttle is exceeded
-                elif r.chunks and r.next_offset >= p.high_watermark:
-                    continue
-                first_data = self.used == 0
-                limit = min(r.max_bytes - r.size, self.budget - self.used)
-                if limit <= 0 and not first_data:
-                    continue
-                try:
-                    result = p.read(r.next_offset, max(limit, 0), min_one_batch=first_data,
-                                    committed=r.follower is None)
-                except OffsetOutOfRange:
-                    r.error = ErrorCode.OFFSET_OUT_OF_RANGE
-                except OSError:
-                    r.error = ErrorCode.KAFKA_STORAGE_ERROR
-                else:
-                    if len(result.data):
-                        if throttled:
-                            p.replicas.leader_quota.record(len(result.data))
-                        r.chunks.append(result.data)
-                        r.size += len(result.data)
-                        self.used += len(result.data)
-                        r.next_offset = result.next_offset
-                    continue
+        for r in self.reads.values():
+            if r.error:
+                continue
+            p = r.partition
+            if broker.topics.get(r.topic.name) is not r.topic:  # deleted while we waited
+                r.error = ErrorCode.UNKNOWN_TOPIC_ID if self.by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 self.any_error = True
+                continue
+            if r.preferred is not None:
+                continue
+            throttled = False
+            if r.follower is not None:
+                if r.chunks or r.answer.diverging_epoch is not None:
+                    continue
+                if r.answer.read_offset is None or r.next_offset >= p.log.log_end_offset:
+                    continue
+                throttled = p.replicas.is_leader_throttle_target(p, r.follower.replica_id)
+                if throttled and p.replicas.leader_quota.exceeded():
+                    continue   # KIP-73: no records while the leader throttle is exceeded
+            elif r.chunks and r.next_offset >= p.high_watermark:
+                continue
+            first_data = self.used == 0
+            limit = min(r.max_bytes - r.size, self.budget - self.used)
+            if limit <= 0 and not first_data:
+                continue
+            try:
+                result = p.read(r.next_offset, max(limit, 0), min_one_batch=first_data,
+                                committed=r.follower is None)
+            except OffsetOutOfRange:
+                r.error = ErrorCode.OFFSET_OUT_OF_RANGE
+            except OSError:
+                r.error = ErrorCode.KAFKA_STORAGE_ERROR
+            else:
+                if len(result.data):
+                    if throttled:
+                        p.replicas.leader_quota.record(len(result.data))
+                    r.chunks.append(result.data)
+                    r.size += len(result.data)
+                    self.used += len(result.data)
+                    r.next_offset = result.next_offset
+                continue
+            self.any_error = True
 
-    def response(self):
+    def response(self, session: FetchSession | None = None, incremental: bool = False, session_id: int = 0):
+        """The answer. With a session, each partition answered records what the fetcher was
+        told; an incremental answer leaves out the partitions with nothing new."""
         responses = []
-        for ft, name, reads in self.topics:
+        for topic_key, (topic_id, name, reads) in self.groups.items():
             parts = []
             for r in reads:
-                p = r.partition
-                hw = p.high_watermark if p is not None else -1
-                start = p.log_start_offset if p is not None else -1
-                if r.follower is not None and not r.error:
-                    parts.append(_follower_data(r))
-                    continue
-                if r.error:
-                    keep = r.error in (ErrorCode.OFFSET_OUT_OF_RANGE, ErrorCode.FENCED_LEADER_EPOCH,
-                                       ErrorCode.UNKNOWN_LEADER_EPOCH)
-                    parts.append(_partition_error(r.index, r.error, *((hw, hw, start) if keep else ())))
-                    continue
-                parts.append(PD(partition_index=r.index, error_code=0, high_watermark=hw, last_stable_offset=hw,
-                                log_start_offset=start, aborted_transactions=[],
-                                preferred_read_replica=-1 if r.preferred is None else r.preferred,
-                                records=r.chunks if r.chunks else b""))
-            responses.append(R.FetchableTopicResponse(topic=name, topic_id=ft.topic_id if self.by_id else bytes(16),
-                                                      partitions=parts))
-        return R(throttle_time_ms=0, error_code=0, session_id=0, responses=responses)
+                pd = _partition_data(r)
+                entry = r.entry
+                if entry is not None:
+                    if incremental and not (r.chunks or r.error or r.preferred is not None
+                                            or pd.high_watermark != entry.sent_high_watermark
+                                            or pd.log_start_offset != entry.sent_log_start_offset
+                                            or getattr(pd, "diverging_epoch", None) is not None):
+                        continue
+                    entry.sent_high_watermark = pd.high_watermark
+                    entry.sent_log_start_offset = pd.log_start_offset
+                    if r.chunks or r.error:
+                        # The fetcher may not move on: look again next round (Kafka answers
+                        # from the remembered position until the fetcher names a new one).
+                        session.dirty[r.key] = None
+                    elif r.follower is not None and r.follower.replica_id not in r.partition.replica.isr:
+                        session.recheck[r.key] = None
+                parts.append(pd)
+            if parts:
+                responses.append(R.FetchableTopicResponse(topic=name, topic_id=topic_id, partitions=parts))
+        return R(throttle_time_ms=0, error_code=0, session_id=session_id, responses=responses)
+
+
+def _partition_data(r: _Read) -> PD:
+    p = r.partition
+    if r.follower is not None and not r.error:
+        return _follower_data(r)
+    hw = p.high_watermark if p is not None else -1
+    start = p.log_start_offset if p is not None else -1
+    if r.error:
+        keep = r.error in (ErrorCode.OFFSET_OUT_OF_RANGE, ErrorCode.FENCED_LEADER_EPOCH,
+                           ErrorCode.UNKNOWN_LEADER_EPOCH)
+        return _partition_error(r.index, r.error, *((hw, hw, start) if keep else ()))
+    return PD(partition_index=r.index, error_code=0, high_watermark=hw, last_stable_offset=hw,
+              log_start_offset=start, aborted_transactions=[],
+              preferred_read_replica=-1 if r.preferred is None else r.preferred,
+              records=r.chunks if r.chunks else b"")
 
 
 def _local_follower(topic, index: int):
@@ -258,19 +310,104 @@ def _count(metrics, response) -> None:
                 metrics.partition_errors.labels("Fetch", ErrorCode(p.error_code).name).inc()
 
 
+def _session_error(code: ErrorCode):
+    return R(throttle_time_ms=0, error_code=code, session_id=NO_SESSION, responses=[])
+
+
+def _close(session: FetchSession | None) -> None:
+    if session is None:
+        return
+    for entry in session.partitions.values():
+        if entry.watched is not None:
+            entry.watched.unwatch(session)
+            entry.watched = None
+
+
+def _watch(session: FetchSession, reads) -> None:
+    """Register the session with each partition it reads, so their changes mark it dirty."""
+    for r in reads:
+        entry, p = r.entry, r.partition
+        if entry is None or p is None or entry.watched is p:
+            continue
+        if entry.watched is not None:
+            entry.watched.unwatch(session)
+        p.watch(session, r.key)
+        entry.watched = p
+
+
+def _open_session(cache, pending: _PendingFetch, now_ms: int) -> FetchSession | None:
+    """A full request with epoch 0: remember its partitions as a new session, if the cache
+    lets us."""
+    session, evicted = cache.maybe_create(pending.from_follower, pending.by_id, len(pending.reads), now_ms)
+    _close(evicted)
+    if session is None:
+        return None
+    for r in pending.reads.values():
+        r.entry = session.partitions[r.key] = CachedPartition(*r.params)
+    return session
+
+
+def _named_entries(req, by_id: bool) -> dict:
+    named = {}
+    for ft in req.topics:
+        topic_key = ft.topic_id if by_id else ft.topic
+        for fp in ft.partitions:
+            named[(topic_key, fp.partition)] = CachedPartition(
+                fp.fetch_offset, fp.partition_max_bytes, fp.current_leader_epoch, fp.last_fetched_epoch,
+                fp.log_start_offset)
+    return named
+
+
+def _forgotten(req, by_id: bool) -> list:
+    return [((ft.topic_id if by_id else ft.topic), index)
+            for ft in req.forgotten_topics_data or () for index in ft.partitions]
+
+
 async def handle(ctx, req):
-    if req.session_id != 0 or req.session_epoch not in (-1, 0):
-        return R(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
-    deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
+    b = ctx.broker
+    cache = b.fetch_sessions
+    now_ms = time.monotonic_ns() // 1_000_000
+    session = None
+    opening = False
+    if ctx.api_version >= 7:
+        session_id, epoch = req.session_id, req.session_epoch
+        if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+            if session_id != NO_SESSION:
+                _close(cache.remove(session_id))
+            opening = epoch == INITIAL_EPOCH
+        else:
+            session = cache.get(session_id)
+            if session is None:
+                return _session_error(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+            if session.epoch != epoch:
+                return _session_error(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+            if session.by_id != (ctx.api_version >= 13):
+                return _session_error(ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR)
+            session.epoch = next_epoch(epoch)
+            session.last_used_ms = now_ms
     pending = _PendingFetch(ctx, req)
+    if session is not None:
+        return await _incremental(ctx, req, pending, session)
+    pending.open_request(req)
+    await _long_poll(ctx, req, pending)
+    session = _open_session(cache, pending, now_ms) if opening else None
+    response = pending.response(session, incremental=False, session_id=session.id if session else NO_SESSION)
+    if session is not None:
+        _watch(session, pending.reads.values())
+    _count(b.metrics, response)
+    return response
+
+
+async def _long_poll(ctx, req, pending: _PendingFetch) -> None:
+    """A full request: gather, and wait on every partition it names until min_bytes arrive,
+    an error shows, or max_wait_ms passes."""
+    deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
     while True:
         pending.gather(ctx.broker)
         remaining = deadline - time.monotonic()
         if (pending.used >= req.min_bytes or pending.any_error or remaining <= 0 or not req.topics
                 or ctx.broker.draining):
-            response = pending.response()
-            _count(ctx.broker.metrics, response)
-            return response
+            return
         event = anyio.Event()
         partitions = pending.partitions()
         for p in partitions:
@@ -282,7 +419,64 @@ async def handle(ctx, req):
             for p in partitions:
                 p.remove_waiter(event)
         if pending.from_follower:
-            pending.answer_again()
+            pending.answer_again(pending.reads.values())
+
+
+async def _incremental(ctx, req, pending: _PendingFetch, session: FetchSession):
+    """An incremental request: take what it names and forgets, then look only at the
+    session's dirty partitions; a long poll waits on the session as a whole."""
+    named = _named_entries(req, pending.by_id)
+    _close_entries(session, session.update(named, _forgotten(req, pending.by_id)))
+    deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
+    event = anyio.Event()
+    session.add_waker(event.set)
+    counted = dict.fromkeys(session.take_recheck())
+    counted.update(named)
+    first = list(counted)
+    try:
+        while True:
+            fresh = []
+            keys, first = [*first, *session.take_dirty()], []
+            for key in keys:
+                entry = session.partitions.get(key)
+                if entry is None:
+                    continue
+                r = pending.reads.get(key)
+                if r is None:
+                    fresh.append(pending.open_entry(key, entry, named=key in counted))
+                elif r.follower is not None:
+                    pending.answer_again((r,))
+            _watch(session, fresh)
+            pending.gather(ctx.broker)
+            remaining = deadline - time.monotonic()
+            if (pending.used >= req.min_bytes or pending.any_error or remaining <= 0
+                    or ctx.broker.draining or session.closed):
+                break
+            if not session.dirty:
+                event = _rearm(session, event)
+                with anyio.move_on_after(remaining):
+                    await event.wait()
+    finally:
+        session.remove_waker(event.set)
+    response = pending.response(session, incremental=True, session_id=session.id)
+    _count(ctx.broker.metrics, response)
+    return response
+
+
+def _rearm(session: FetchSession, event: anyio.Event) -> anyio.Event:
+    if not event.is_set():
+        return event
+    session.remove_waker(event.set)
+    event = anyio.Event()
+    session.add_waker(event.set)
+    return event
+
+
+def _close_entries(session: FetchSession, gone) -> None:
+    for entry in gone:
+        if entry.watched is not None:
+            entry.watched.unwatch(session)
+            entry.watched = None
 
 
 HANDLES = {1: handle}

@@ -344,8 +344,22 @@ def tick(replica: PartitionReplica, state: LeaderState) -> None:
         maybe_shrink_isr(replica, state)
 
 
-def next_deadline(state: LeaderState) -> int:
-    deadline = state.next_isr_check_ms
+def next_deadline(replica: PartitionReplica, state: LeaderState) -> int | None:
+    """The next ISR check, but only while some ISR follower lacks part of our log: one that has
+    all of it is caught up however long ago it fetched (ReplicaProgress.is_caught_up), so an
+    idle partition needs no timer. An append makes the check due again."""
+    deadline = state.next_isr_check_ms if _isr_may_shrink(replica, state) else None
     for produce in state.produces.values():
-        deadline = min(deadline, produce.deadline_ms)
+        deadline = produce.deadline_ms if deadline is None else min(deadline, produce.deadline_ms)
     return deadline
+
+
+def _isr_may_shrink(replica: PartitionReplica, state: LeaderState) -> bool:
+    end = replica.log.end_offset
+    for replica_id in state.isr_state.isr:
+        if replica_id == replica.broker_id:
+            continue
+        progress = state.remotes.get(replica_id)
+        if progress is None or progress.log_end_offset != end:
+            return True
+    return False

@@ -138,7 +138,7 @@ class PartitionReplica:
     def next_deadline_ms(self) -> int | None:
         """When tick() has something to do (None: nothing until an input arrives)."""
         if self.leader is not None:
-            return leader.next_deadline(self.leader)
+            return leader.next_deadline(self, self.leader)
         if self.follower is not None:
             return follower.next_deadline(self.follower)
         return None
