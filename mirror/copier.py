@@ -47,6 +47,7 @@ import anyio
 
 from core.client import KafkaClient
 from core.client.errors import KafkaError
+from core.client.fetch_session import SESSION_ERRORS, FetchSessionHandler
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 
@@ -143,6 +144,7 @@ class PartitionCopier:
         self._downstream_end: int | None = None     # target offset after the last acked batch
         self._last_sync: tuple[int, int] | None = None
         self._fetch_conn = None
+        self._session = FetchSessionHandler()
         self._fetch_leader: int | None = None
         self.drain_timeout_s = drain_timeout_s
         self._stop_requested = anyio.Event()
@@ -278,19 +280,34 @@ class PartitionCopier:
             self.source.request_metadata_update()
             raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader for {tp}")
         R = m.FetchRequest
-        request = R(replica_id=-1, max_wait_ms=self.fetch_max_wait_ms, min_bytes=1,
-                    max_bytes=self.fetch_max_bytes, isolation_level=READ_COMMITTED, session_id=0,
-                    session_epoch=-1, topics=[R.FetchTopic(topic=self.source_topic, partitions=[
-                        R.FetchPartition(partition=self.partition, current_leader_epoch=-1,
-                                         fetch_offset=self.stats.position, last_fetched_epoch=-1,
-                                         log_start_offset=-1, partition_max_bytes=self.fetch_max_bytes)])],
-                    forgotten_topics_data=[], rack_id="")
         conn = await self._fetch_connection(leader)
         version = min(conn.version_for(FETCH), 12)      # by name (KIP-516 ids not needed)
-        response = await conn.send(request, api_key=FETCH, version=version,
-                                   timeout_ms=self.source.request_timeout_ms + self.fetch_max_wait_ms)
-        if response.error_code:
+        # A fetch session (KIP-227) with the leader: while the position stays, the request
+        # names nothing and the leader looks at nothing until the partition changes.
+        self._session.want(tp, (self.stats.position, self.fetch_max_bytes))
+        plan = self._session.build(sessions=version >= 7)
+        parts = [R.FetchPartition(partition=self.partition, current_leader_epoch=-1, fetch_offset=position,
+                                  last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=max_bytes)
+                 for _, (position, max_bytes) in plan.partitions.items()]
+        request = R(replica_id=-1, max_wait_ms=self.fetch_max_wait_ms, min_bytes=1,
+                    max_bytes=self.fetch_max_bytes, isolation_level=READ_COMMITTED, session_id=plan.session_id,
+                    session_epoch=plan.epoch,
+                    topics=[R.FetchTopic(topic=self.source_topic, partitions=parts)] if parts else [],
+                    forgotten_topics_data=[], rack_id="")
+        try:
+            response = await conn.send(request, api_key=FETCH, version=version,
+                                       timeout_ms=self.source.request_timeout_ms + self.fetch_max_wait_ms)
+        except BaseException:
+            self._session.handle_failure()
+            raise
+        if not self._session.handle_response(plan, response.error_code, response.session_id):
+            if response.error_code in SESSION_ERRORS:
+                return None   # the next fetch opens a new session
             raise KafkaError(response.error_code, f"fetch {tp}")
+        if not response.responses:
+            # Nothing new in the session: the source answered, its high watermark is unchanged.
+            self.stats.last_source_answer_ms = int(time.time() * 1000)
+            return None
         p = response.responses[0].partitions[0]
         if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             await self._reset_to_log_start(p.log_start_offset)
@@ -325,6 +342,8 @@ class PartitionCopier:
                 self.source.request_metadata_update()
                 raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"leader {leader} unknown")
             conn = self._fetch_conn = await self.source.dedicated_connection(broker.host, broker.port, leader)
+            if self._fetch_leader != leader:
+                self._session = FetchSessionHandler()   # sessions belong to one broker
             self._fetch_leader = leader
         return conn
 

@@ -85,10 +85,11 @@ class FetchSession:
         self.last_used_ms = now_ms
         self.partitions: dict[PartitionKey, CachedPartition] = {}
         self.dirty: dict[PartitionKey, None] = {}
-        # A follower's partitions where it is outside the ISR: each request counts as a fetch
-        # of them (as every Kafka fetch counts for every partition of its session), so the
-        # follower joins the ISR once it may, although it names nothing new. Unlike `dirty`,
-        # this does not keep a long poll from waiting.
+        # A follower's partitions where it is outside the ISR or not known to have the whole
+        # log: each request counts as a fetch of them (as every Kafka fetch counts for every
+        # partition of its session), so the leader learns its position and lets it join the
+        # ISR, although it names nothing new. Unlike `dirty`, this does not keep a long poll
+        # from waiting.
         self.recheck: dict[PartitionKey, None] = {}
         self._wakers: set[Callable[[], None]] = set()
         self.closed = False

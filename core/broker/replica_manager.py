@@ -121,7 +121,7 @@ class ReplicaManager:
         self._fetching_from: dict[tuple[str, int], int] = {}   # partition -> leader it fetches from
         self._task_group = None
         self._hw_dirty = False
-        self._isr_sizes: dict[tuple[str, int], int] = {}
+        self._isrs: dict[tuple[str, int], frozenset[int]] = {}
         self.leader_quota = ReplicationQuota(lambda: self.throttle_rate("leader.replication.throttled.rate"),
                                              self.clock)
         self.follower_quota = ReplicationQuota(lambda: self.throttle_rate("follower.replication.throttled.rate"),
@@ -332,14 +332,18 @@ class ReplicaManager:
         replica = partition.replica
         key = (partition.topic, partition.index)
         if replica is None or replica.leader is None:
-            self._isr_sizes.pop(key, None)
+            self._isrs.pop(key, None)
             return
-        size = len(replica.isr)
-        before = self._isr_sizes.get(key)
-        self._isr_sizes[key] = size
-        if before is not None and size != before:
-            metrics = self.broker.metrics
-            (metrics.isr_shrinks if size < before else metrics.isr_expands).inc()
+        isr = replica.isr
+        before = self._isrs.get(key)
+        self._isrs[key] = isr
+        if before is not None and isr != before:
+            if len(isr) != len(before):
+                metrics = self.broker.metrics
+                (metrics.isr_shrinks if len(isr) < len(before) else metrics.isr_expands).inc()
+            # A follower that left the ISR must be looked at by its fetch session again,
+            # although it names nothing new, so that it can rejoin (fetch_session.py).
+            partition.wake_waiters()
 
     async def _execute(self, partition, *, locked: bool, fetched=None) -> None:
         replica = partition.replica

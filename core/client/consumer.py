@@ -22,7 +22,10 @@ Each assigned partition has a position (the next offset to return) or a pending 
 already fetched if there are any; otherwise it makes sure every leader with fetchable
 partitions has one Fetch in flight (one request per broker, for all its partitions) and
 waits for the first answer or the timeout. Fetches keep running in the background, so
-the next poll usually finds data waiting.
+the next poll usually finds data waiting. Each broker's fetches run in a fetch session
+(KIP-227, fetch_session.py): after the first, a Fetch names only the partitions whose position
+moved and forgets those no longer fetched from that broker, and the answer holds only the
+partitions with something new.
 
 A fetch answer is kept raw (the records field is a zero-copy slice of the response frame)
 and decoded when drained. It is used only if the partition's position still equals the
@@ -55,6 +58,7 @@ from core.protocol.records import ControlRecord, decode_batch, iter_batch_header
 
 from .client import KafkaClient
 from .errors import ClientClosedError
+from .fetch_session import SESSION_ERRORS, FetchSessionHandler
 from .group import GroupMembership, GroupMetadata, RebalanceListener
 from .offsets import EARLIEST, LATEST, OffsetAndTimestamp, list_offsets, timestamp_spec
 
@@ -140,6 +144,7 @@ class Consumer:
         self._states: dict[TopicPartition, _PartitionState] = {}
         self._completed: deque[_CompletedFetch] = deque()
         self._fetches: dict[int, asyncio.Task] = {}
+        self._sessions: dict[int, FetchSessionHandler] = {}   # node -> its fetch session
         self._node_retry_at: dict[int, float] = {}
         self._fetch_event = asyncio.Event()
         self._iter_buffer: deque[ConsumerRecord] = deque()
@@ -516,31 +521,52 @@ class Consumer:
             version = conn.version_for(FETCH, 12)  # KIP-516 ids unknown: fetch by name
         use_ids = version >= 13
         R = m.FetchRequest
-        topics: dict[str, list] = {}
+        session = self._sessions.setdefault(node, FetchSessionHandler())
         offsets: dict[TopicPartition, int] = {}
         for tp in tps:
             st = self._states[tp]
             offsets[tp] = st.position
-            topics.setdefault(tp[0], []).append(R.FetchPartition(
-                partition=tp[1], current_leader_epoch=cluster.leader_epoch(*tp),
-                fetch_offset=st.position, last_fetched_epoch=-1, log_start_offset=-1,
-                partition_max_bytes=self.max_partition_fetch_bytes))
+            session.want(tp, (cluster.leader_epoch(*tp), st.position, self.max_partition_fetch_bytes))
+        for tp in [tp for tp in session.wanted() if tp not in offsets]:
+            session.drop(tp)   # buffered, backed off, unassigned or led elsewhere: not this round
+        plan = session.build(sessions=version >= 7)
+        topics: dict[str, list] = {}
+        for (name, index), (leader_epoch, position, max_bytes) in plan.partitions.items():
+            topics.setdefault(name, []).append(R.FetchPartition(
+                partition=index, current_leader_epoch=leader_epoch, fetch_offset=position,
+                last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=max_bytes))
+        forgotten: dict[str, list[int]] = {}
+        for name, index in plan.forgotten:
+            forgotten.setdefault(name, []).append(index)
         names_by_id = {}
-        fetch_topics = []
-        for name, parts in topics.items():
+
+        def topic(name: str):
             if use_ids:
-                tid = cluster.topic_id(name)
+                tid = cluster.topic_id(name) or bytes(16)
                 names_by_id[tid] = name
-                fetch_topics.append(R.FetchTopic(topic_id=tid, partitions=parts))
-            else:
-                fetch_topics.append(R.FetchTopic(topic=name, partitions=parts))
+                return {"topic_id": tid}
+            return {"topic": name}
+
         request = R(replica_id=-1, max_wait_ms=self.fetch_max_wait_ms, min_bytes=self.fetch_min_bytes,
                     max_bytes=self.fetch_max_bytes, isolation_level=self.isolation,
-                    session_id=0, session_epoch=-1, topics=fetch_topics, forgotten_topics_data=[],
+                    session_id=plan.session_id, session_epoch=plan.epoch,
+                    topics=[R.FetchTopic(partitions=parts, **topic(name)) for name, parts in topics.items()],
+                    forgotten_topics_data=[R.ForgottenTopic(partitions=parts, **topic(name))
+                                           for name, parts in forgotten.items()],
                     rack_id="")
-        response = await conn.send(request, api_key=FETCH, version=version,
-                                   timeout_ms=self.client.request_timeout_ms + self.fetch_max_wait_ms)
-        if response.error_code:
+        if use_ids:
+            for name, _ in tps:
+                names_by_id.setdefault(cluster.topic_id(name), name)
+        try:
+            response = await conn.send(request, api_key=FETCH, version=version,
+                                       timeout_ms=self.client.request_timeout_ms + self.fetch_max_wait_ms)
+        except BaseException:
+            session.handle_failure()
+            raise
+        if not session.handle_response(plan, response.error_code, response.session_id):
+            if response.error_code in SESSION_ERRORS:
+                log.debug("fetch session with node %d: error %d; starting a new one", node, response.error_code)
+                return   # the next fetch sends every partition again
             raise KafkaError(response.error_code, f"fetch from node {node}")
         for t in response.responses:
             name = names_by_id.get(t.topic_id) if use_ids else t.topic

@@ -237,10 +237,12 @@ class _PendingFetch:
                 pd = _partition_data(r)
                 entry = r.entry
                 if entry is not None:
+                    if _follower_unsettled(r):
+                        session.recheck[r.key] = None
                     if incremental and not (r.chunks or r.error or r.preferred is not None
                                             or pd.high_watermark != entry.sent_high_watermark
                                             or pd.log_start_offset != entry.sent_log_start_offset
-                                            or getattr(pd, "diverging_epoch", None) is not None):
+                                            or (r.answer is not None and r.answer.diverging_epoch is not None)):
                         continue
                     entry.sent_high_watermark = pd.high_watermark
                     entry.sent_log_start_offset = pd.log_start_offset
@@ -248,12 +250,25 @@ class _PendingFetch:
                         # The fetcher may not move on: look again next round (Kafka answers
                         # from the remembered position until the fetcher names a new one).
                         session.dirty[r.key] = None
-                    elif r.follower is not None and r.follower.replica_id not in r.partition.replica.isr:
-                        session.recheck[r.key] = None
                 parts.append(pd)
             if parts:
                 responses.append(R.FetchableTopicResponse(topic=name, topic_id=topic_id, partitions=parts))
         return R(throttle_time_ms=0, error_code=0, session_id=session_id, responses=responses)
+
+
+def _follower_unsettled(r: _Read) -> bool:
+    """A follower's partition whose fetch must count on every request until the leader knows
+    the follower has all of the log and is in the ISR (what every Kafka fetch does for every
+    partition of its session): it may be outside the ISR, or its position unknown (a new
+    leader, an answer that was an error), and it names nothing new to say so."""
+    if r.follower is None or r.error:
+        return False
+    replica = r.partition.replica
+    if replica is None or replica.leader is None:
+        return False
+    progress = replica.leader.remotes.get(r.follower.replica_id)
+    return (r.follower.replica_id not in replica.isr or progress is None
+            or progress.log_end_offset != replica.log_end_offset)
 
 
 def _partition_data(r: _Read) -> PD:
