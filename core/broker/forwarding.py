@@ -6,9 +6,11 @@ __consumer_offsets) by sending the same request to the active controller's liste
 brokers do. The active controller is the quorum leader, at its controller.quorum.voters
 address. A lost connection, no known leader, or NOT_CONTROLLER in the answer (the leader
 changed under us) mean: find the leader again and resend, until the request's deadline. The
-controller answers only after its records committed, so resending is safe for these requests:
-a create that did commit before the leader changed comes back TOPIC_ALREADY_EXISTS, as it
-does from Kafka.
+controller answers only after its records committed, but a resend may still find the first
+attempt applied (the answer was lost, or a controller that lost its leadership answered
+NOT_CONTROLLER for records its successor committed). `send_tracked` says when that may be, and
+the forwarding handler (handlers/forwarded.py) then reconciles the answer with the log, so a
+client is never told TOPIC_ALREADY_EXISTS for its own creation.
 
 After a successful write the broker waits (bounded) until its own metadata image shows it, so
 that a client that creates a topic and at once asks this broker's Metadata finds it.
@@ -69,16 +71,26 @@ class ControllerChannel:
     async def send(self, api_key: int, request, version: int, timeout_s: float):
         """The active controller's answer, or the last NOT_CONTROLLER answer at the deadline.
         Raises KafkaError (NOT_CONTROLLER / a network error) if no controller answered."""
+        answer, _ = await self.send_tracked(api_key, request, version, timeout_s)
+        return answer
+
+    async def send_tracked(self, api_key: int, request, version: int, timeout_s: float):
+        """send(), and whether the answer may be a resend's: True when an earlier attempt
+        reached a controller and got no usable answer (a lost connection, a timeout, or
+        NOT_CONTROLLER, which a controller that lost its leadership also answers for records
+        a later leader may still commit). Such an earlier attempt may have been applied."""
         last_error: Exception | None = None
         last_answer = None
+        delivered = 0
         with anyio.move_on_after(timeout_s):
             while True:
                 try:
                     conn = await self._connection()
                     use = min(version, conn.version_for(api_key))
+                    delivered += 1
                     answer = await conn.send(request, api_key, version=use)
                     if not not_controller(answer):
-                        return answer
+                        return answer, delivered > 1
                     last_answer = answer
                 except (KafkaError, OSError) as exc:
                     last_error = exc
@@ -86,7 +98,7 @@ class ControllerChannel:
                         self._conn = None
                 await anyio.sleep(RETRY_BACKOFF_S)
         if last_answer is not None:
-            return last_answer
+            return last_answer, delivered > 1
         raise last_error if isinstance(last_error, KafkaError) else \
             KafkaError(ErrorCode.NOT_CONTROLLER, f"no active controller answered: {last_error}")
 

@@ -22,6 +22,7 @@ The QuorumController (core/controller) decides; this does the waiting and the I/
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import anyio
@@ -147,9 +148,31 @@ class ControllerRunner:
             COMMIT_TIMEOUT_S)
         if not committed or loader.next_offset < end.offset:
             return self._not_controller(api_key, version, request)
+        maybe_exit_after_commit(api_key)
         return result.response
 
     @staticmethod
     def _not_controller(api_key: int, version: int, request):
         return QuorumController._error_response(api_key, request, version, ErrorCode.NOT_CONTROLLER,
                                                 "The active controller changed before the write committed.")
+
+
+FAULT_EXIT_AFTER_COMMIT = "SEAWAY_FAULT_EXIT_AFTER_COMMIT"
+
+
+def maybe_exit_after_commit(api_key: int) -> None:
+    """Fault injection for the tests (as kfake's hooks): when the environment variable names
+    a file that holds this API key, delete the file and die at once, after the request's
+    records committed and before it is answered. The caller then cannot know whether its
+    request was applied: the case a resend must get right (handlers/forwarded.py)."""
+    path = os.environ.get(FAULT_EXIT_AFTER_COMMIT)
+    if not path:
+        return
+    try:
+        wanted = open(path).read().strip()
+    except OSError:
+        return
+    if wanted == str(api_key):
+        os.unlink(path)
+        log.error("fault injection: exiting after committing API %d, before answering", api_key)
+        os._exit(86)

@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 import anyio
 
 from core.controller.image import MetadataImage
+from core.protocol import messages as m
 from core.protocol.metadata_records import decode_record
 from core.raft.entries import Entry
 from core.raft.messages import LeaderIdAndEpoch
@@ -56,6 +57,9 @@ class MetadataLoader:
         self.next_offset = 0            # the offset after the last entry applied
         self.last_epoch = 0             # the epoch of that entry
         self.bytes_since_snapshot = 0
+        # topic id -> offset of its TopicRecord, for topics created since this process loaded
+        # its latest snapshot (a retried forwarded create asks: was it created after I sent it?)
+        self.topic_created_at: dict[bytes, int] = {}
         self.leader = LeaderIdAndEpoch(-1, 0)
         self.publishers: list[Publisher] = []
         self.leader_listeners: list[LeaderListener] = []
@@ -71,6 +75,7 @@ class MetadataLoader:
         self.next_offset = snapshot.snapshot_id.end_offset
         self.last_epoch = snapshot.snapshot_id.epoch
         self.bytes_since_snapshot = 0
+        self.topic_created_at = {}
         log.info("loaded metadata snapshot up to offset %d (%d brokers, %d topics)",
                  self.next_offset, len(self.image.brokers), len(self.image.topics))
         for listener in self.snapshot_listeners:
@@ -97,8 +102,14 @@ class MetadataLoader:
                 for listener in self.record_listeners:
                     listener([], e.offset)
             else:
-                run.append(decode_record(e.payload))
+                record = decode_record(e.payload)
+                run.append(record)
                 self.bytes_since_snapshot += len(e.payload)
+                message = record.message
+                if isinstance(message, m.TopicRecord):
+                    self.topic_created_at[message.topic_id] = e.offset
+                elif isinstance(message, m.RemoveTopicRecord):
+                    self.topic_created_at.pop(message.topic_id, None)
             self.next_offset = e.offset + 1
             self.last_epoch = e.epoch
         flush_run(self.next_offset - 1)

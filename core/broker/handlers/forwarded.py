@@ -66,20 +66,136 @@ async def forward(ctx, request, version: int | None = None):
     kraft = ctx.broker.kraft
     timeout_ms = getattr(request, "timeout_ms", 0) or DEFAULT_TIMEOUT_MS
     synced_before = kraft.sync.synced_offset
-    image_before = kraft.quorum.loader.image
+    loader = kraft.quorum.loader
+    image_before, offset_before = loader.image, loader.next_offset
     try:
-        answer = await kraft.channel.send(ctx.api_key, request,
-                                          ctx.api_version if version is None else version,
-                                          timeout_ms / 1000)
+        answer, resent = await kraft.channel.send_tracked(ctx.api_key, request,
+                                                          ctx.api_version if version is None else version,
+                                                          timeout_ms / 1000)
     except KafkaError as exc:
         log.warning("forwarding API %d to the controller failed: %s", ctx.api_key, exc)
         return QuorumController._error_response(ctx.api_key, request, ctx.api_version,
                                                 ErrorCode.NOT_CONTROLLER, str(exc))
+    if resent and not getattr(request, "validate_only", False):
+        await reconcile_resend(ctx, request, answer, image_before, offset_before)
     shown = _shown(ctx, request, answer, synced_before, image_before)
     if shown is not None and not await kraft.sync.wait_synced(shown, SHOW_TIMEOUT_S):
         log.info("API %d: the controller's change is not in this broker's image after %gs",
                  ctx.api_key, SHOW_TIMEOUT_S)
     return answer
+
+
+# --------------------------------------------------------------------------- resends
+
+async def reconcile_resend(ctx, request, answer, image_before, offset_before: int) -> None:
+    """The answer came to a resend, and an earlier attempt may have been applied: where the
+    answer says the change was already there, and the log shows it happened after we first
+    sent the request, exactly as asked, answer as if this request did it (which it did). So a
+    client never sees TOPIC_ALREADY_EXISTS for its own creation, UNKNOWN_TOPIC_OR_PARTITION for
+    its own deletion, or INVALID_PARTITIONS for its own partition increase. Config changes need
+    nothing: setting, deleting, appending or subtracting twice ends as once.
+
+    A concurrent identical request from another client in that window is taken for ours; Kafka
+    would tell one of the two that the topic exists. That is the price of exactly-once here."""
+    loader = ctx.broker.kraft.quorum.loader
+    if ctx.api_key == 19:
+        await _reconcile_creates(ctx, loader, request, answer, offset_before)
+    elif ctx.api_key == 20:
+        await _reconcile_deletes(loader, request, answer, image_before)
+    elif ctx.api_key == 37:
+        await _reconcile_partitions(loader, request, answer, image_before)
+
+
+async def _reconcile_creates(ctx, loader, request, answer, offset_before: int) -> None:
+    from core.controller.configs import effective_topic_configs
+    from core.controller.settings import ControllerConfig
+    suspects = [t for t in answer.topics if t.error_code == ErrorCode.TOPIC_ALREADY_EXISTS]
+    if not suspects:
+        return
+    await loader.wait_for(lambda: all(t.name in loader.image.topic_ids for t in suspects), SHOW_TIMEOUT_S)
+    image = loader.image
+    asked = {ct.name: ct for ct in request.topics}
+    config = ControllerConfig.from_broker_config(ctx.broker.config)
+    R = m.CreateTopicsResponse
+    for res in suspects:
+        topic_id = image.topic_ids.get(res.name)
+        created = loader.topic_created_at.get(topic_id)
+        ct = asked.get(res.name)
+        if topic_id is None or created is None or created < offset_before or ct is None:
+            continue
+        topic = image.topics[topic_id]
+        overrides = dict(image.topic_config(res.name))
+        if not _created_as_asked(ct, topic, overrides, config):
+            continue
+        log.info("CreateTopics %s: a resend found the topic our first attempt created (offset %d)",
+                 res.name, created)
+        res.error_code, res.error_message, res.topic_id = 0, None, topic_id
+        res.num_partitions = len(topic.partitions)
+        res.replication_factor = len(topic.partitions[0].replicas) if topic.partitions else -1
+        res.configs = [R.CreatableTopicConfigs(name=name, value=value, read_only=False, config_source=source,
+                                               is_sensitive=False)
+                       for name, value, source in effective_topic_configs(image, config, ctx.broker.node_id,
+                                                                          overrides)]
+
+
+def _created_as_asked(ct, topic, overrides: dict, config) -> bool:
+    if {c.name: c.value for c in ct.configs} != overrides:
+        return False
+    partitions = topic.partitions
+    if ct.assignments:
+        by_index = {a.partition_index: list(a.broker_ids) for a in ct.assignments}
+        return by_index.keys() == partitions.keys() and \
+            all(list(partitions[i].replicas) == by_index[i] for i in by_index)
+    count = config.num_partitions if ct.num_partitions == -1 else ct.num_partitions
+    rf = config.default_replication_factor if ct.replication_factor == -1 else ct.replication_factor
+    return len(partitions) == count and all(len(p.replicas) == rf for p in partitions.values())
+
+
+async def _reconcile_deletes(loader, request, answer, image_before) -> None:
+    gone = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID)
+    suspects = [r for r in answer.responses if r.error_code in gone]
+    if not suspects:
+        return
+
+    def before_id(r):
+        if r.name:
+            return image_before.topic_ids.get(r.name)
+        topic_id = getattr(r, "topic_id", None)
+        return topic_id if topic_id in image_before.topics else None
+
+    await loader.wait_for(lambda: all(before_id(r) not in loader.image.topics for r in suspects), SHOW_TIMEOUT_S)
+    for r in suspects:
+        topic_id = before_id(r)
+        if topic_id is None or topic_id in loader.image.topics:
+            continue
+        log.info("DeleteTopics %s: a resend found the topic our first attempt deleted",
+                 r.name or image_before.topics[topic_id].name)
+        r.error_code, r.error_message = 0, None
+        r.name = r.name or image_before.topics[topic_id].name
+        if hasattr(r, "topic_id"):
+            r.topic_id = topic_id
+
+
+async def _reconcile_partitions(loader, request, answer, image_before) -> None:
+    suspects = [r for r in answer.results if r.error_code == ErrorCode.INVALID_PARTITIONS]
+    if not suspects:
+        return
+    asked = {t.name: t.count for t in request.topics}
+
+    def count(image, name):
+        topic_id = image.topic_ids.get(name)
+        return -1 if topic_id is None else len(image.topics[topic_id].partitions)
+
+    await loader.wait_for(lambda: all(count(loader.image, r.name) >= asked.get(r.name, 0) for r in suspects),
+                          SHOW_TIMEOUT_S)
+    for r in suspects:
+        want = asked.get(r.name)
+        if want is None or not (0 <= count(image_before, r.name) < want == count(loader.image, r.name)):
+            continue
+        if image_before.topic_ids.get(r.name) != loader.image.topic_ids.get(r.name):
+            continue
+        log.info("CreatePartitions %s: a resend found the %d partitions our first attempt made", r.name, want)
+        r.error_code, r.error_message = 0, None
 
 
 def _shown(ctx, request, answer, synced_before: int, image_before):
