@@ -12,6 +12,7 @@ import logging
 from core.config import BrokerConfig
 from core.raft.config import QuorumConfig
 from core.raft.driver import RaftDriver
+from core.raft.thread import RaftThread
 
 from .controller_runner import ControllerRunner
 from .loader import MetadataLoader, snapshot_bytes
@@ -29,8 +30,10 @@ class QuorumMember:
         except ValueError as exc:
             from core.config.defs import ConfigError
             raise ConfigError(str(exc)) from None
-        self.driver = RaftDriver(config.node_id, config.quorum_voters, config.metadata_log_dir,
-                                 cluster_id=cluster_id, listener=self.loader, config=quorum_config)
+        # The quorum runs on a loop of its own (core/raft/thread.py), so that a busy data plane
+        # never delays its heartbeats, fetches and elections.
+        self.driver = RaftThread(RaftDriver(config.node_id, config.quorum_voters, config.metadata_log_dir,
+                                            cluster_id=cluster_id, listener=self.loader, config=quorum_config))
 
     async def run_snapshots(self) -> None:
         """After metadata.log.max.record.bytes.between.snapshots bytes of new records, write

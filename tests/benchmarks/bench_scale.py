@@ -15,7 +15,7 @@ holds N partitions, and then, per N:
 | elections | the quorum's leader epoch (DescribeQuorum) after the idle window minus before it |
 | metadata | seconds for one Metadata request for all topics (confluent-kafka list_topics), median of 5 |
 | RSS | each node's resident memory after the idle window |
-| produce | `--produce-partitions` partitions written by one producer (acks=all, 1 KiB, 2,000 msg/s) for `--produce-seconds`: p50/p99 of produce() to delivery report, and elections meanwhile |
+| produce | `--produce-partitions` partitions written by one producer (acks=all, 1 KiB, `--produce-rate` msg/s, default 200) for `--produce-seconds`: p50/p99 of produce() to delivery report, and elections meanwhile |
 | restart | all three nodes SIGTERMed, started again, until every partition has a leader again |
 | failover | the active controller kill -9ed, until another voter leads |
 
@@ -210,7 +210,7 @@ def main() -> int:
     ap.add_argument("--idle-seconds", type=float, default=60)
     ap.add_argument("--produce-partitions", type=int, default=1000)
     ap.add_argument("--produce-seconds", type=float, default=30, help="0 skips the produce scenario")
-    ap.add_argument("--produce-rate", type=int, default=2000)
+    ap.add_argument("--produce-rate", type=int, default=200)
     ap.add_argument("--no-restart", action="store_true", help="skip the restart and failover figures")
     ap.add_argument("--profile", type=Path, help="py-spy the quorum leader during each idle window")
     ap.add_argument("--keep", action="store_true", help="keep the data directory")

@@ -1,0 +1,72 @@
+"""Thousands of idle partitions cost a cluster neither its cores nor its controller.
+
+A 3-node cluster (real processes, combined broker and controller roles) holds 2,000 partitions
+at RF=3 and sits idle for SEAWAY_SCALE_IDLE_S seconds (default 300, the issue's five minutes).
+Before fetch sessions, each follower named every partition twice a second and each leader
+looked at every one of them: 1,300 partitions took about a quarter of a core per node, and the
+controller lost its leadership every few seconds. The bounds here are generous; the measured
+figures are in tests/benchmarks/README.md (bench_scale.py).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.benchmarks.bench_scale import cpu_seconds
+from tests.support.cluster import KRaftCluster
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 2000
+PER_TOPIC = 10
+IDLE_S = float(os.environ.get("SEAWAY_SCALE_IDLE_S", "300"))
+MAX_IDLE_CPU = 0.20     # of one core, per node; measured about 0.02
+
+
+def _layout(admin, names) -> dict:
+    md = admin.list_topics(timeout=60)
+    return {(t, i): (p.leader, sorted(p.isrs)) for t in names if t in md.topics
+            for i, p in md.topics[t].partitions.items()}
+
+
+def test_two_thousand_idle_partitions_cost_no_elections_and_little_cpu(tmp_path):
+    with KRaftCluster(tmp_path, combined=3) as cluster:
+        cluster.wait_for_leader(timeout=60)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        deadline = time.monotonic() + 60
+        while len(admin.list_topics(timeout=10).brokers) < 3:
+            assert time.monotonic() < deadline, "brokers did not register"
+            time.sleep(0.2)
+        names = [f"idle-{i:04d}" for i in range(PARTITIONS // PER_TOPIC)]
+        for i in range(0, len(names), 50):
+            for f in admin.create_topics([NewTopic(n, PER_TOPIC, 3) for n in names[i:i + 50]],
+                                         request_timeout=120).values():
+                f.result(180)
+        deadline = time.monotonic() + 180
+        while True:
+            layout = _layout(admin, names)
+            if len(layout) == PARTITIONS and all(leader >= 0 and len(isr) == 3 for leader, isr in layout.values()):
+                break
+            assert time.monotonic() < deadline, "partitions not led with a full ISR"
+            time.sleep(1)
+
+        _, epoch_before = cluster.wait_for_leader()
+        pids = {i: n.proc.pid for i, n in cluster.nodes.items()}
+        cpu_before = {i: cpu_seconds(p) for i, p in pids.items()}
+        started = time.monotonic()
+        time.sleep(IDLE_S)
+        wall = time.monotonic() - started
+        usage = {i: (cpu_seconds(p) - cpu_before[i]) / wall for i, p in pids.items()}
+        _, epoch_after = cluster.wait_for_leader()
+
+        t0 = time.monotonic()
+        layout = _layout(admin, names)
+        metadata_s = time.monotonic() - t0
+        assert epoch_after == epoch_before, f"{epoch_after - epoch_before} controller elections while idle"
+        assert all(u < MAX_IDLE_CPU for u in usage.values()), f"idle CPU per node (share of a core): {usage}"
+        shrunk = [tp for tp, (_, isr) in layout.items() if len(isr) < 3]
+        assert not shrunk, f"{len(shrunk)} idle partitions lost an ISR member, e.g. {shrunk[:5]}"
+        assert metadata_s < 5, f"Metadata for {PARTITIONS} partitions took {metadata_s:.1f}s"
