@@ -34,7 +34,10 @@ set once it was looked at. A round thus costs the partitions that changed, not t
 size, and a parked fetch waits on one event for the whole session.
 
 The cache (Kafka's FetchSessionCache) holds at most `max.incremental.fetch.session.cache.slots`
-sessions. When it is full a new session may evict one: first a session unused for
+sessions. Opening a session first drops the sessions unused for
+`min.incremental.fetch.session.eviction.ms` (Kafka keeps them until it needs the room; here a
+session is told of every change to its partitions, so a dead fetcher's should not linger).
+When it is still full a new session may evict one: first a session unused for
 `min.incremental.fetch.session.eviction.ms` (the least recently used); else a follower's
 session (privileged) evicts a consumer's, and a session evicts a smaller one of its own class.
 Otherwise the fetcher is answered with session id 0 and goes on sending full requests.
@@ -163,6 +166,7 @@ class FetchSessionCache:
         self.eviction_ms = eviction_ms
         self.sessions: dict[int, FetchSession] = {}
         self.evictions = 0
+        self.expired: list[FetchSession] = []   # removed by the last maybe_create as unused
         self._rng = rng or random.Random()
 
     def __len__(self) -> int:
@@ -187,6 +191,12 @@ class FetchSessionCache:
         full and nothing may be evicted for it; and the session evicted to make room."""
         if self.max_slots <= 0:
             return None, None
+        self.expired = [s for s in self.sessions.values() if now_ms - s.last_used_ms > self.eviction_ms]
+        for stale in self.expired:
+            # A fetcher that went away never says so; its session would go on being told of
+            # every change to its partitions. Sessions unused past the eviction time go now.
+            self.remove(stale.id)
+            self.evictions += 1
         evicted = None
         if len(self.sessions) >= self.max_slots:
             evicted = self._evictable(privileged, size, now_ms)

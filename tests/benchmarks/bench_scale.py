@@ -18,6 +18,7 @@ holds N partitions, and then, per N:
 | produce | `--produce-partitions` partitions written by one producer (acks=all, 1 KiB, `--produce-rate` msg/s, default 200) for `--produce-seconds`: p50/p99 of produce() to delivery report, and elections meanwhile |
 | restart | all three nodes SIGTERMed, started again, until every partition has a leader again |
 | failover | the active controller kill -9ed, until another voter leads |
+| churn | `--churn-seconds`: `--churn-topics` one-partition topics created and deleted in a loop; each node's idle CPU and RSS before and after, and any deleted topic that came back |
 
 Figures are printed as a table; record them in tests/benchmarks/README.md by hand with the
 command that produced them. This is a benchmark, not a test: nothing here passes or fails.
@@ -204,6 +205,40 @@ def failover_seconds(cluster: KRaftCluster) -> float:
     return took
 
 
+def churn(cluster: KRaftCluster, admin, seconds: float, topics_per_cycle: int) -> dict:
+    """Create `topics_per_cycle` one-partition RF=3 topics and delete them, again and again, for
+    `seconds`: each node's RSS and idle CPU before and after, the cycles done, and any deleted
+    topic that came back (Metadata without auto-creation, as a consumer's is)."""
+    def settle_and_measure() -> tuple[dict, dict]:
+        time.sleep(10)
+        procs = pids(cluster)
+        before = {i: cpu_seconds(p) for i, p in procs.items()}
+        time.sleep(20)
+        return ({i: 100 * (cpu_seconds(p) - before[i]) / 20 for i, p in procs.items()},
+                {i: rss_mib(p) for i, p in procs.items()})
+
+    cpu0, rss0 = settle_and_measure()
+    start = time.monotonic()
+    cycles = 0
+    came_back: set[str] = set()
+    while time.monotonic() - start < seconds:
+        names = [f"churn-{cycles}-{i}" for i in range(topics_per_cycle)]
+        for i in range(0, len(names), TOPICS_PER_REQUEST):
+            for fut in admin.create_topics([NewTopic(n, 1, 3) for n in names[i:i + TOPICS_PER_REQUEST]],
+                                           request_timeout=120).values():
+                fut.result(180)
+        for i in range(0, len(names), TOPICS_PER_REQUEST):
+            for fut in admin.delete_topics(names[i:i + TOPICS_PER_REQUEST], request_timeout=120).values():
+                fut.result(180)
+        time.sleep(1)
+        present = set(admin.list_topics(timeout=60).topics)
+        came_back |= present & set(names)
+        cycles += 1
+    cpu1, rss1 = settle_and_measure()
+    return {"cycles": cycles, "cpu_before": cpu0, "cpu_after": cpu1, "rss_before": rss0, "rss_after": rss1,
+            "came_back": sorted(came_back)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--partitions", default="1300", help="comma-separated partition counts, grown in one cluster")
@@ -214,6 +249,9 @@ def main() -> int:
     ap.add_argument("--no-restart", action="store_true", help="skip the restart and failover figures")
     ap.add_argument("--profile", type=Path, help="py-spy the quorum leader during each idle window")
     ap.add_argument("--keep", action="store_true", help="keep the data directory")
+    ap.add_argument("--churn-seconds", type=float, default=0,
+                    help="after the table: create and delete --churn-topics topics in a loop this long")
+    ap.add_argument("--churn-topics", type=int, default=1000)
     args = ap.parse_args()
     counts = sorted(int(x) for x in args.partitions.split(","))
     directory = Path(tempfile.mkdtemp(prefix="seaway-scale-"))
@@ -252,6 +290,9 @@ def main() -> int:
                     all_led(admin, topics, 3, timeout=600)
                 print(f"[{count}] {row}", flush=True)
                 rows.append(row)
+            if args.churn_seconds > 0:
+                result = churn(cluster, AdminClient(conf), args.churn_seconds, args.churn_topics)
+                print(f"[churn] {result}", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(directory, ignore_errors=True)

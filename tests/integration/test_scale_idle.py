@@ -32,6 +32,7 @@ def _layout(admin, names) -> dict:
             for i, p in md.topics[t].partitions.items()}
 
 
+@pytest.mark.timeout(IDLE_S + 300)
 def test_two_thousand_idle_partitions_cost_no_elections_and_little_cpu(tmp_path):
     with KRaftCluster(tmp_path, combined=3) as cluster:
         cluster.wait_for_leader(timeout=60)

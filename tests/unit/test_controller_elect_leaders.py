@@ -300,9 +300,14 @@ class Channel:
         self.sent.append((api_key, version, request.election_type))
         return call(self.h, api_key, request, version)[1]
 
+    async def send_tracked(self, api_key, request, version, timeout_s):
+        return await self.send(api_key, request, version, timeout_s), False   # answered at once
+
 
 class Loader:
     """The broker's metadata loader: here, at once the controller's committed image."""
+
+    next_offset = 0
 
     def __init__(self, h: Harness):
         self.h = h

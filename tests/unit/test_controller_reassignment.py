@@ -653,9 +653,14 @@ class Channel:
         self.sent.append((api_key, version))
         return call(self.h, api_key, request, version)[1]
 
+    async def send_tracked(self, api_key, request, version, timeout_s):
+        return await self.send(api_key, request, version, timeout_s), False   # answered at once
+
 
 class Loader:
     """The broker's metadata loader: the controller's committed image, or a frozen one."""
+
+    next_offset = 0
 
     def __init__(self, h: Harness, frozen=None):
         self.h = h

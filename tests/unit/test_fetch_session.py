@@ -45,7 +45,7 @@ def test_a_full_cache_evicts_as_kafka_does(existing, new, now, evicts):
     old = next(iter(cache.sessions.values()))
     session, evicted = cache.maybe_create(new[1], True, new[0], now)
     assert (session is not None) == evicts
-    assert (evicted is old) == evicts
+    assert (evicted is old or old in cache.expired) == evicts
     assert len(cache) == 1
     assert cache.evictions == int(evicts)
     if evicts:
@@ -58,7 +58,17 @@ def test_the_stalest_session_goes_first():
     b, _ = cache.maybe_create(True, True, 50, now_ms=0)
     a.last_used_ms, b.last_used_ms = 500, 300
     c, evicted = cache.maybe_create(False, True, 1, now_ms=450)
-    assert evicted is b and c is not None
+    assert cache.expired == [b] and evicted is None and c is not None
+    assert sorted(cache.sessions) == sorted([a.id, c.id])
+
+
+def test_opening_a_session_drops_the_ones_unused_past_the_eviction_time():
+    cache = FetchSessionCache(10, eviction_ms=100)
+    old, _ = cache.maybe_create(False, True, 1, now_ms=0)
+    fresh, _ = cache.maybe_create(False, True, 1, now_ms=90)
+    new, evicted = cache.maybe_create(False, True, 1, now_ms=150)
+    assert evicted is None and cache.expired == [old] and old.closed
+    assert sorted(cache.sessions) == sorted([fresh.id, new.id])
 
 
 def test_no_slots_means_no_sessions():

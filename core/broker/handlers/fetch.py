@@ -355,6 +355,8 @@ def _open_session(cache, pending: _PendingFetch, now_ms: int) -> FetchSession | 
     lets us."""
     session, evicted = cache.maybe_create(pending.from_follower, pending.by_id, len(pending.reads), now_ms)
     _close(evicted)
+    for stale in cache.expired:
+        _close(stale)
     if session is None:
         return None
     for r in pending.reads.values():
