@@ -74,6 +74,7 @@ class ReplicaFetcher:
         self._held: dict[tuple[str, int], tuple[object, SendFetch]] = {}   # throttled for now
         self._session = FetchSessionHandler()
         self._names: dict[bytes, str] = {}
+        self._keys: dict[tuple[str, int], tuple] = {}   # (topic, index) -> its session key
         self._wake = anyio.Event()
         self._conn: BrokerConnection | None = None
         self._conn_address: tuple[str, int] | None = None
@@ -81,10 +82,19 @@ class ReplicaFetcher:
         self._caught_up: dict[tuple[str, int], bool] = {}
 
     def _session_key(self, partition) -> tuple:
+        """The partition's key in the session, as it was when the partition joined it: a
+        partition leaving because its topic was deleted must be forgotten under the topic id
+        the leader knows it by, which the broker no longer has."""
+        key = (partition.topic, partition.index)
         topic = self.manager.broker.topics.get(partition.topic)
+        if topic is None:
+            known = self._keys.get(key)
+            if known is not None:
+                return known
         topic_id = topic.topic_id if topic is not None else bytes(16)
         self._names[topic_id] = partition.topic
-        return (partition.topic, topic_id, partition.index)
+        skey = self._keys[key] = (partition.topic, topic_id, partition.index)
+        return skey
 
     def add(self, partition, action) -> None:
         key = (partition.topic, partition.index)
@@ -112,6 +122,8 @@ class ReplicaFetcher:
         self._outstanding.pop(key, None)
         self._sent.pop(skey, None)
         self._session.drop(skey)
+        if skey not in self._session:
+            self._keys.pop(key, None)
 
     async def run(self) -> None:
         backoff = self.config["replica.fetch.backoff.ms"] / 1000
