@@ -71,3 +71,34 @@ def test_two_thousand_idle_partitions_cost_no_elections_and_little_cpu(tmp_path)
         shrunk = [tp for tp, (_, isr) in layout.items() if len(isr) < 3]
         assert not shrunk, f"{len(shrunk)} idle partitions lost an ISR member, e.g. {shrunk[:5]}"
         assert metadata_s < 5, f"Metadata for {PARTITIONS} partitions took {metadata_s:.1f}s"
+
+
+def test_deleted_topics_leave_no_work_behind(tmp_path):
+    """Topics created and deleted: every follower forgets their partitions in its fetch
+    sessions, so the nodes go back to idle. (A follower that forgot them under the wrong key
+    kept its leaders answering their errors at once, round after round: half a core each.)"""
+    with KRaftCluster(tmp_path, combined=3) as cluster:
+        cluster.wait_for_leader(timeout=60)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        deadline = time.monotonic() + 60
+        while len(admin.list_topics(timeout=10).brokers) < 3:
+            assert time.monotonic() < deadline, "brokers did not register"
+            time.sleep(0.2)
+        names = [f"short-lived-{i}" for i in range(30)]
+        # A topic that stays keeps each follower's fetch session busy after the others go.
+        for f in admin.create_topics([NewTopic(n, 2, 3) for n in ["keeper", *names]], request_timeout=60).values():
+            f.result(120)
+        deadline = time.monotonic() + 60
+        while not all(len(isr) == 3 for _, isr in _layout(admin, ["keeper", *names]).values()) or \
+                len(_layout(admin, ["keeper", *names])) < 62:
+            assert time.monotonic() < deadline, "partitions not led with a full ISR"
+            time.sleep(0.5)
+        for f in admin.delete_topics(names, request_timeout=60).values():
+            f.result(120)
+        time.sleep(5)
+        pids = {i: n.proc.pid for i, n in cluster.nodes.items()}
+        before = {i: cpu_seconds(p) for i, p in pids.items()}
+        time.sleep(10)
+        usage = {i: (cpu_seconds(p) - before[i]) / 10 for i, p in pids.items()}
+        assert all(u < MAX_IDLE_CPU for u in usage.values()), f"CPU per node after the deletions: {usage}"
+        assert not set(admin.list_topics(timeout=30).topics) & set(names), "a deleted topic came back"
