@@ -199,7 +199,7 @@ class FetchSessionCache:
             self.evictions += 1
         evicted = None
         if len(self.sessions) >= self.max_slots:
-            evicted = self._evictable(privileged, size, now_ms)
+            evicted = self._evictable(privileged, size)
             if evicted is None:
                 return None, None
             self.remove(evicted.id)
@@ -209,10 +209,8 @@ class FetchSessionCache:
         self.sessions[session_id] = session
         return session, evicted
 
-    def _evictable(self, privileged: bool, size: int, now_ms: int) -> FetchSession | None:
-        stale = min(self.sessions.values(), key=lambda s: s.last_used_ms)
-        if now_ms - stale.last_used_ms > self.eviction_ms:
-            return stale
+    def _evictable(self, privileged: bool, size: int) -> FetchSession | None:
+        # Stale sessions are gone already (maybe_create drops them first).
         # (privileged, size, id): the new session evicts the smallest session it outranks.
         candidates = [s for s in self.sessions.values() if privileged or not s.privileged]
         if not candidates:

@@ -330,12 +330,8 @@ def _session_error(code: ErrorCode):
 
 
 def _close(session: FetchSession | None) -> None:
-    if session is None:
-        return
-    for entry in session.partitions.values():
-        if entry.watched is not None:
-            entry.watched.unwatch(session)
-            entry.watched = None
+    if session is not None:
+        _close_entries(session, session.partitions.values())
 
 
 def _watch(session: FetchSession, reads) -> None:
