@@ -20,6 +20,7 @@ from core.config.broker import Listener
 from core.security.authorizer import AllowAll
 
 from core.config.defs import ConfigError
+from core.node import faults
 from core.node.controller_apis import CONTROLLER_HANDLERS
 from core.node.lifecycle import BrokerLifecycle
 from core.node.quorum import ControllerServer, QuorumMember
@@ -43,6 +44,7 @@ class NodeHandle:
     bound: dict[str, tuple[str, int]] = field(default_factory=dict)  # listener -> (host, port)
     cancel_scope: anyio.CancelScope | None = None
     listener_scopes: list[anyio.CancelScope] = field(default_factory=list)
+    controller_scopes: list[anyio.CancelScope] = field(default_factory=list)   # on the raft thread
     stopped: anyio.Event = field(default_factory=anyio.Event)  # set once logs are closed
     metrics_port: int | None = None
     draining: bool = False
@@ -56,6 +58,9 @@ class NodeHandle:
             server.draining = True
         for scope in self.listener_scopes:
             scope.cancel()
+        on_raft_thread = self.quorum.driver.call_soon if self.quorum is not None else None
+        for scope in self.controller_scopes:
+            on_raft_thread(scope.cancel)
         if self.lifecycle is not None:
             # Controlled shutdown: the controller moves our leaderships away first.
             granted = await self.lifecycle.shutdown(timeout_s=self.config["shutdown.timeout.ms"] / 2000)
@@ -65,9 +70,11 @@ class NodeHandle:
             broker.groups.unload_all()  # parked joins and syncs answer NOT_COORDINATOR now
             for p in broker.all_partitions():
                 p.wake_waiters()  # long polls answer now
-        for server in self._servers():
-            for conn in list(server.connections):
+        if broker is not None:
+            for conn in list(broker.connections):
                 conn.close_when_idle()
+        if self.controller is not None:
+            on_raft_thread(_close_when_idle, self.controller.connections)
         with anyio.move_on_after(self.config["shutdown.timeout.ms"] / 1000):
             while any(server.connections for server in self._servers()):
                 await anyio.sleep(0.01)
@@ -105,6 +112,11 @@ class NodeHandle:
         elif self.broker is not None:
             seen.append(f"node {self.config.node_id} serving")
         return True, "healthy: " + "; ".join(seen)
+
+
+def _close_when_idle(connections) -> None:
+    for conn in list(connections):
+        conn.close_when_idle()
 
 
 async def _serve_listener(listener_cfg: Listener, tcp_listener, server, authorizer,
@@ -167,26 +179,35 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
         async with anyio.create_task_group() as tg:
             handle.cancel_scope = tg.cancel_scope
             if quorum is not None:
-                await tg.start(quorum.driver.run)
+                # The raft thread: the driver, and below the controller role and the broker's
+                # heartbeats, which must keep their deadlines whatever this loop is doing.
+                raft_thread = quorum.driver
+                await tg.start(raft_thread.run)
                 tg.start_soon(quorum.run_snapshots)
             if controller is not None:
-                tg.start_soon(controller.runner.run)
+                raft_thread.start_soon(controller.runner.run)
             broker_listeners = []
             for lc in config.listeners:
-                if config.is_controller_listener(lc.name):
+                bind = dict(local_host=lc.host or None, local_port=lc.port, reuse_port=False)
+                scope = anyio.CancelScope()
+                on_raft_thread = config.is_controller_listener(lc.name)
+                if on_raft_thread:
                     if controller is None:
                         continue
-                    server, handlers = controller, CONTROLLER_HANDLERS
+                    # Made on the raft thread: an anyio listener belongs to the loop it was made on.
+                    tcp = await raft_thread.call(anyio.create_tcp_listener, **bind)
+                    handle.controller_scopes.append(scope)
+                    serve = (_serve_listener, lc, tcp, controller, authorizer, scope, CONTROLLER_HANDLERS,
+                             controller)
                 else:
-                    server, handlers = broker, None
-                tcp = await anyio.create_tcp_listener(local_host=lc.host or None, local_port=lc.port,
-                                                      reuse_port=False)
+                    tcp = await anyio.create_tcp_listener(**bind)
+                    handle.listener_scopes.append(scope)
+                    serve = (_serve_listener, lc, tcp, broker, authorizer, scope, None, controller)
                 addr = tcp.extra(SocketAttribute.local_address)
                 handle.bound[lc.name] = (addr[0], addr[1])
-                scope = anyio.CancelScope()
-                handle.listener_scopes.append(scope)
-                serve = (_serve_listener, lc, tcp, server, authorizer, scope, handlers, controller)
-                if server is broker and lifecycle is not None:
+                if on_raft_thread:
+                    raft_thread.start_soon(*serve)
+                elif lifecycle is not None:
                     broker_listeners.append(serve)
                 else:
                     tg.start_soon(*serve)
@@ -196,7 +217,7 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
                 tg.start_soon(broker.kraft.sync.run)
                 tg.start_soon(broker.kraft.replicas.run)
                 tg.start_soon(broker.groups.run_topic_creator)
-                tg.start_soon(lifecycle.run)
+                raft_thread.start_soon(lifecycle.run)
                 tg.start_soon(_serve_when_caught_up, tg, broker, lifecycle, broker_listeners)
             if broker is not None:
                 tg.start_soon(broker.run_flush_scheduler)
@@ -206,6 +227,8 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
                 tg.start_soon(broker.groups.run_writer)
                 tg.start_soon(broker.groups.run_timers)
                 tg.start_soon(broker.groups.run_expiry)
+            if faults.busy_data_plane_armed():
+                tg.start_soon(faults.busy_data_plane)
             log.info("node %d (%s) of cluster %s listening on %s", config.node_id,
                      ",".join(sorted(config.roles)), broker.cluster_id if broker else quorum.cluster_id,
                      ", ".join(f"{n}://{h}:{p}" for n, (h, p) in handle.bound.items()))

@@ -35,7 +35,7 @@ def _raft_handler(api_key: int):
         except wire.NotClusterMetadata as exc:
             response = RESPONSE_OF[_REQUEST_OF[api_key]](error_code=exc.code)
         else:
-            response = await ctx.controller.quorum.driver.handle_request(data)
+            response = await ctx.controller.driver.handle_request(data)
         return wire.to_wire(response, ctx.api_version)[1]
     handle.VERSIONS = wire.VERSIONS[api_key]
     return handle

@@ -44,13 +44,16 @@ def now_ms() -> int:
 
 
 class ControllerRunner:
-    def __init__(self, config, quorum):
+    """Runs on the raft thread (core/raft/thread.py): `driver` is the RaftDriver itself and
+    `loader` the controller's own MetadataLoader, a local listener of that driver."""
+
+    def __init__(self, config, *, cluster_id: str, driver, loader):
         self.config = config
-        self.quorum = quorum
+        self.driver = driver
+        self.loader = loader
         self.node_id = config.node_id
-        self.controller = QuorumController(config.node_id, quorum.cluster_id,
+        self.controller = QuorumController(config.node_id, cluster_id,
                                            ControllerConfig.from_broker_config(config), clock=now_ms)
-        loader = quorum.loader
         loader.record_listeners.append(self._on_records)
         loader.snapshot_listeners.append(self.controller.load_snapshot)
         loader.leader_listeners.append(self._on_leader)
@@ -74,9 +77,9 @@ class ControllerRunner:
         self._wake.set()
 
     def _should_activate(self) -> bool:
-        leader = self.quorum.driver.leader
+        leader = self.driver.leader
         return (leader.leader_id == self.node_id and not self.controller.is_active
-                and self.quorum.loader.last_epoch == leader.leader_epoch)
+                and self.loader.last_epoch == leader.leader_epoch)
 
     # ------------------------------------------------------------------ the loop
 
@@ -107,8 +110,8 @@ class ControllerRunner:
 
     async def _activate(self) -> None:
         async with self._lock:
-            epoch = self.quorum.driver.leader.leader_epoch
-            end = await self.quorum.driver.log_end_offset()
+            epoch = self.driver.leader.leader_epoch
+            end = await self.driver.log_end_offset()
             records = self.controller.activate(end)
             self._active_epoch = epoch
             log.info("controller %d is active in epoch %d from offset %d", self.node_id, epoch, end)
@@ -118,7 +121,7 @@ class ControllerRunner:
     async def _append(self, records):
         """Propose records (under the lock); returns the OffsetAndEpoch after the last one."""
         try:
-            self._last_end = await self.quorum.driver.propose([encode_record(r) for r in records])
+            self._last_end = await self.driver.propose([encode_record(r) for r in records])
             return self._last_end
         except NotLeaderError:
             self.controller.deactivate()
@@ -141,8 +144,8 @@ class ControllerRunner:
                 end = self._last_end
             else:
                 return result.response
-        loader = self.quorum.loader
-        driver = self.quorum.driver
+        loader = self.loader
+        driver = self.driver
         committed = await loader.wait_for(
             lambda: loader.next_offset >= end.offset or driver.leader.leader_epoch != end.epoch,
             COMMIT_TIMEOUT_S)

@@ -18,9 +18,15 @@ register again.
 
 Controlled shutdown: `shutdown()` sends heartbeats with want_shut_down until the controller
 answers should_shut_down (it has moved leadership away), bounded by the caller's timeout.
+
+`run()` runs on the raft thread (core/raft/thread.py), so that a busy data plane never delays a
+heartbeat past broker.session.timeout.ms; the node's main loop waits on `registered`,
+`unfenced` and `shutdown_granted` (events that cross threads) and reads the plain attributes.
+`shutdown()` is called from the main loop.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 
@@ -30,6 +36,7 @@ from core.client.connection import BrokerConnection
 from core.client.errors import KafkaError
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
+from core.raft.thread import ThreadSafeEvent
 
 log = logging.getLogger(__name__)
 
@@ -49,18 +56,20 @@ class BrokerLifecycle:
         self.caught_up = False
         self.serving = False                # client listeners accept (set by the node once unfenced and caught up)
         self.want_shutdown = False
-        self.shutdown_granted = anyio.Event()
-        self.registered = anyio.Event()
-        self.unfenced = anyio.Event()
+        self.shutdown_granted = ThreadSafeEvent()
+        self.registered = ThreadSafeEvent()
+        self.unfenced = ThreadSafeEvent()
         self._conn: BrokerConnection | None = None
         self._conn_target = -1
         self._wake = anyio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None   # run()'s, where _wake belongs
 
     @property
     def interval_s(self) -> float:
         return self.config["broker.heartbeat.interval.ms"] / 1000
 
     async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
         try:
             while True:
                 try:
@@ -155,7 +164,7 @@ class BrokerLifecycle:
             self.unfenced.set()
         elif self.fenced and not was_fenced:
             log.warning("broker %d was fenced by the controller", self.config.node_id)
-            self.unfenced = anyio.Event()
+            self.unfenced = ThreadSafeEvent()
         if response.should_shut_down:
             self.shutdown_granted.set()
 
@@ -164,7 +173,11 @@ class BrokerLifecycle:
         if self.broker_epoch < 0:
             return False
         self.want_shutdown = True
-        self._wake.set()
+        if self._loop is not None and not self._loop.is_closed():
+            try:
+                self._loop.call_soon_threadsafe(lambda: self._wake.set())
+            except RuntimeError:   # run()'s loop closed meanwhile: nobody to wake
+                pass
         with anyio.move_on_after(timeout_s):
             await self.shutdown_granted.wait()
         return self.shutdown_granted.is_set()

@@ -52,7 +52,10 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
 
 
 class MetadataLoader:
-    def __init__(self) -> None:
+    def __init__(self, *, keep_image: bool = True) -> None:
+        # The controller's loader (on the raft thread) passes records to the controller, which
+        # keeps its own state: it builds an image only for a snapshot's listeners.
+        self.keep_image = keep_image
         self.image = MetadataImage.empty()
         self.next_offset = 0            # the offset after the last entry applied
         self.last_epoch = 0             # the epoch of that entry
@@ -71,15 +74,18 @@ class MetadataLoader:
 
     def handle_snapshot(self, snapshot: Snapshot) -> None:
         before = self.image
-        self.image = image_from_snapshot(snapshot.data)
+        image = image_from_snapshot(snapshot.data)
+        if self.keep_image:
+            self.image = image
         self.next_offset = snapshot.snapshot_id.end_offset
         self.last_epoch = snapshot.snapshot_id.epoch
         self.bytes_since_snapshot = 0
         self.topic_created_at = {}
-        log.info("loaded metadata snapshot up to offset %d (%d brokers, %d topics)",
-                 self.next_offset, len(self.image.brokers), len(self.image.topics))
+        if self.keep_image:
+            log.info("loaded metadata snapshot up to offset %d (%d brokers, %d topics)",
+                     self.next_offset, len(image.brokers), len(image.topics))
         for listener in self.snapshot_listeners:
-            listener(self.image, self.next_offset - 1)
+            listener(image, self.next_offset - 1)
         self._publish(before)
 
     def handle_commit(self, entries: Sequence[Entry], high_watermark: int) -> None:
@@ -113,7 +119,7 @@ class MetadataLoader:
             self.next_offset = e.offset + 1
             self.last_epoch = e.epoch
         flush_run(self.next_offset - 1)
-        if records:
+        if records and self.keep_image:
             self.image = self.image.apply_all(records)
         self._publish(before)
 

@@ -4,6 +4,11 @@
 (a voter if the node is a controller, an observer otherwise) and the MetadataLoader that keeps
 the committed image. `ControllerServer` is the controller role: it owns the connections of the
 controller listeners and answers their requests (controller_apis.py).
+
+The controller role lives on the raft thread (core/raft/thread.py), beside the driver, so that
+no data-plane work delays a vote, a heartbeat answer or a broker's session: it has a loader of
+its own there (a local listener of the driver, which keeps no image), and uses the RaftDriver
+directly. The main loop's loader is the broker's.
 """
 from __future__ import annotations
 
@@ -64,6 +69,10 @@ class ControllerServer:
         self.config = config
         self.quorum = quorum
         self.metrics = metrics
-        self.connections: set = set()
+        self.connections: set = set()   # touched on the raft thread only
         self.draining = False
-        self.runner = ControllerRunner(config, quorum)
+        self.driver = quorum.driver.driver   # the RaftDriver: this role runs on its thread
+        self.loader = MetadataLoader(keep_image=False)
+        quorum.driver.add_local_listener(self.loader)
+        self.runner = ControllerRunner(config, cluster_id=quorum.cluster_id, driver=self.driver,
+                                       loader=self.loader)

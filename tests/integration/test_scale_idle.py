@@ -13,7 +13,7 @@ import os
 import time
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
 from tests.benchmarks.bench_scale import cpu_seconds
 from tests.support.cluster import KRaftCluster
@@ -26,17 +26,6 @@ IDLE_S = float(os.environ.get("SEAWAY_SCALE_IDLE_S", "300"))
 MAX_IDLE_CPU = 0.20     # of one core, per node; measured about 0.02
 
 
-def _admin_of_ready(cluster: KRaftCluster) -> AdminClient:
-    """An admin client, once the quorum has a leader and all three brokers registered."""
-    cluster.wait_for_leader(timeout=60)
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    deadline = time.monotonic() + 60
-    while len(admin.list_topics(timeout=10).brokers) < 3:
-        assert time.monotonic() < deadline, "brokers did not register"
-        time.sleep(0.2)
-    return admin
-
-
 def _layout(admin, names) -> dict:
     md = admin.list_topics(timeout=60)
     return {(t, i): (p.leader, sorted(p.isrs)) for t in names if t in md.topics
@@ -46,7 +35,7 @@ def _layout(admin, names) -> dict:
 @pytest.mark.timeout(IDLE_S + 300)
 def test_two_thousand_idle_partitions_cost_no_elections_and_little_cpu(tmp_path):
     with KRaftCluster(tmp_path, combined=3) as cluster:
-        admin = _admin_of_ready(cluster)
+        admin = cluster.admin_when_ready()
         names = [f"idle-{i:04d}" for i in range(PARTITIONS // PER_TOPIC)]
         for i in range(0, len(names), 50):
             for f in admin.create_topics([NewTopic(n, PER_TOPIC, 3) for n in names[i:i + 50]],
@@ -84,7 +73,7 @@ def test_deleted_topics_leave_no_work_behind(tmp_path):
     sessions, so the nodes go back to idle. (A follower that forgot them under the wrong key
     kept its leaders answering their errors at once, round after round: half a core each.)"""
     with KRaftCluster(tmp_path, combined=3) as cluster:
-        admin = _admin_of_ready(cluster)
+        admin = cluster.admin_when_ready()
         names = [f"short-lived-{i}" for i in range(30)]
         # A topic that stays keeps each follower's fetch session busy after the others go.
         for f in admin.create_topics([NewTopic(n, 2, 3) for n in ["keeper", *names]], request_timeout=60).values():

@@ -145,6 +145,20 @@ class KRaftCluster:
             time.sleep(0.05)
         raise NodeError(f"no leader within {timeout}s;\n" + self.log_tails())
 
+    def admin_when_ready(self, brokers: int | None = None, timeout: float = 60.0):
+        """A confluent-kafka AdminClient, once the quorum has a leader and `brokers` (default:
+        every broker node) are registered and serving."""
+        from confluent_kafka.admin import AdminClient
+        want = brokers if brokers is not None else sum("broker" in self.roles(i) for i in self.nodes)
+        self.wait_for_leader(timeout=timeout)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        deadline = time.monotonic() + timeout
+        while len(admin.list_topics(timeout=10).brokers) < want:
+            if time.monotonic() > deadline:
+                raise NodeError(f"{want} brokers did not register within {timeout}s;\n" + self.log_tails())
+            time.sleep(0.2)
+        return admin
+
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> "KRaftCluster":

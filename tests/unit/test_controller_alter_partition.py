@@ -4,7 +4,6 @@ makes on its own around it: fencing, controlled shutdown, unfencing, unclean and
 elections."""
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import anyio
 import pytest
@@ -555,10 +554,9 @@ def runner_on_fake_raft(tmp_path):
                            "listeners": "CONTROLLER://127.0.0.1:9093",
                            "controller.listener.names": "CONTROLLER",
                            "log.dirs": str(tmp_path)}, warn_unknown=False)
-    loader = MetadataLoader()
-    quorum = SimpleNamespace(cluster_id=CLUSTER, loader=loader, driver=None)
-    quorum.driver = raft = FakeRaft(loader)
-    return ControllerRunner(config, quorum), raft
+    loader = MetadataLoader(keep_image=False)
+    raft = FakeRaft(loader)
+    return ControllerRunner(config, cluster_id=CLUSTER, driver=raft, loader=loader), raft
 
 
 async def ask(tg, runner, raft, api_key: int, request, version: int, *, commit: bool = True):
