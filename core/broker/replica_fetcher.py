@@ -73,7 +73,8 @@ class ReplicaFetcher:
         self._listings: dict[tuple[str, int], tuple[object, SendListOffsets]] = {}
         self._held: dict[tuple[str, int], tuple[object, SendFetch]] = {}   # throttled for now
         self._session = FetchSessionHandler()
-        self._names: dict[bytes, str] = {}
+        self._names: dict[bytes, str] = {}           # topic id -> name, to read v13+ answers
+        self._name_refs: dict[bytes, int] = {}       # topic id -> partitions in _keys under it
         self._keys: dict[tuple[str, int], tuple] = {}   # (topic, index) -> its session key
         self._wake = anyio.Event()
         self._conn: BrokerConnection | None = None
@@ -92,9 +93,25 @@ class ReplicaFetcher:
             if known is not None:
                 return known
         topic_id = topic.topic_id if topic is not None else bytes(16)
-        self._names[topic_id] = partition.topic
-        skey = self._keys[key] = (partition.topic, topic_id, partition.index)
+        skey = (partition.topic, topic_id, partition.index)
+        if self._keys.get(key) != skey:
+            old = self._keys.get(key)
+            if old is not None and old not in self._session:
+                self._unname(old[1])
+            self._keys[key] = skey
+            self._names[topic_id] = partition.topic
+            self._name_refs[topic_id] = self._name_refs.get(topic_id, 0) + 1
         return skey
+
+    def _unname(self, topic_id: bytes) -> None:
+        """One partition fewer knows this topic id; the last one takes the name with it, so
+        topics created and deleted for months leave nothing behind."""
+        left = self._name_refs.get(topic_id, 0) - 1
+        if left > 0:
+            self._name_refs[topic_id] = left
+        else:
+            self._name_refs.pop(topic_id, None)
+            self._names.pop(topic_id, None)
 
     def add(self, partition, action) -> None:
         key = (partition.topic, partition.index)
@@ -116,14 +133,16 @@ class ReplicaFetcher:
         key = (partition.topic, partition.index)
         self._listings.pop(key, None)
         self._held.pop(key, None)
+        self._caught_up.pop(key, None)
         self._forget(key, self._session_key(partition))
 
     def _forget(self, key, skey) -> None:
         self._outstanding.pop(key, None)
         self._sent.pop(skey, None)
         self._session.drop(skey)
-        if skey not in self._session:
-            self._keys.pop(key, None)
+        if skey not in self._session and self._keys.get(key) == skey:
+            del self._keys[key]
+            self._unname(skey[1])
 
     async def run(self) -> None:
         backoff = self.config["replica.fetch.backoff.ms"] / 1000
