@@ -12,6 +12,12 @@ threads):
 * partitions whose replicas include this broker are opened (created if new), and each learns
   whether this broker leads it and in which leader epoch.
 
+A reconcile looks only at what changed since the image it last reconciled: images share every
+part a record did not touch (MetadataDelta), so a topic whose TopicImage and configs are the
+same objects as before has nothing new, and creating one topic in a cluster of ten thousand
+partitions costs one topic's work. A change to the brokers (registration, fencing, epochs)
+reaches every partition's replica state, so it reconciles every topic, as does the first image.
+
 The first reconcile also sweeps partition directories of topics the image does not hold (a
 topic deleted while this broker was down). The broker serves clients only once it has caught
 up and been unfenced (server.py), so no client sees the empty image of a starting broker.
@@ -50,6 +56,8 @@ class MetadataSync:
         self._changed = anyio.Event()
         self._progress = anyio.Event()
         self._swept = False
+        self._reconciled: MetadataImage | None = None   # the image the last reconcile applied
+        self._unopened: set[bytes] = set()   # topic ids whose partitions failed to open: retried
         quorum.loader.publishers.append(self._on_publish)
 
     def _on_publish(self, before, after, next_offset: int) -> None:
@@ -98,7 +106,14 @@ class MetadataSync:
             if image.topics.get(topic.topic_id) is None or image.topic_ids.get(name) != topic.topic_id:
                 await self._remove(topic)
         defaults = broker.config.topic_defaults()
+        before = self._reconciled
+        every_topic = before is None or before.brokers is not image.brokers
+        retry, self._unopened = self._unopened, set()
         for topic_id, timg in image.topics.items():
+            if (not every_topic and before.topics.get(topic_id) is timg and topic_id not in retry
+                    and before.topic_config(timg.name) is image.topic_config(timg.name)
+                    and topic_id in broker.topics_by_id):
+                continue   # nothing about this topic changed
             try:
                 overrides = TopicConfigs.validate(dict(image.topic_config(timg.name)))
             except ConfigError as exc:   # written by a newer controller: keep our defaults
@@ -127,6 +142,7 @@ class MetadataSync:
                     opened = await anyio.to_thread.run_sync(self._open_replicas, timg.name, wanted, lc)
                 except OSError as exc:
                     log.error("topic %s: cannot open partitions %s: %s", timg.name, wanted, exc)
+                    self._unopened.add(topic_id)
                     opened = []
                 for p, replica_log in opened:
                     self.replicas.attach(p, topic, replica_log)
@@ -139,6 +155,7 @@ class MetadataSync:
                     await self._remove_partition(topic, p)
                 elif p.replica is not None:
                     await self.replicas.apply_metadata(p, reg, brokers, broker_epoch)
+        self._reconciled = image
         if not self._swept:
             self._swept = True
             await anyio.to_thread.run_sync(self._sweep, image)
