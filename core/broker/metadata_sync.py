@@ -88,12 +88,17 @@ class MetadataSync:
     def replicas(self):
         return self.broker.kraft.replicas
 
-    def _open_replicas(self, topic: str, indexes: list[int], lc):
-        """Open the partitions and recover each one's replication state (worker thread)."""
-        partitions = self.broker._open_partitions(topic, indexes, lc)
+    def _read_high_watermarks(self) -> dict:
+        """Every log dir's high-watermark checkpoint (worker thread): read once per reconcile,
+        not once per topic, or a restart with N topics would read N checkpoints of N lines."""
         marks: dict = {}
         for d in self.broker.config.log_dirs:
             marks.update(replica_files.read_high_watermarks(d))
+        return marks
+
+    def _open_replicas(self, topic: str, indexes: list[int], lc, marks: dict):
+        """Open the partitions and recover each one's replication state (worker thread)."""
+        partitions = self.broker._open_partitions(topic, indexes, lc)
         return [(p, recover_replica_log(p, marks)) for p in partitions]
 
     async def reconcile(self, image: MetadataImage) -> None:
@@ -109,6 +114,7 @@ class MetadataSync:
         before = self._reconciled
         every_topic = before is None or before.brokers is not image.brokers
         retry, self._unopened = self._unopened, set()
+        marks = None
         for topic_id, timg in image.topics.items():
             if (not every_topic and before.topics.get(topic_id) is timg and topic_id not in retry
                     and before.topic_config(timg.name) is image.topic_config(timg.name)
@@ -139,7 +145,9 @@ class MetadataSync:
             if wanted:
                 lc = broker._log_config(topic.configs)
                 try:
-                    opened = await anyio.to_thread.run_sync(self._open_replicas, timg.name, wanted, lc)
+                    if marks is None:
+                        marks = await anyio.to_thread.run_sync(self._read_high_watermarks)
+                    opened = await anyio.to_thread.run_sync(self._open_replicas, timg.name, wanted, lc, marks)
                 except OSError as exc:
                     log.error("topic %s: cannot open partitions %s: %s", timg.name, wanted, exc)
                     self._unopened.add(topic_id)

@@ -69,7 +69,7 @@ def sync_of(broker) -> MetadataSync:
     sync = MetadataSync(broker, SimpleNamespace(loader=SimpleNamespace(publishers=[])))
     sync._swept = True     # no directories to sweep here
 
-    def open_replicas(name, indexes, lc):
+    def open_replicas(name, indexes, lc, marks):
         if name in broker.fail_open:
             raise OSError("disk full")
         return [(FakePartition(name, i), None) for i in indexes]
