@@ -42,6 +42,7 @@ from core.raft.storage import METADATA_PARTITION_DIR
 
 from . import replica_files
 from .broker import DELETE_SUFFIX, Topic, _PARTITION_DIR
+from .heap_freezer import HeapFreezer
 from .replica_manager import recover_replica_log
 from .replication import BrokerInfo
 
@@ -58,6 +59,7 @@ class MetadataSync:
         self._swept = False
         self._reconciled: MetadataImage | None = None   # the image the last reconcile applied
         self._unopened: set[bytes] = set()   # topic ids whose partitions failed to open: retried
+        self.heap = HeapFreezer()   # its run() is started beside ours (server.py)
         quorum.loader.publishers.append(self._on_publish)
 
     def _on_publish(self, before, after, next_offset: int) -> None:
@@ -107,11 +109,13 @@ class MetadataSync:
         brokers = {b.id: BrokerInfo(b.epoch, b.fenced, b.in_controlled_shutdown)
                    for b in image.brokers.values()}
         broker_epoch = self.replicas.broker_epoch(image)
+        before = self._reconciled
+        added = removed = before is None
         for name, topic in list(broker.topics.items()):
             if image.topics.get(topic.topic_id) is None or image.topic_ids.get(name) != topic.topic_id:
                 await self._remove(topic)
+                removed = True
         defaults = broker.config.topic_defaults()
-        before = self._reconciled
         every_topic = before is None or before.brokers is not image.brokers
         retry, self._unopened = self._unopened, set()
         marks = None
@@ -127,6 +131,7 @@ class MetadataSync:
                 overrides = {}
             topic = broker.topics_by_id.get(topic_id)
             if topic is None:
+                added = True
                 topic = Topic(timg.name, topic_id, [], TopicConfigs(overrides, defaults))
                 broker.topics[timg.name] = topic
                 broker.topics_by_id[topic_id] = topic
@@ -161,9 +166,12 @@ class MetadataSync:
                     continue
                 if me not in reg.replicas:
                     await self._remove_partition(topic, p)
+                    removed = True
                 elif p.replica is not None:
                     await self.replicas.apply_metadata(p, reg, brokers, broker_epoch)
         self._reconciled = image
+        if added or removed:
+            self.heap.note_change(removed=removed)
         if not self._swept:
             self._swept = True
             await anyio.to_thread.run_sync(self._sweep, image)

@@ -23,7 +23,7 @@ import anyio
 from core.log import Log, LogConfig, LogCorrupted
 from core.protocol.errors import ErrorCode
 from core.log import cleaner
-from core.log.checkpoint import write_durably
+from core.log.checkpoint import TMP_SUFFIX, fsync_dir, write_unpublished
 from core.protocol.records import BatchInfo, iter_batch_headers, set_partition_leader_epoch
 
 from .producer_state import ProducerState, Verdict, delete_snapshots, latest_snapshot, snapshot_path
@@ -52,6 +52,7 @@ class Partition:
         self.is_leader = True
         self.producers = producers if producers is not None else ProducerState()
         self.snapshot_offset = -1  # log end offset of the latest producer snapshot written
+        self._cuts = 0             # truncations so far: a snapshot begun before one is void
         self._waiters: set[anyio.Event] = set()
         self._watchers: dict = {}   # fetch session -> its key for this partition
         # Called after each write (Broker._partition_written): the background jobs that flush
@@ -194,6 +195,7 @@ class Partition:
         """The log was cut (caller holds the lock): producer state above the cut is gone too,
         so rebuild it from the latest snapshot below the new end, as Kafka does."""
         self.producers, self.snapshot_offset = self.load_producer_state(self.log)
+        self._cuts += 1
         self.note_written()
         self.wake_waiters()
 
@@ -239,7 +241,13 @@ class Partition:
             return cleaner.commit(plan)
 
     async def write_producer_snapshot(self) -> None:
-        """Persist the producer state at the log end, so a restart replays only what follows."""
+        """Persist the producer state at the log end, so a restart replays only what follows.
+
+        The file is written and fsynced without the partition's lock, which appends need:
+        snapshotting a thousand busy partitions once a minute held each one's appends behind
+        two fsyncs. Only the rename into place takes the lock, and only if the log was not cut
+        (or closed) meanwhile: a snapshot above a truncation point would describe batches the
+        log no longer has."""
         async with self._lock:
             offset = self.log.log_end_offset
             if offset == self.snapshot_offset or self.offline:
@@ -247,14 +255,29 @@ class Partition:
             data = self.producers.snapshot_bytes()
             directory = self.log.directory
             previous = self.snapshot_offset
+            cuts = self._cuts
+        path = snapshot_path(directory, offset)
+        tmp = path.with_name(path.name + TMP_SUFFIX)
+        try:
+            await anyio.to_thread.run_sync(write_unpublished, tmp, data)
+        except OSError:
+            if self.log.closed or self.offline:
+                return   # deleted or failed meanwhile: nothing to snapshot
+            raise
+        async with self._lock:
+            if self._cuts != cuts or self.log.closed or self.offline:
+                await anyio.to_thread.run_sync(_unlink_quietly, tmp)
+                return
 
-            def write():
-                write_durably(snapshot_path(directory, offset), data)
+            def publish():
+                os.replace(tmp, path)
                 if previous >= 0:
                     delete_snapshots(directory, below=previous)  # keep the last two
 
-            await anyio.to_thread.run_sync(write)
+            await anyio.to_thread.run_sync(publish)
             self.snapshot_offset = offset
+        # The rename's durability: a crash before this costs the newest snapshot, not correctness.
+        await anyio.to_thread.run_sync(fsync_dir, directory)
 
     async def retire(self, suffix: str) -> Path:
         """Close the log and rename its directory aside (topic deletion); returns the new path."""
@@ -329,3 +352,10 @@ class Partition:
             event.set()
         for session, key in self._watchers.items():
             session.mark_dirty(key)
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -215,6 +215,7 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
             if lifecycle is not None:
                 lifecycle.listeners = config.advertised_listeners
                 tg.start_soon(broker.kraft.sync.run)
+                tg.start_soon(broker.kraft.sync.heap.run)
                 tg.start_soon(broker.kraft.replicas.run)
                 tg.start_soon(broker.groups.run_topic_creator)
                 raft_thread.start_soon(lifecycle.run)

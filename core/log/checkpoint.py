@@ -24,14 +24,21 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_durably(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + TMP_SUFFIX)
+def write_unpublished(tmp: Path, data: bytes) -> None:
+    """Write and fsync `tmp`; the caller renames it into place when it may."""
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_durably(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    write_unpublished(tmp, data)
     os.replace(tmp, path)
     fsync_dir(path.parent)
 

@@ -148,8 +148,19 @@ def idle(cluster: KRaftCluster, seconds: float, profile: Path | None, label: str
     return usage, epoch(cluster) - before_epoch
 
 
+def spy_all(cluster: KRaftCluster, profile: Path | None, label: str, seconds: float) -> list:
+    """py-spy every node (50 Hz each, so that three of them leave the cores to the nodes)."""
+    if profile is None:
+        return []
+    profile.mkdir(parents=True, exist_ok=True)
+    return [subprocess.Popen(["py-spy", "record", "--format", "raw", "--nonblocking", "-r", "50",
+                              "-d", str(int(seconds)), "-o", str(profile / f"{label}-node{i}.txt"),
+                              "--pid", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for i, pid in pids(cluster).items()]
+
+
 def produce_latency(cluster: KRaftCluster, admin, topics: list[str], partitions: int, seconds: float,
-                    rate: int) -> tuple[float, float, int]:
+                    rate: int, profile: Path | None = None) -> tuple[float, float, int]:
     targets = [(t, i) for t in topics for i in range(PARTITIONS_PER_TOPIC)][:partitions]
     p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0,
                   "enable.idempotence": True})
@@ -163,6 +174,7 @@ def produce_latency(cluster: KRaftCluster, admin, topics: list[str], partitions:
 
     before_epoch = epoch(cluster)
     value = b"x" * 1024
+    spies = spy_all(cluster, profile, f"produce-{partitions}", seconds)
     start = time.perf_counter()
     n = 0
     while time.perf_counter() - start < seconds:
@@ -176,6 +188,8 @@ def produce_latency(cluster: KRaftCluster, admin, topics: list[str], partitions:
         n += 1
         p.poll(0)
     p.flush(60)
+    for spy in spies:
+        spy.wait(timeout=60)
     latencies.sort()
     q = lambda f: 1000 * latencies[min(len(latencies) - 1, int(f * len(latencies)))]   # noqa: E731
     return q(0.5), q(0.99), epoch(cluster) - before_epoch
@@ -247,7 +261,8 @@ def main() -> int:
     ap.add_argument("--produce-seconds", type=float, default=30, help="0 skips the produce scenario")
     ap.add_argument("--produce-rate", type=int, default=200)
     ap.add_argument("--no-restart", action="store_true", help="skip the restart and failover figures")
-    ap.add_argument("--profile", type=Path, help="py-spy the quorum leader during each idle window")
+    ap.add_argument("--profile", type=Path, help="py-spy the quorum leader during each idle window, and "
+                    "every node while producing")
     ap.add_argument("--keep", action="store_true", help="keep the data directory")
     ap.add_argument("--churn-seconds", type=float, default=0,
                     help="after the table: create and delete --churn-topics topics in a loop this long")
@@ -280,7 +295,7 @@ def main() -> int:
                 if args.produce_seconds > 0:
                     p50, p99, produce_elections = produce_latency(
                         cluster, admin, sorted(topics), min(args.produce_partitions, count),
-                        args.produce_seconds, args.produce_rate)
+                        args.produce_seconds, args.produce_rate, args.profile)
                     row.update(p50=p50, p99=p99, produce_elections=produce_elections)
                 if not args.no_restart:
                     row["restart_s"] = restart_seconds(cluster, conf, topics)
