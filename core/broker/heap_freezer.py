@@ -11,7 +11,10 @@ changes (debounced: QUIET_S without a new one) the freezer collects once and the
 surviving object into the permanent generation (gc.freeze), which later collections skip: they
 only walk what was allocated since. A burst that removed topics or partitions unfreezes first,
 so the structures of what was deleted are collected, not kept for ever; that one collection
-walks the whole heap again, once per burst of deletions.
+walks the whole heap again, once per burst of deletions. So does the first freeze after
+WHOLE_HEAP_EVERY_S: anything else frozen that has since become garbage in a cycle (a closed
+connection, say) is collected within the hour, at the cost of one full walk an hour instead
+of CPython's one every few seconds.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import anyio
 log = logging.getLogger(__name__)
 
 QUIET_S = 5.0
+WHOLE_HEAP_EVERY_S = 3600.0
 
 
 class HeapFreezer:
@@ -33,6 +37,7 @@ class HeapFreezer:
         self._removed = False
         self._changed = anyio.Event()
         self.last_pause_s = 0.0
+        self._walked_at = time.monotonic()   # the last collection of the whole heap
 
     def note_change(self, *, removed: bool) -> None:
         """The metadata this node holds grew (or, with `removed`, lost some objects)."""
@@ -56,10 +61,12 @@ class HeapFreezer:
     def freeze(self) -> None:
         start = time.perf_counter()
         removed, self._removed, self._pending = self._removed, False, False
-        if removed:
+        whole = removed or time.monotonic() - self._walked_at >= WHOLE_HEAP_EVERY_S
+        if whole:
             gc.unfreeze()
+            self._walked_at = time.monotonic()
         collected = gc.collect()
         gc.freeze()
         self.last_pause_s = time.perf_counter() - start
         log.info("heap frozen: %d objects, %d collected, %.0f ms%s", gc.get_freeze_count(), collected,
-                 self.last_pause_s * 1000, " (after removals: whole heap walked)" if removed else "")
+                 self.last_pause_s * 1000, " (whole heap walked)" if whole else "")
