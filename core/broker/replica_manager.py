@@ -121,6 +121,11 @@ class ReplicaManager:
         self._fetching_from: dict[tuple[str, int], int] = {}   # partition -> leader it fetches from
         self._task_group = None
         self._hw_dirty = False
+        # The high-watermark checkpoint, kept up to date from the partitions whose high
+        # watermark moved (or that came or went) since the last write: a checkpoint costs the
+        # changes, not a walk over every partition (None until the first full build).
+        self._hw_marks: dict[Path, dict[tuple[str, int], int]] | None = None
+        self._hw_changed: set = set()
         self._isrs: dict[tuple[str, int], frozenset[int]] = {}
         self.leader_quota = ReplicationQuota(lambda: self.throttle_rate("leader.replication.throttled.rate"),
                                              self.clock)
@@ -175,6 +180,7 @@ class ReplicaManager:
             self.node_id, self.link.lifecycle.broker_epoch, clock=self.clock,
             config=self.replication_config(topic), log=replica_log)
         partition.replicas = self
+        self._hw_changed.add(partition)
 
     def topic_configs_changed(self, topic) -> None:
         for p in topic.partitions:
@@ -225,6 +231,8 @@ class ReplicaManager:
             partition.replica = None
             partition.is_leader = False
             self._track_fetcher(partition)
+            self._hw_changed.add(partition)   # leaves the checkpoint
+            self._hw_dirty = True
 
     # ------------------------------------------------------------------ inputs
 
@@ -384,6 +392,7 @@ class ReplicaManager:
             self._fetcher(action.leader_id).add(partition, action)
         elif isinstance(action, HighWatermarkChanged):
             self._hw_dirty = True
+            self._hw_changed.add(partition)
             partition.wake_waiters()
         elif isinstance(action, CompleteProduce):
             waiter = self._waiters.pop(action.request_id, None)
@@ -552,11 +561,26 @@ class ReplicaManager:
             if d.exists():
                 replica_files.write_high_watermarks(d, marks)
 
+    def _updated_high_watermarks(self) -> dict[Path, dict[tuple[str, int], int]]:
+        """The checkpoint's content now: the last one with the changed partitions applied."""
+        changed, self._hw_changed = self._hw_changed, set()
+        if self._hw_marks is None:
+            self._hw_marks = self._high_watermarks_by_dir()
+        else:
+            live = [p for p in changed if p.replica is not None and not p.offline and not p.log.closed]
+            # Those that left first: a topic deleted and created again has both under one name.
+            for p in changed.difference(live):
+                self._hw_marks.get(p.log.directory.parent, {}).pop((p.topic, p.index), None)
+            for p in live:
+                self._hw_marks.setdefault(p.log.directory.parent, {})[(p.topic, p.index)] = \
+                    p.replica.high_watermark
+        return {d: dict(marks) for d, marks in self._hw_marks.items()}   # the thread's own copy
+
     async def checkpoint_high_watermarks(self) -> None:
         if not self._hw_dirty:
             return
         self._hw_dirty = False
-        by_dir = self._high_watermarks_by_dir()
+        by_dir = self._updated_high_watermarks()
         try:
             await anyio.to_thread.run_sync(self._write_high_watermarks, by_dir)
         except OSError as exc:
