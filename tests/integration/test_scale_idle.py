@@ -12,8 +12,13 @@ from __future__ import annotations
 import os
 import time
 
+import anyio
 import pytest
 from confluent_kafka.admin import NewTopic
+
+from core.client.connection import BrokerConnection
+from core.protocol import messages as m
+from core.protocol.errors import ErrorCode
 
 from tests.benchmarks.bench_scale import cpu_seconds
 from tests.support.cluster import KRaftCluster
@@ -92,3 +97,26 @@ def test_deleted_topics_leave_no_work_behind(tmp_path):
         usage = {i: (cpu_seconds(p) - before[i]) / 10 for i, p in pids.items()}
         assert all(u < MAX_IDLE_CPU for u in usage.values()), f"CPU per node after the deletions: {usage}"
         assert not set(admin.list_topics(timeout=30).topics) & set(names), "a deleted topic came back"
+        # A client that still names a deleted topic gets it back only if it asks for creation
+        # (Metadata's allow_auto_topic_creation, with auto.create.topics.enable on by default).
+        node = cluster.nodes[1]
+        asked = _metadata(node.bootstrap, names[0], allow_create=False)
+        assert asked.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert names[0] not in admin.list_topics(timeout=30).topics
+        asked = _metadata(node.bootstrap, names[1], allow_create=True)
+        assert asked.error_code in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE)
+        assert names[1] in admin.list_topics(timeout=30).topics
+
+
+def _metadata(bootstrap: str, topic: str, *, allow_create: bool):
+    host, port = bootstrap.rsplit(":", 1)
+    M = m.MetadataRequest
+
+    async def ask():
+        conn = await BrokerConnection(host, int(port)).connect()
+        try:
+            return await conn.send(M(topics=[M.MetadataRequestTopic(name=topic, topic_id=bytes(16))],
+                                     allow_auto_topic_creation=allow_create), 3, version=12)
+        finally:
+            await conn.close()
+    return anyio.run(ask).topics[0]
