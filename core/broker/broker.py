@@ -346,6 +346,7 @@ class Broker:
             for p in topic.partitions:
                 p.wake_waiters()
             moved = [await p.retire(DELETE_SUFFIX) for p in topic.partitions]
+            self.metrics.forget_topic(name)
         await anyio.to_thread.run_sync(lambda: [shutil.rmtree(d, ignore_errors=True) for d in moved])
         log.info("deleted topic %s", name)
         await self.groups.on_topic_deleted(name)

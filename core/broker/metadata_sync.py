@@ -188,6 +188,7 @@ class MetadataSync:
         moved = [await p.retire(DELETE_SUFFIX) for p in local]
         await anyio.to_thread.run_sync(lambda: [shutil.rmtree(d, ignore_errors=True) for d in moved])
         log.info("removed topic %s", topic.name)
+        broker.metrics.forget_topic(topic.name)
         await broker.groups.on_topic_deleted(topic.name)
 
     async def _remove_partition(self, topic: Topic, p) -> None:

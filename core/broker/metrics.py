@@ -49,6 +49,15 @@ class BrokerMetrics:
                                    "broker leads (Kafka: IsrExpandsPerSec)", registry=r)
         self._request_children: dict[str, tuple] = {}
 
+    def forget_topic(self, name: str) -> None:
+        """A deleted topic's series go with it (Kafka removes a topic's metrics on deletion):
+        topics created and deleted for months must not grow every scrape and the heap."""
+        for family in (self.bytes_in, self.records_in, self.bytes_out):
+            try:
+                family.remove(name)
+            except KeyError:   # never written to or read from here
+                pass
+
     def for_api(self, api: str):
         """(requests counter, latency histogram) children, cached: labels() is not free."""
         children = self._request_children.get(api)

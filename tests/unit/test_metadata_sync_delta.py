@@ -9,6 +9,7 @@ import anyio
 
 import core.protocol.messages as m
 from core.broker.metadata_sync import MetadataSync
+from core.broker.metrics import BrokerMetrics
 from core.controller import MetadataImage
 from tests.unit.test_metadata_image import cfg, part, reg, topic
 
@@ -57,6 +58,7 @@ class FakeBroker:
         self.kraft = SimpleNamespace(replicas=FakeReplicas())
         self.groups = SimpleNamespace(on_metadata=self._noop, on_topic_deleted=self._noop)
         self.fail_open: set[str] = set()
+        self.metrics = BrokerMetrics()
 
     async def _noop(self, what) -> None:
         pass
@@ -110,8 +112,12 @@ def test_only_the_topics_a_new_image_changed_are_reconciled():
         applied.clear()
         image = image.apply_all([m.RemoveTopicRecord(topic_id=tid(3))])
         assert "t3" in broker.topics
+        broker.metrics.bytes_in.labels("t3").inc(100)
+        broker.metrics.bytes_in.labels("t4").inc(100)
         await sync.reconcile(image)                   # a deletion is seen, nothing else applied
         assert "t3" not in broker.topics and applied == []
+        series = {s.labels["topic"] for metric in broker.metrics.bytes_in.collect() for s in metric.samples}
+        assert series == {"t4"}                       # the deleted topic's series went with it
         image = image.apply_all([m.UnfenceBrokerRecord(id=2, epoch=10)])
         await sync.reconcile(image)                   # the brokers changed: every partition
         assert len(applied) == 2 * 49 + 1
