@@ -267,12 +267,15 @@ def main() -> int:
     ap.add_argument("--churn-seconds", type=float, default=0,
                     help="after the table: create and delete --churn-topics topics in a loop this long")
     ap.add_argument("--churn-topics", type=int, default=1000)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a node setting for every node (repeatable)")
     args = ap.parse_args()
     counts = sorted(int(x) for x in args.partitions.split(","))
     directory = Path(tempfile.mkdtemp(prefix="seaway-scale-"))
     rows = []
     try:
-        with KRaftCluster(directory, combined=3) as cluster:
+        overrides = dict(kv.split("=", 1) for kv in args.set)
+        with KRaftCluster(directory, combined=3, overrides=overrides) as cluster:
             cluster.wait_for_leader(timeout=60)
             conf = {"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 120000}
             admin = AdminClient(conf)
