@@ -94,8 +94,8 @@ class ReplicaFetcher:
                 return known
         topic_id = topic.topic_id if topic is not None else bytes(16)
         skey = (partition.topic, topic_id, partition.index)
-        if self._keys.get(key) != skey:
-            old = self._keys.get(key)
+        old = self._keys.get(key)
+        if old != skey:
             if old is not None and old not in self._session:
                 self._unname(old[1])
             self._keys[key] = skey

@@ -120,7 +120,7 @@ class ReplicaManager:
         self._fetchers: dict[int, object] = {}
         self._fetching_from: dict[tuple[str, int], int] = {}   # partition -> leader it fetches from
         self._task_group = None
-        self._hw_dirty = False
+        self._hw_unwritten = False   # the last checkpoint write failed: write again
         # The high-watermark checkpoint, kept up to date from the partitions whose high
         # watermark moved (or that came or went) since the last write: a checkpoint costs the
         # changes, not a walk over every partition (None until the first full build).
@@ -232,7 +232,6 @@ class ReplicaManager:
             partition.is_leader = False
             self._track_fetcher(partition)
             self._hw_changed.add(partition)   # leaves the checkpoint
-            self._hw_dirty = True
 
     # ------------------------------------------------------------------ inputs
 
@@ -391,7 +390,6 @@ class ReplicaManager:
             self._fetching_from[key] = action.leader_id
             self._fetcher(action.leader_id).add(partition, action)
         elif isinstance(action, HighWatermarkChanged):
-            self._hw_dirty = True
             self._hw_changed.add(partition)
             partition.wake_waiters()
         elif isinstance(action, CompleteProduce):
@@ -577,14 +575,14 @@ class ReplicaManager:
         return {d: dict(marks) for d, marks in self._hw_marks.items()}   # the thread's own copy
 
     async def checkpoint_high_watermarks(self) -> None:
-        if not self._hw_dirty:
+        if not self._hw_changed and not self._hw_unwritten:
             return
-        self._hw_dirty = False
+        self._hw_unwritten = False
         by_dir = self._updated_high_watermarks()
         try:
             await anyio.to_thread.run_sync(self._write_high_watermarks, by_dir)
         except OSError as exc:
-            self._hw_dirty = True
+            self._hw_unwritten = True
             log.error("cannot checkpoint high watermarks: %s", exc)
 
     def close(self) -> None:
