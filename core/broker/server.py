@@ -71,8 +71,7 @@ class NodeHandle:
             for p in broker.all_partitions():
                 p.wake_waiters()  # long polls answer now
         if broker is not None:
-            for conn in list(broker.connections):
-                conn.close_when_idle()
+            _close_when_idle(broker.connections)
         if self.controller is not None:
             on_raft_thread(_close_when_idle, self.controller.connections)
         with anyio.move_on_after(self.config["shutdown.timeout.ms"] / 1000):
@@ -190,8 +189,8 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
             for lc in config.listeners:
                 bind = dict(local_host=lc.host or None, local_port=lc.port, reuse_port=False)
                 scope = anyio.CancelScope()
-                on_raft_thread = config.is_controller_listener(lc.name)
-                if on_raft_thread:
+                controller_listener = config.is_controller_listener(lc.name)
+                if controller_listener:
                     if controller is None:
                         continue
                     # Made on the raft thread: an anyio listener belongs to the loop it was made on.
@@ -205,7 +204,7 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
                     serve = (_serve_listener, lc, tcp, broker, authorizer, scope, None, controller)
                 addr = tcp.extra(SocketAttribute.local_address)
                 handle.bound[lc.name] = (addr[0], addr[1])
-                if on_raft_thread:
+                if controller_listener:
                     raft_thread.start_soon(*serve)
                 elif lifecycle is not None:
                     broker_listeners.append(serve)

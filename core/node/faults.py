@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from pathlib import Path
 
 import anyio
 
@@ -26,7 +27,7 @@ def busy_data_plane_armed() -> bool:
 
 def _read_plan(path: str) -> tuple[float, float] | None:
     try:
-        busy_ms, period_ms = open(path).read().split()
+        busy_ms, period_ms = Path(path).read_text().split()
         return int(busy_ms) / 1000, int(period_ms) / 1000
     except (OSError, ValueError):
         return None
