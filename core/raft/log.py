@@ -7,10 +7,19 @@ Everything below the log start offset lives only in a snapshot.
 It also remembers which part of itself the driver has not made durable yet: the node turns that
 into a Ready's truncation and entries, and marks it persisted on advance (etcd calls this the
 "unstable" part of its raftLog).
+
+Memory. The metadata log keeps up to metadata.log.max.record.bytes.between.snapshots (20 MiB)
+of records here between snapshots, a few hundred thousand small entries. An Entry object per
+entry, with its payload and its own offset and epoch ints, cost about 180 bytes beyond the
+payload, so topic churn grew a node by tens of MiB (tests/benchmarks, the churn row). So the
+payloads are kept end to end in one buffer, with their byte positions in an array; an entry's
+offset follows from its index and its epoch from the epoch cache, and Entry objects are made
+when entries are read (about 8 bytes per entry beyond the payload).
 """
 from __future__ import annotations
 
 import enum
+from array import array
 from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import accumulate
@@ -42,10 +51,12 @@ class RaftLog:
         """A log that starts at `snapshot` (or at offset 0) holding `entries`, all durable."""
         start = snapshot if snapshot is not None else SnapshotId(0, 0)
         self._start_offset = start.end_offset
-        self._entries: list[Entry] = []
-        # _positions[i] is the byte position where entry i begins; one more item than entries,
-        # so a fetch's byte limit is a bisect rather than a walk over the entries.
-        self._positions: list[int] = [0]
+        # Entry i's payload is _data[_positions[i] - _positions[0]:_positions[i + 1] - _positions[0]].
+        # _positions has one more item than there are entries, so a fetch's byte limit is a
+        # bisect rather than a walk over the entries.
+        self._data = bytearray()
+        self._positions = array("q", [0])
+        self._controls: set[int] = set()   # offsets of the control entries (one per epoch, about)
         # The epoch cache as two parallel lists. Item 0 is the log start: the epoch of the entry
         # just before it (the snapshot's epoch, 0 for an empty log) "starting" at the start offset.
         self._epochs: list[int] = [start.epoch]
@@ -68,7 +79,7 @@ class RaftLog:
 
     @property
     def end_offset(self) -> int:
-        return self._start_offset + len(self._entries)
+        return self._start_offset + len(self._positions) - 1
 
     @property
     def last_epoch(self) -> int:
@@ -84,13 +95,32 @@ class RaftLog:
     def entry(self, offset: int) -> Entry:
         if not self._start_offset <= offset < self.end_offset:
             raise LogError(f"offset {offset} is outside [{self._start_offset}, {self.end_offset})")
-        return self._entries[offset - self._start_offset]
+        return self._entries_between(offset, offset + 1)[0]
 
     def epoch_of(self, offset: int) -> int:
         """The epoch of the entry at `offset`, which may be the one just below the log start."""
         if offset == self._start_offset - 1:
             return self._epochs[0]
-        return self.entry(offset).epoch
+        if not self._start_offset <= offset < self.end_offset:
+            raise LogError(f"offset {offset} is outside [{self._start_offset}, {self.end_offset})")
+        return self._epochs[bisect_right(self._epoch_starts, offset) - 1]
+
+    def _entries_between(self, start: int, end: int) -> tuple[Entry, ...]:
+        """The entries at offsets [start, end), made from the payloads and the epoch cache:
+        one run of entries per epoch."""
+        base, data, positions, controls = self._start_offset, self._data, self._positions, self._controls
+        origin = positions[0]
+        epochs, starts = self._epochs, self._epoch_starts
+        out: list[Entry] = []
+        k = bisect_right(starts, start) - 1
+        while start < end:
+            run_end = min(end, starts[k + 1]) if k + 1 < len(starts) else end
+            epoch = epochs[k]
+            out.extend(Entry(offset, epoch, bytes(data[positions[i] - origin:positions[i + 1] - origin]),
+                             offset in controls)
+                       for i, offset in enumerate(range(start, run_end), start - base))
+            start, k = run_end, k + 1
+        return tuple(out)
 
     # --- the epoch cache -------------------------------------------------------------------------
 
@@ -133,18 +163,18 @@ class RaftLog:
         if i < 0 or from_offset > self.end_offset:
             raise LogError(f"read at {from_offset} outside "
                            f"[{self._start_offset}, {self.end_offset}]")
-        if i == len(self._entries):
+        if from_offset == self.end_offset:
             return ()
         limit = self._positions[i] + max_bytes
         j = max(i + 1, bisect_right(self._positions, limit, i + 1) - 1)
-        return tuple(self._entries[i:j])
+        return self._entries_between(from_offset, self._start_offset + j)
 
     def slice(self, from_offset: int, to_offset: int) -> tuple[Entry, ...]:
         base = self._start_offset
         if from_offset < base or to_offset > self.end_offset:
             raise LogError(f"slice [{from_offset}, {to_offset}) outside "
                            f"[{base}, {self.end_offset})")
-        return tuple(self._entries[from_offset - base:to_offset - base])
+        return self._entries_between(from_offset, to_offset)
 
     # --- writes ----------------------------------------------------------------------------------
 
@@ -155,18 +185,24 @@ class RaftLog:
             raise LogError(f"append at {entries[0].offset} but the log ends at {self.end_offset}")
         epochs, starts = self._epochs, self._epoch_starts
         expected = self.end_offset
-        for entry in entries:
+        last_epoch = epochs[-1]
+        for entry in entries:   # checked in full before anything changes
             if entry.offset != expected:
                 raise LogError(f"entry offsets skip from {expected} to {entry.offset}")
+            if entry.epoch < last_epoch:
+                raise LogError(f"epoch {entry.epoch} at {entry.offset} after {last_epoch}")
+            last_epoch = entry.epoch
+            expected += 1
+        for entry in entries:
             if entry.epoch != epochs[-1]:
-                if entry.epoch < epochs[-1]:
-                    raise LogError(f"epoch {entry.epoch} at {entry.offset} after {epochs[-1]}")
                 epochs.append(entry.epoch)
                 starts.append(entry.offset)
-            expected += 1
-        self._entries.extend(entries)
-        self._positions.extend(accumulate((e.size for e in entries), initial=self._positions[-1]))
-        del self._positions[-len(entries) - 1]  # accumulate repeated the old last position
+            if entry.control:
+                self._controls.add(entry.offset)
+        self._data += b"".join([e.payload for e in entries])
+        positions = self._positions
+        positions.extend(accumulate((e.size for e in entries), initial=positions[-1]))
+        del positions[-len(entries) - 1]  # accumulate repeated the old last position
 
     def append_as_leader(self, payloads: Sequence[bytes], epoch: int,
                          control: bool = False) -> tuple[Entry, ...]:
@@ -183,8 +219,9 @@ class RaftLog:
         if offset < self._start_offset:
             raise LogError(f"truncation to {offset} is below the log start {self._start_offset}")
         i = offset - self._start_offset
-        del self._entries[i:]
+        del self._data[self._positions[i] - self._positions[0]:]
         del self._positions[i + 1:]
+        self._controls = {o for o in self._controls if o < offset}
         while len(self._epoch_starts) > 1 and self._epoch_starts[-1] >= offset:
             self._epochs.pop()
             self._epoch_starts.pop()
@@ -221,8 +258,9 @@ class RaftLog:
         if new_start > self.end_offset or self.epoch_of(new_start - 1) != snapshot_id.epoch:
             raise LogError(f"snapshot {snapshot_id} does not match the log")
         dropped = new_start - self._start_offset
-        del self._entries[:dropped]
+        del self._data[:self._positions[dropped] - self._positions[0]]
         del self._positions[:dropped]
+        self._controls = {o for o in self._controls if o >= new_start}
         kept = [(e, s) for e, s in zip(self._epochs, self._epoch_starts)
                 if s >= new_start and e != snapshot_id.epoch]
         self._epochs = [snapshot_id.epoch] + [e for e, _ in kept]
@@ -235,8 +273,9 @@ class RaftLog:
 
     def reset_to_snapshot(self, snapshot_id: SnapshotId) -> None:
         """Replace the whole log by a snapshot fetched from the leader."""
-        self._entries.clear()
-        self._positions = [0]
+        self._data = bytearray()
+        self._positions = array("q", [0])
+        self._controls = set()
         self._epochs = [snapshot_id.epoch]
         self._epoch_starts = [snapshot_id.end_offset]
         self._start_offset = snapshot_id.end_offset
@@ -251,7 +290,7 @@ class RaftLog:
         """(truncate the durable log to this offset first, or None; then append these)."""
         dirty_from = self._dirty_from
         truncate_to = dirty_from if dirty_from < self._persisted_end else None
-        return truncate_to, tuple(self._entries[dirty_from - self._start_offset:])
+        return truncate_to, self._entries_between(dirty_from, self.end_offset)
 
     @property
     def has_unpersisted(self) -> bool:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from core.raft.entries import Entry, OffsetAndEpoch, SnapshotId
 from core.raft.log import LogError, RaftLog, ValidationKind
@@ -144,3 +145,52 @@ def test_reset_to_snapshot_replaces_everything() -> None:
     assert log.unpersisted() == (None, ())
     log.append(entries([5], start=10))
     assert log.end_offset_and_epoch() == OffsetAndEpoch(11, 5)
+
+
+# The log keeps its payloads end to end in one buffer and makes Entry objects on reads; a plain
+# list of entries is the model. Random appends (control entries among them), truncations,
+# snapshots that advance the start, and reads by bytes must give back exactly the entries the
+# model holds, with their epochs and control flags.
+_ops = st.lists(st.one_of(
+    st.tuples(st.just("append"), st.lists(st.tuples(st.integers(0, 2), st.binary(max_size=12), st.booleans()),
+                                          min_size=1, max_size=6)),
+    st.tuples(st.just("truncate"), st.integers(0, 40)),
+    st.tuples(st.just("advance"), st.integers(0, 40)),
+    st.tuples(st.just("read"), st.integers(0, 40), st.integers(1, 30)),
+), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ops)
+def test_the_compact_log_reads_back_what_a_list_of_entries_holds(ops) -> None:
+    log, model, start, epoch = RaftLog(), [], 0, 1
+    for op in ops:
+        end = start + len(model)
+        if op[0] == "append":
+            new = []
+            for step, payload, control in op[1]:
+                epoch += step
+                new.append(Entry(end + len(new), epoch, payload, control))
+            log.append(new)
+            model += new
+        elif op[0] == "truncate" and start <= op[1] <= end:
+            log.truncate_to(op[1])
+            del model[op[1] - start:]
+            epoch = max([epoch] + [e.epoch for e in model])
+        elif op[0] == "advance" and start < op[1] <= end:
+            log.advance_start_offset(SnapshotId(op[1], model[op[1] - start - 1].epoch))
+            del model[:op[1] - start]
+            start = op[1]
+        elif op[0] == "read" and start <= op[1] <= end:
+            got = log.read(op[1], op[2])
+            want, size = [], 0
+            for e in model[op[1] - start:]:
+                if want and size + e.size > op[2]:
+                    break
+                want.append(e)
+                size += e.size
+            assert list(got) == want
+        assert (log.start_offset, log.end_offset) == (start, start + len(model))
+        assert list(log.slice(start, start + len(model))) == model
+        for e in model:
+            assert log.epoch_of(e.offset) == e.epoch
