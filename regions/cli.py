@@ -127,17 +127,35 @@ def cmd_up(args, state_dir: Path) -> int:
     if args.detach:
         return 0
     print("live status below; Ctrl-C stops the platform")
+    if not _show_status_until_interrupted(proc, state_dir, layout):
+        raise CliError(f"the supervisor exited ({proc.returncode}); see {log_path}")
+    print("\nstopping the platform ...")
+    anyio.run(send_command, state_dir, {"cmd": "down"}, 10.0)
+    proc.wait(timeout=120)
+    return 0
+
+
+def _show_status_until_interrupted(proc, state_dir: Path, layout) -> bool:
+    """Refresh the status view every 2 s until Ctrl-C (True) or the supervisor exits (False).
+
+    Ctrl-C sets a flag, checked between refreshes, instead of raising KeyboardInterrupt
+    wherever the main thread happens to be: inside a status query it meets asyncio's runner
+    and the query's own timeouts and error handling, and once, on a loaded machine, the view
+    went on refreshing after Ctrl-C and the platform was never stopped."""
+    import signal
+    interrupted = []
+    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
     try:
         while proc.poll() is None:
-            time.sleep(2.0)
+            for _ in range(20):
+                if interrupted:
+                    return True
+                time.sleep(0.1)
             print("\033[2J\033[H" if sys.stdout.isatty() else "", end="")
             _print_status(state_dir, layout)
-        raise CliError(f"the supervisor exited ({proc.returncode}); see {log_path}")
-    except KeyboardInterrupt:
-        print("\nstopping the platform ...")
-        anyio.run(send_command, state_dir, {"cmd": "down"}, 10.0)
-        proc.wait(timeout=120)
-        return 0
+        return bool(interrupted)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _check_ports_free(layout) -> None:
