@@ -18,7 +18,7 @@ holds N partitions, and then, per N:
 | produce | `--produce-partitions` partitions written by one producer (acks=all, 1 KiB, `--produce-rate` msg/s, default 200) for `--produce-seconds`: p50/p99 of produce() to delivery report, and elections meanwhile |
 | restart | all three nodes SIGTERMed, started again, until every partition has a leader again |
 | failover | the active controller kill -9ed, until another voter leads |
-| churn | `--churn-seconds`: `--churn-topics` one-partition topics created and deleted in a loop; each node's idle CPU and RSS before and after, and any deleted topic that came back |
+| churn | `--churn-seconds`: `--churn-topics` one-partition topics created and deleted in a loop (`--churn-rounds` times); each node's idle CPU and RSS before and after each round, and any deleted topic that came back |
 
 Figures are printed as a table; record them in tests/benchmarks/README.md by hand with the
 command that produced them. This is a benchmark, not a test: nothing here passes or fails.
@@ -267,6 +267,8 @@ def main() -> int:
     ap.add_argument("--churn-seconds", type=float, default=0,
                     help="after the table: create and delete --churn-topics topics in a loop this long")
     ap.add_argument("--churn-topics", type=int, default=1000)
+    ap.add_argument("--churn-rounds", type=int, default=1,
+                    help="repeat the churn loop, measuring after each (does memory level off?)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a node setting for every node (repeatable)")
     args = ap.parse_args()
@@ -309,8 +311,9 @@ def main() -> int:
                 print(f"[{count}] {row}", flush=True)
                 rows.append(row)
             if args.churn_seconds > 0:
-                result = churn(cluster, AdminClient(conf), args.churn_seconds, args.churn_topics)
-                print(f"[churn] {result}", flush=True)
+                for round_ in range(1, args.churn_rounds + 1):
+                    result = churn(cluster, AdminClient(conf), args.churn_seconds, args.churn_topics)
+                    print(f"[churn {round_}] {result}", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(directory, ignore_errors=True)
