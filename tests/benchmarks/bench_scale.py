@@ -224,7 +224,9 @@ def churn(cluster: KRaftCluster, admin, seconds: float, topics_per_cycle: int) -
     `seconds`: each node's RSS and idle CPU before and after, the cycles done, and any deleted
     topic that came back (Metadata without auto-creation, as a consumer's is)."""
     def settle_and_measure() -> tuple[dict, dict]:
-        time.sleep(10)
+        # A minute first: the last deletions' heap walk (core/broker/heap_freezer.py) and the
+        # deleted partitions' file removal are over by then; what is left is the idle level.
+        time.sleep(60)
         procs = pids(cluster)
         before = {i: cpu_seconds(p) for i, p in procs.items()}
         time.sleep(20)
