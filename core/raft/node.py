@@ -146,6 +146,15 @@ class RaftNode:
         self._tick_role: Callable[[RaftNode], None] = unattached.tick
         self._deadline_role: Callable[[RaftNode], int | None] = unattached.next_deadline
         self._initialize_role(persisted)
+        self._maybe_campaign_alone()
+
+    def _maybe_campaign_alone(self) -> None:
+        """The only voter needs nobody's vote, so it campaigns at once instead of waiting out an
+        election timeout (Kafka's KafkaRaftClient does the same): a one-node cluster serves
+        within moments of starting. It leads a new epoch even after a restart as leader, which
+        keeps (offset, epoch) unique as a resignation would."""
+        if self.voters == {self.node_id} and self.role in (Role.UNATTACHED, Role.RESIGNED):
+            self.become_prospective()
 
     def _initialize_role(self, persisted: QuorumState) -> None:
         epoch = persisted.leader_epoch
