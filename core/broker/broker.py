@@ -1,7 +1,8 @@
 """A node's data plane: its topics, their partitions, and the jobs that keep logs tidy.
 
-For now a node is a whole single-node cluster: it owns every partition, leads it, and keeps
-its topic catalog locally (catalog.py). Request handlers reach everything through `Broker`.
+The metadata image decides which topics exist and where their partitions live; MetadataSync
+(metadata_sync.py) opens, updates and removes them here to match it, and ReplicaManager makes
+each replica lead or follow. Request handlers reach everything through `Broker`.
 """
 from __future__ import annotations
 
@@ -9,36 +10,28 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 import os
 import re
-import shutil
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from core.config import BrokerConfig, ConfigError, TopicConfigs
+from core.config import BrokerConfig, TopicConfigs
 from core.config.topic import TOPIC_CONFIGS
 from core.log import Log, LogConfig, cleaner
 from core.protocol.errors import ErrorCode
+from core.raft.storage import METADATA_PARTITION_DIR
 
-from .catalog import Catalog, TopicRecord, ensure_meta
 from .fetch_session import FetchSessionCache
 from .groups.manager import GroupManager
 from .metrics import BrokerMetrics
-from .producer_state import ProducerIdAllocator, delete_snapshots, read_allocator_state, write_allocator_state
-
-PRODUCER_ID_FILE = "producer-id-block"
 from .partition import Partition
-from core.raft.storage import METADATA_PARTITION_DIR
+from .producer_state import ProducerIdAllocator, delete_snapshots
 
 log = logging.getLogger(__name__)
 
-MAX_TOPIC_NAME = 249
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 _PARTITION_DIR = re.compile(r"^[a-zA-Z0-9._-]+-\d+$")
-MAX_PARTITIONS = 100_000
 # Kafka's internal topics: only their coordinators write them, and they are never auto-created.
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 DELETE_SUFFIX = "-delete"  # Kafka's: <topic>-<partition>.<id>-delete, removed after the rename
@@ -53,24 +46,11 @@ class BrokerError(Exception):
         self.message = message
 
 
-def validate_topic_name(name: str) -> None:
-    if not name:
-        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, "topic name is empty")
-    if name in (".", ".."):
-        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name cannot be {name!r}")
-    if len(name) > MAX_TOPIC_NAME:
-        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                          f"topic name is longer than {MAX_TOPIC_NAME} characters")
-    if not _LEGAL_TOPIC.match(name):
-        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                          f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_' and '-'")
-
-
 @dataclass
 class Topic:
     name: str
     topic_id: bytes
-    # Indexed by partition; None where (in a KRaft cluster) another broker hosts it.
+    # Indexed by partition; None where another broker hosts it.
     partitions: list[Partition | None]
     configs: TopicConfigs
 
@@ -94,14 +74,13 @@ class Broker:
         self.cluster_id = ""
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[bytes, Topic] = {}
-        self.catalog: Catalog | None = None
         self.started_at = 0
         self.connections: set = set()   # open client connections (connection.Connection)
         self.draining = False           # set at shutdown: finish current requests, take no more
         self.metrics = metrics or BrokerMetrics()
         self.metrics.watch_broker(self)
-        # Topic creation, deletion and alteration take turns: each checks, then does I/O in
-        # a worker thread, and must not interleave with another on the same catalog.
+        # Metadata reconciles and producer-id block requests take turns: each checks, then
+        # awaits I/O, and must not interleave with another.
         self.admin_lock = anyio.Lock()
         self.groups = GroupManager(self)
         # Partitions written since the flush scheduler / producer snapshots last looked at them
@@ -110,52 +89,15 @@ class Broker:
         self._snapshot_candidates: set[Partition] = set()
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"],
                                                 config["min.incremental.fetch.session.eviction.ms"])
-        self.kraft = None   # KRaftLink in a KRaft cluster: the quorum, the controller channel, the sync
+        self.producer_ids = ProducerIdAllocator()   # blocks come from the controller
+        self.kraft = None   # KRaftLink (set by the node): the quorum, the controller channel, the sync
 
     # ------------------------------------------------------------------ lifecycle
 
     def open(self) -> None:
-        """Check storage identity, clear leftovers, then open (and recover) every partition log.
-        Runs in a worker thread before the node serves anything."""
-        dirs = self.config.log_dirs
-        self.cluster_id = ensure_meta(dirs, self.node_id, self.config["cluster.id"])
-        self.producer_ids = ProducerIdAllocator.from_bytes(read_allocator_state(dirs[0] / PRODUCER_ID_FILE))
-        if self.config.kraft:
-            # Topics come from the metadata log (metadata_sync.py), once it has been read.
-            self.started_at = self.clock()
-            return
-        self.catalog = Catalog(dirs[0])
-        self._sweep_leftovers()
-        t0 = time.monotonic()
-        try:
-            for rec in self.catalog.topics.values():
-                self._register(self._open_topic_files(rec))
-        except BaseException:
-            self.close()
-            raise
-        try:
-            self.groups.load()
-        except BaseException:
-            self.close()
-            raise
+        """Before the node serves. Topics come from the metadata log (metadata_sync.py), once it
+        has been read; this only marks the start."""
         self.started_at = self.clock()
-        log.info("opened %d topics in %.2fs", len(self.topics), time.monotonic() - t0)
-
-    def _sweep_leftovers(self) -> None:
-        """Remove what a crash can leave behind: directories renamed for deletion, and
-        partition directories of topics the catalog does not hold (a creation that never
-        reached the catalog, so it was never acknowledged)."""
-        known = {f"{t.name}-{i}" for t in self.catalog.topics.values() for i in range(t.partitions)}
-        for d in self.config.log_dirs:
-            for entry in os.scandir(d):
-                if not entry.is_dir():
-                    continue
-                if entry.name.endswith(DELETE_SUFFIX):
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                elif _PARTITION_DIR.match(entry.name) and entry.name not in known \
-                        and entry.name != METADATA_PARTITION_DIR:
-                    log.warning("removing %s: its topic is not in the catalog", entry.path)
-                    shutil.rmtree(entry.path, ignore_errors=True)
 
     def close(self) -> None:
         """Snapshot producer state, flush and close every log; one failure does not keep the
@@ -203,7 +145,8 @@ class Broker:
             counts = {}
         for d in dirs:
             if d not in counts:
-                counts[d] = sum(1 for e in os.scandir(d) if e.is_dir()) if d.exists() else 0
+                counts[d] = sum(1 for e in os.scandir(d) if e.is_dir() and e.name != METADATA_PARTITION_DIR) \
+                    if d.exists() else 0
         chosen = min(dirs, key=lambda d: counts[d])
         counts[chosen] += 1
         return chosen / name
@@ -242,25 +185,6 @@ class Broker:
             raise
         return opened
 
-    def _open_topic_files(self, rec: TopicRecord) -> Topic:
-        configs = TopicConfigs(TopicConfigs.validate(rec.configs), self.config.topic_defaults())
-        parts = self._open_partitions(rec.name, range(rec.partitions), self._log_config(configs))
-        return Topic(rec.name, rec.topic_id, parts, configs)
-
-    def _register(self, topic: Topic) -> None:
-        self.topics[topic.name] = topic
-        self.topics_by_id[topic.topic_id] = topic
-
-    async def _save_catalog(self) -> None:
-        data = self.catalog.serialize()
-        await anyio.to_thread.run_sync(self.catalog.write, data)
-
-    @staticmethod
-    def _discard_files(partitions: list[Partition]) -> None:
-        for p in partitions:
-            p.log.close()
-            p.log.delete()
-
     def leader_partition(self, topic: Topic | None, index: int) -> tuple[Partition | None, ErrorCode]:
         """This node's leader replica of a partition, or the error a client gets for it:
         NOT_LEADER_OR_FOLLOWER when the partition exists but another broker leads it (the
@@ -276,145 +200,13 @@ class Broker:
         t = self.topics.get(topic)
         return t.partition(index) if t is not None else None
 
-    def check_new_topic(self, name: str, num_partitions: int, replication_factor: int,
-                        configs: dict[str, str | None]) -> tuple[int, int, dict[str, Any]]:
-        """Validate a topic creation; returns the resolved (partitions, rf, overrides)."""
-        validate_topic_name(name)
-        if name in self.topics:
-            raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
-        collides = name.replace(".", "_")
-        for other in self.topics:
-            if other.replace(".", "_") == collides:
-                raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                  f"topic {name!r} collides with existing topic {other!r} ('.' and '_' collide)")
-        if num_partitions == -1:
-            num_partitions = self.config["num.partitions"]
-        if num_partitions <= 0 or num_partitions > MAX_PARTITIONS:
-            raise BrokerError(ErrorCode.INVALID_PARTITIONS, f"number of partitions must be 1..{MAX_PARTITIONS}")
-        if replication_factor == -1:
-            replication_factor = self.config["default.replication.factor"]
-        if replication_factor <= 0:
-            raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor must be larger than 0")
-        if replication_factor > 1:
-            raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                              f"replication factor {replication_factor} is larger than the 1 available broker")
-        try:
-            overrides = TopicConfigs.validate(configs)
-        except ConfigError as exc:
-            raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
-        return num_partitions, replication_factor, overrides
-
-    async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
-                           configs: dict[str, str | None] | None = None) -> Topic:
-        """Open the partitions first, then record the topic in the catalog: a crash in
-        between leaves directories that the next start sweeps away, never a catalog entry
-        without its partitions. File work runs in a worker thread."""
-        async with self.admin_lock:
-            num_partitions, _, overrides = self.check_new_topic(name, num_partitions, replication_factor,
-                                                                configs or {})
-            rendered = {k: TOPIC_CONFIGS[k].render(v) for k, v in overrides.items()}
-            rec = TopicRecord(name, uuid.uuid4().bytes, num_partitions, rendered)
-            topic = await anyio.to_thread.run_sync(self._open_topic_files, rec)
-            self.catalog.topics[name] = rec
-            try:
-                await self._save_catalog()
-            except BaseException:
-                del self.catalog.topics[name]
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(self._discard_files, topic.partitions)
-                raise
-            self._register(topic)
-        log.info("created topic %s with %d partitions", name, num_partitions)
-        return topic
-
-    async def delete_topic(self, name: str) -> None:
-        """Forget the topic (catalog first, so a crash cannot bring it back), then move each
-        partition directory aside under a -delete name before answering, so that a topic
-        created again under the same name starts empty, and remove the files in a thread."""
-        async with self.admin_lock:
-            topic = self.topics.get(name)
-            if topic is None:
-                raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-            rec = self.catalog.topics.pop(name)
-            try:
-                await self._save_catalog()
-            except BaseException:
-                self.catalog.topics[name] = rec
-                raise
-            del self.topics[name]
-            self.topics_by_id.pop(topic.topic_id, None)
-            for p in topic.partitions:
-                p.wake_waiters()
-            moved = [await p.retire(DELETE_SUFFIX) for p in topic.partitions]
-            self.metrics.forget_topic(name)
-        await anyio.to_thread.run_sync(lambda: [shutil.rmtree(d, ignore_errors=True) for d in moved])
-        log.info("deleted topic %s", name)
-        await self.groups.on_topic_deleted(name)
-
-    async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
-        async with self.admin_lock:
-            await self._create_partitions(name, count, validate_only)
-
-    async def _create_partitions(self, name: str, count: int, validate_only: bool) -> None:
-        topic = self.topics.get(name)
-        if topic is None:
-            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        current = len(topic.partitions)
-        if count <= current:
-            raise BrokerError(ErrorCode.INVALID_PARTITIONS,
-                              f"topic has {current} partitions; the new count must be larger, not {count}")
-        if count > MAX_PARTITIONS:
-            raise BrokerError(ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at most {MAX_PARTITIONS}")
-        if validate_only:
-            return
-        lc = self._log_config(topic.configs)
-        new = await anyio.to_thread.run_sync(self._open_partitions, name, range(current, count), lc)
-        rec = self.catalog.topics[name]
-        rec.partitions = count
-        try:
-            await self._save_catalog()
-        except BaseException:
-            rec.partitions = current
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self._discard_files, new)
-            raise
-        topic.partitions.extend(new)
-
-    async def set_topic_configs(self, name: str, overrides: dict[str, Any]) -> None:
-        """Replace a topic's overrides (already validated) and apply them to its logs."""
-        async with self.admin_lock:
-            topic = self.topics.get(name)
-            if topic is None:
-                raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-            configs = TopicConfigs(overrides, self.config.topic_defaults())
-            rec = self.catalog.topics[name]
-            previous = rec.configs
-            rec.configs = configs.rendered_overrides()
-            try:
-                await self._save_catalog()
-            except BaseException:
-                rec.configs = previous
-                raise
-            topic.configs = configs
-            lc = self._log_config(configs)
-            for p in topic.partitions:
-                p.update_config(lc)
-
     async def allocate_producer_id(self) -> int:
-        """A producer id never handed out before, even across restarts: blocks of ids are
-        recorded on disk before any id of theirs is used. In a KRaft cluster the controller
-        hands out the blocks (AllocateProducerIds), so no two brokers share an id."""
+        """A producer id never handed out before, even across restarts: the controller hands
+        out the blocks (AllocateProducerIds), so no two brokers share an id."""
         async with self.admin_lock:
-            if self.kraft is not None:
-                if self.producer_ids.needs_block():
-                    start, length = await self.kraft.allocate_producer_ids()
-                    self.producer_ids.use_block(start, length)
-                return self.producer_ids.allocate()
             if self.producer_ids.needs_block():
-                data = self.producer_ids.reserve_block()
-                path = self.config.log_dirs[0] / PRODUCER_ID_FILE
-                await anyio.to_thread.run_sync(write_allocator_state, path, data)
-                self.producer_ids.block_persisted()
+                start, length = await self.kraft.allocate_producer_ids()
+                self.producer_ids.use_block(start, length)
             return self.producer_ids.allocate()
 
     def auto_create_allowed(self, name: str) -> bool:

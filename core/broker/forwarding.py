@@ -109,8 +109,8 @@ class ControllerChannel:
 
 
 class KRaftLink:
-    """What a broker in a KRaft cluster has that a standalone node does not: its place in the
-    quorum (the image), the channel to the active controller, and the sync of its partitions."""
+    """A broker's link to the metadata quorum: its place in the quorum (the image), the channel
+    to the active controller, and the sync of its partitions."""
 
     def __init__(self, broker, quorum, lifecycle):
         from .metadata_sync import MetadataSync

@@ -18,9 +18,9 @@ same objects as before has nothing new, and creating one topic in a cluster of t
 partitions costs one topic's work. A change to the brokers (registration, fencing, epochs)
 reaches every partition's replica state, so it reconciles every topic, as does the first image.
 
-The first reconcile also sweeps partition directories of topics the image does not hold (a
-topic deleted while this broker was down). The broker serves clients only once it has caught
-up and been unfenced (server.py), so no client sees the empty image of a starting broker.
+The first reconcile of a bootstrapped image also sweeps partition directories of topics the
+image does not hold (a topic deleted while this broker was down). The broker serves clients only once it has caught
+up and been unfenced (core/node/server.py), so no client sees the empty image of a starting broker.
 
 * each local partition gets its PartitionReplica (replica_manager.py) when opened, and every
   image's registration of it, with the brokers' epochs and fencing: it leads, follows (its
@@ -37,6 +37,7 @@ import anyio
 
 from core.config import ConfigError
 from core.config.topic import TopicConfigs
+from core.controller.controller import METADATA_VERSION
 from core.controller.image import MetadataImage
 from core.raft.storage import METADATA_PARTITION_DIR
 
@@ -47,6 +48,7 @@ from .replica_manager import recover_replica_log
 from .replication import BrokerInfo
 
 log = logging.getLogger(__name__)
+_EMPTY = MetadataImage.empty()
 
 
 class MetadataSync:
@@ -59,8 +61,13 @@ class MetadataSync:
         self._swept = False
         self._reconciled: MetadataImage | None = None   # the image the last reconcile applied
         self._unopened: set[bytes] = set()   # topic ids whose partitions failed to open: retried
-        self.heap = HeapFreezer()   # its run() is started beside ours (server.py)
+        self.heap = HeapFreezer()   # its run() is started beside ours (core/node/server.py)
         quorum.loader.publishers.append(self._on_publish)
+
+    @property
+    def reconciled(self) -> MetadataImage:
+        """The image the last finished reconcile applied (empty before the first)."""
+        return self._reconciled if self._reconciled is not None else _EMPTY
 
     def _on_publish(self, before, after, next_offset: int) -> None:
         self._changed.set()
@@ -172,7 +179,9 @@ class MetadataSync:
         self._reconciled = image
         if added or removed:
             self.heap.note_change(removed=removed)
-        if not self._swept:
+        if not self._swept and METADATA_VERSION in image.features:
+            # Only a bootstrapped image can say what does not belong: before its bootstrap
+            # records (a one-node cluster's imported catalog among them) every topic is unknown.
             self._swept = True
             await anyio.to_thread.run_sync(self._sweep, image)
         await broker.groups.on_metadata(image)

@@ -3,11 +3,11 @@
 All appends and reads run on the event loop; only fsync leaves it, in a worker thread, under
 the partition's lock, so that a flush never races an append or a segment deletion.
 
-On a standalone node the partition is its own whole ISR: everything appended is committed.
-In a KRaft cluster it has a `replica` (core/broker/replication's PartitionReplica, driven by
-replica_manager.py) that owns the high watermark, the leader epoch and who may append;
-appends, truncations and metadata changes all go through the partition lock, so the log bytes
-and the replica's idea of them change together.
+Its `replica` (core/broker/replication's PartitionReplica, driven by replica_manager.py) owns
+the high watermark, the leader epoch and who may append; appends, truncations and metadata
+changes all go through the partition lock, so the log bytes and the replica's idea of them
+change together. A partition gets its replica as soon as it is opened (metadata_sync.py), and
+leads only when the metadata image makes its replica the leader.
 """
 from __future__ import annotations
 
@@ -48,8 +48,7 @@ class Partition:
         self.index = index
         self.log = log
         self.leader_epoch = 0
-        # A standalone node leads everything; in a KRaft cluster the metadata image says.
-        self.is_leader = True
+        self.is_leader = False   # the metadata image says, through the replica (replica_manager.py)
         self.producers = producers if producers is not None else ProducerState()
         self.snapshot_offset = -1  # log end offset of the latest producer snapshot written
         self._cuts = 0             # truncations so far: a snapshot begun before one is void
@@ -60,7 +59,7 @@ class Partition:
         self.written: Callable[["Partition"], None] | None = None
         self._lock = anyio.Lock()
         self.failure: str | None = None  # why the partition went offline, if it did
-        self.replica = None     # PartitionReplica in a KRaft cluster (replica_manager.py)
+        self.replica = None     # PartitionReplica (replica_manager.py); None once stopped
         self.replicas = None    # its ReplicaManager
 
     @property
@@ -111,8 +110,8 @@ class Partition:
     def high_watermark(self) -> int:
         if self.replica is not None:
             return self.replica.high_watermark
-        # A single node is its own whole ISR, so everything appended is committed.
-        return self.log.log_end_offset
+        # Not (or no longer) a replica: nothing it holds is known to be committed.
+        return self.log.log_start_offset
 
     @property
     def lock(self) -> anyio.Lock:
@@ -135,12 +134,12 @@ class Partition:
         async with self._lock:
             if self.offline:
                 raise OSError(f"partition is offline: {self.failure}")
-            if self.replica is not None and not self.replica.is_leader:
+            if self.replica is None or not self.replica.is_leader:
                 # Before the producer checks, as Kafka: a follower's sequence verdicts mean
                 # nothing to the client, and OUT_OF_ORDER_SEQUENCE_NUMBER is fatal to it.
                 return ErrorCode.NOT_LEADER_OR_FOLLOWER
             verdict = self._check_producers(batches)
-            if verdict is not None and verdict.is_duplicate and self.replica is not None:
+            if verdict is not None and verdict.is_duplicate:
                 error, waiter = self.replicas.duplicate_as_leader(
                     self, verdict.base_offset, verdict.last_offset, acks, timeout_ms)
                 if error:
@@ -148,17 +147,14 @@ class Partition:
                 return DuplicateAppend(verdict.base_offset, replication=waiter)
             if verdict is not None:
                 return verdict
-            replicated = waiter = None
-            if self.replica is not None:
-                count = sum(b.last_offset_delta + 1 for b in batches)
-                replicated, waiter = self.replicas.append_as_leader(self, count, acks, timeout_ms)
-                if replicated.error:
-                    return replicated.error
-                set_partition_leader_epoch(data, batches, replicated.leader_epoch)
+            count = sum(b.last_offset_delta + 1 for b in batches)
+            replicated, waiter = self.replicas.append_as_leader(self, count, acks, timeout_ms)
+            if replicated.error:
+                return replicated.error
+            set_partition_leader_epoch(data, batches, replicated.leader_epoch)
             try:
                 result = self.log.append(data, batches, apply_flush_policy=False)
-                if replicated is not None:
-                    self.replicas.appended(self, replicated, waiter, result)
+                self.replicas.appended(self, replicated, waiter, result)
                 if self.log.flush_due():
                     await anyio.to_thread.run_sync(self.log.maybe_flush)
             except OSError as exc:
@@ -301,7 +297,7 @@ class Partition:
     async def apply_retention(self) -> int:
         async with self._lock:
             if self.replica is None:
-                return self.log.apply_retention()
+                return 0   # stopped: its files are about to go
             # Never past the high watermark: followers may still need what lies above it.
             deleted = self.log.apply_retention(high_watermark=self.replica.high_watermark)
             if deleted:

@@ -42,7 +42,7 @@ def run(args) -> int:
     if args.cluster_id:
         from pathlib import Path
 
-        from core.broker.catalog import format_storage
+        from core.node.storage import format_storage
         for directory, what in format_storage([Path(d) for d in config.log_dirs], config.node_id,
                                               args.cluster_id, ignore_formatted=True):
             logging.getLogger("seaway").info("%s: %s (cluster %s)", what, directory, args.cluster_id)
@@ -57,7 +57,7 @@ def run(args) -> int:
 
 
 async def _serve(config) -> None:
-    from core.broker.server import run_node
+    from core.node.server import run_node
 
     async with anyio.create_task_group() as tg:
         handle = await tg.start(run_node, config)
@@ -67,8 +67,18 @@ async def _serve(config) -> None:
         if handle.metrics_port is not None:
             print(f"seaway node {config.node_id} metrics on port {handle.metrics_port}", flush=True)
         tg.start_soon(_on_signals, handle)
+        if handle.broker is not None:
+            tg.start_soon(_report_serving, config, handle)
         await handle.stopped.wait()
         tg.cancel_scope.cancel()
+
+
+async def _report_serving(config, handle) -> None:
+    """The broker accepts clients once it has caught up with the metadata log and been
+    unfenced: on a one-node cluster moments after the lines above, in a cluster once its
+    controller quorum has a leader."""
+    await handle.serving.wait()
+    print(f"seaway node {config.node_id} serving clients", flush=True)
 
 
 async def _on_signals(handle) -> None:

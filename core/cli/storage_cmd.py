@@ -34,13 +34,13 @@ def _config(path: str):
 
 
 def random_uuid(args) -> int:
-    from core.broker.catalog import new_cluster_id
+    from core.node.storage import new_cluster_id
     print(new_cluster_id())
     return 0
 
 
 def format_dirs(args) -> int:
-    from core.broker.catalog import format_storage
+    from core.node.storage import format_storage
     config = _config(args.config)
     for directory, what in format_storage([Path(d) for d in config.log_dirs], config.node_id,
                                           args.cluster_id, ignore_formatted=args.ignore_formatted):
@@ -49,7 +49,7 @@ def format_dirs(args) -> int:
 
 
 def info(args) -> int:
-    from core.broker.catalog import read_meta
+    from core.node.storage import read_meta
     config = _config(args.config)
     missing = 0
     for d in config.log_dirs:

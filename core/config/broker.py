@@ -329,7 +329,10 @@ class BrokerConfig:
 
     def _derive_quorum(self) -> None:
         """KRaft settings. With `controller.quorum.voters` set the node is part of a quorum
-        cluster; without it a node is a whole cluster on its own (the standalone mode)."""
+        cluster. Without it the node is a one-node cluster: broker and controller, and the only
+        voter of its own quorum, which it reaches through a controller listener on a loopback
+        port the OS picks (`single_node`; server.py fills in the port once it is bound). Both
+        kinds keep their metadata the same way, in the metadata log."""
         v = self.values
         roles = v["process.roles"]
         if not roles or len(set(roles)) != len(roles):
@@ -338,9 +341,18 @@ class BrokerConfig:
         self.quorum_voters = parse_voters(v["controller.quorum.voters"])
         self.controller_listener_names = [n.upper() for n in v["controller.listener.names"]]
         self.metadata_log_dir = Path(v["metadata.log.dir"]) if v["metadata.log.dir"] else self.log_dirs[0]
-        if not self.quorum_voters:
+        self.single_node = not self.quorum_voters
+        if self.single_node:
             if v["controller.listener.names"]:
                 raise ConfigError("controller.quorum.voters: required when controller.listener.names is set")
+            if self.roles != {"broker", "controller"}:
+                raise ConfigError(f"process.roles: {','.join(roles)} needs controller.quorum.voters; "
+                                  f"a node without voters is a one-node cluster with both roles")
+            names = {l.name for l in self.listeners}
+            name = next(n for n in ("CONTROLLER", "CONTROLLER_LOCAL", "SEAWAY_CONTROLLER") if n not in names)
+            self.listeners = [*self.listeners, Listener(name, "127.0.0.1", 0, "PLAINTEXT")]
+            self.controller_listener_names = [name]
+            self.quorum_voters = {self.node_id: ("127.0.0.1", 0)}
             return
         if not self.controller_listener_names:
             raise ConfigError("controller.listener.names: required when controller.quorum.voters is set")
@@ -368,10 +380,6 @@ class BrokerConfig:
         self.advertised_listeners = [l for l in self.advertised_listeners
                                      if l.name not in self.controller_listener_names] \
             or self.advertised_listeners
-
-    @property
-    def kraft(self) -> bool:
-        return bool(self.quorum_voters)
 
     def is_controller_listener(self, name: str) -> bool:
         return name in self.controller_listener_names

@@ -134,8 +134,12 @@ def _track_registrations(offsets: dict[int, int], records: list, first_offset: i
 
 class QuorumController:
     def __init__(self, node_id: int, cluster_id: str, config: ControllerConfig | None = None,
-                 *, clock: Callable[[], int], seed: int | None = None):
+                 *, clock: Callable[[], int], seed: int | None = None,
+                 bootstrap_records: Iterable[Message] = ()):
         self.node_id = node_id
+        # Written with metadata.version when the controller first activates on an empty log
+        # (Kafka's bootstrap metadata): a one-node cluster's imported topic catalog.
+        self._bootstrap_records = list(bootstrap_records)
         self.cluster_id = cluster_id
         self.config = config or ControllerConfig()
         self._clock = clock
@@ -279,6 +283,9 @@ class QuorumController:
                                  if self.config.auto_leader_rebalance_enable else None)
         records: list[Message] = []
         if METADATA_VERSION not in self._committed.features:
+            # metadata.version last: an image that has it has the bootstrap records too, so a
+            # broker can tell a bootstrapped log from an empty one (metadata_sync.py's sweep).
+            records.extend(self._bootstrap_records)
             records.append(m.FeatureLevelRecord(name=METADATA_VERSION,
                                                 feature_level=BOOTSTRAP_METADATA_VERSION))
         self._propose(records)

@@ -10,7 +10,6 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from core.config import BrokerConfig, ConfigError
-from core.config.broker import parse_voters
 from core.config.topic import TOPIC_CONFIGS
 
 
@@ -73,7 +72,7 @@ class ControllerConfig:
             auto_leader_rebalance_enable=get("auto.leader.rebalance.enable"),
             leader_imbalance_check_interval_ms=get("leader.imbalance.check.interval.seconds") * 1000,
             unclean_leader_election_interval_ms=get("unclean.leader.election.interval.ms"),
-            controller_ids=frozenset(parse_voters(config["controller.quorum.voters"])),
+            controller_ids=frozenset(config.quorum_voters),
             topic_defaults=MappingProxyType(defaults),
         )
 

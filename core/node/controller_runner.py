@@ -47,13 +47,14 @@ class ControllerRunner:
     """Runs on the raft thread (core/raft/thread.py): `driver` is the RaftDriver itself and
     `loader` the controller's own MetadataLoader, a local listener of that driver."""
 
-    def __init__(self, config, *, cluster_id: str, driver, loader):
+    def __init__(self, config, *, cluster_id: str, driver, loader, bootstrap=()):
         self.config = config
         self.driver = driver
         self.loader = loader
         self.node_id = config.node_id
         self.controller = QuorumController(config.node_id, cluster_id,
-                                           ControllerConfig.from_broker_config(config), clock=now_ms)
+                                           ControllerConfig.from_broker_config(config), clock=now_ms,
+                                           bootstrap_records=bootstrap)
         loader.record_listeners.append(self._on_records)
         loader.snapshot_listeners.append(self.controller.load_snapshot)
         loader.leader_listeners.append(self._on_leader)

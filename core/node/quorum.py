@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 
 from core.config import BrokerConfig
+from core.config.defs import ConfigError
 from core.raft.config import QuorumConfig
 from core.raft.driver import RaftDriver
 from core.raft.thread import RaftThread
@@ -33,7 +34,6 @@ class QuorumMember:
         try:
             quorum_config = QuorumConfig.from_properties(config.values)
         except ValueError as exc:
-            from core.config.defs import ConfigError
             raise ConfigError(str(exc)) from None
         # The quorum runs on a loop of its own (core/raft/thread.py), so that a busy data plane
         # never delays its heartbeats, fetches and elections.
@@ -65,7 +65,7 @@ class QuorumMember:
 
 
 class ControllerServer:
-    def __init__(self, config: BrokerConfig, quorum: QuorumMember, metrics):
+    def __init__(self, config: BrokerConfig, quorum: QuorumMember, metrics, *, bootstrap=()):
         self.config = config
         self.quorum = quorum
         self.metrics = metrics
@@ -75,4 +75,4 @@ class ControllerServer:
         self.loader = MetadataLoader(keep_image=False)
         quorum.driver.add_local_listener(self.loader)
         self.runner = ControllerRunner(config, cluster_id=quorum.cluster_id, driver=self.driver,
-                                       loader=self.loader)
+                                       loader=self.loader, bootstrap=bootstrap)

@@ -1,5 +1,11 @@
 """The node process: listeners, background jobs and graceful shutdown in one task group.
 
+Every node keeps its metadata the same way: a KRaft quorum and its log. A node configured with
+`controller.quorum.voters` joins that quorum (as a voter if it is a controller, an observer if it
+is only a broker); a node without voters is a one-node cluster, the only voter of its own
+quorum, reached over a loopback controller listener (BrokerConfig.single_node). Its voter
+campaigns as it starts, so such a node serves within moments.
+
 `run_node` opens storage (recovering logs in a worker thread), binds every listener, reports
 readiness through `task_status.started()` with the bound addresses, and serves until
 `NodeHandle.shutdown()` or cancellation. Shutdown stops accepting, closes idle connections,
@@ -15,21 +21,20 @@ from dataclasses import dataclass, field
 import anyio
 from anyio.abc import SocketAttribute, TaskStatus
 
+from core.broker.broker import Broker
+from core.broker.connection import Connection
+from core.broker.forwarding import KRaftLink
+from core.broker.metrics import BrokerMetrics
 from core.config import BrokerConfig
 from core.config.broker import Listener
+from core.config.defs import ConfigError
 from core.security.authorizer import AllowAll
 
-from core.config.defs import ConfigError
-from core.node import faults
-from core.node.controller_apis import CONTROLLER_HANDLERS
-from core.node.lifecycle import BrokerLifecycle
-from core.node.quorum import ControllerServer, QuorumMember
-
-from .broker import Broker
-from .catalog import META_FILE, ensure_meta
-from .connection import Connection
-from .forwarding import KRaftLink
-from .metrics import BrokerMetrics
+from . import faults, legacy_catalog
+from .controller_apis import CONTROLLER_HANDLERS
+from .lifecycle import BrokerLifecycle
+from .quorum import ControllerServer, QuorumMember
+from .storage import META_FILE, ensure_meta
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +51,7 @@ class NodeHandle:
     listener_scopes: list[anyio.CancelScope] = field(default_factory=list)
     controller_scopes: list[anyio.CancelScope] = field(default_factory=list)   # on the raft thread
     stopped: anyio.Event = field(default_factory=anyio.Event)  # set once logs are closed
+    serving: anyio.Event = field(default_factory=anyio.Event)  # set once the broker role serves clients
     metrics_port: int | None = None
     draining: bool = False
 
@@ -54,17 +60,21 @@ class NodeHandle:
 
     async def shutdown(self) -> None:
         self.draining = True
-        for server in self._servers():
-            server.draining = True
+        if self.broker is not None:
+            self.broker.draining = True
         for scope in self.listener_scopes:
             scope.cancel()
-        on_raft_thread = self.quorum.driver.call_soon if self.quorum is not None else None
-        for scope in self.controller_scopes:
-            on_raft_thread(scope.cancel)
         if self.lifecycle is not None:
-            # Controlled shutdown: the controller moves our leaderships away first.
+            # Controlled shutdown: the controller moves our leaderships away first. Our own
+            # controller role still serves meanwhile: on a one-node cluster (or wherever this
+            # node is the active controller) it is the one that must grant it.
             granted = await self.lifecycle.shutdown(timeout_s=self.config["shutdown.timeout.ms"] / 2000)
             log.info("controlled shutdown %s", "granted" if granted else "not granted in time; stopping anyway")
+        on_raft_thread = self.quorum.driver.call_soon
+        if self.controller is not None:
+            self.controller.draining = True
+        for scope in self.controller_scopes:
+            on_raft_thread(scope.cancel)
         broker = self.broker
         if broker is not None:
             broker.groups.unload_all()  # parked joins and syncs answer NOT_COORDINATOR now
@@ -108,8 +118,6 @@ class NodeHandle:
                 return False, f"broker {self.config.node_id} is catching up with the metadata log"
             seen.append(f"broker {self.config.node_id} registered (epoch {self.lifecycle.broker_epoch}), "
                         f"unfenced and serving")
-        elif self.broker is not None:
-            seen.append(f"node {self.config.node_id} serving")
         return True, "healthy: " + "; ".join(seen)
 
 
@@ -140,7 +148,10 @@ async def _serve_listener(listener_cfg: Listener, tcp_listener, server, authoriz
 
 
 def _fix_advertised(config: BrokerConfig, bound: dict[str, tuple[str, int]]) -> None:
-    """A listener on port 0 is advertised with the port the OS chose."""
+    """A listener on port 0 is advertised with the port the OS chose; so is a one-node
+    cluster's own voter, whose controller listener always takes the port the OS gives."""
+    if config.single_node:
+        config.quorum_voters[config.node_id] = bound[config.controller_listener_names[0]]
     fixed = []
     for adv in config.advertised_listeners:
         if adv.port == 0 and adv.name in bound:
@@ -149,25 +160,24 @@ def _fix_advertised(config: BrokerConfig, bound: dict[str, tuple[str, int]]) -> 
     config.advertised_listeners = fixed
 
 
-async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
-    """Run the roles of `process.roles`. Without controller.quorum.voters the node is a whole
-    cluster on its own (standalone); with them it joins the KRaft quorum: as a voter if it is
-    a controller, as an observer if it is only a broker."""
+async def run_node(config: BrokerConfig, *, clock=None,
+                   task_status: TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
+    """Run the roles of `process.roles` (both, on a one-node cluster). `clock` (epoch ms) is
+    the broker's, for tests that move time by hand (retention, offset expiry)."""
     metrics = BrokerMetrics()
-    broker = quorum = controller = None
-    if config.kraft:
-        cluster_id = await anyio.to_thread.run_sync(_storage_identity, config)
-        quorum = QuorumMember(config, cluster_id)
-        if "controller" in config.roles:
-            controller = ControllerServer(config, quorum, metrics)
-        metrics.watch_quorum(quorum, controller.runner.controller if controller is not None else None)
-    lifecycle = None
-    if "broker" in config.roles or not config.kraft:
-        broker = Broker(config, metrics=metrics)
+    broker = controller = lifecycle = None
+    cluster_id = await anyio.to_thread.run_sync(_storage_identity, config)
+    bootstrap = await anyio.to_thread.run_sync(legacy_catalog.bootstrap_records, config)
+    quorum = QuorumMember(config, cluster_id)
+    if "controller" in config.roles:
+        controller = ControllerServer(config, quorum, metrics, bootstrap=bootstrap)
+    metrics.watch_quorum(quorum, controller.runner.controller if controller is not None else None)
+    if "broker" in config.roles:
+        broker = Broker(config, metrics=metrics, **({"clock": clock} if clock is not None else {}))
+        broker.cluster_id = cluster_id
         await anyio.to_thread.run_sync(broker.open)
-        if config.kraft:
-            lifecycle = BrokerLifecycle(config, quorum, listeners=config.advertised_listeners)
-            broker.kraft = KRaftLink(broker, quorum, lifecycle)
+        lifecycle = BrokerLifecycle(config, quorum, listeners=config.advertised_listeners)
+        broker.kraft = KRaftLink(broker, quorum, lifecycle)
     authorizer = AllowAll()
     handle = NodeHandle(broker, config=config, controller=controller, quorum=quorum, lifecycle=lifecycle)
     if config["metrics.port"] is not None:
@@ -177,12 +187,11 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
     try:
         async with anyio.create_task_group() as tg:
             handle.cancel_scope = tg.cancel_scope
-            if quorum is not None:
-                # The raft thread: the driver, and below the controller role and the broker's
-                # heartbeats, which must keep their deadlines whatever this loop is doing.
-                raft_thread = quorum.driver
-                await tg.start(raft_thread.run)
-                tg.start_soon(quorum.run_snapshots)
+            # The raft thread: the driver, and below the controller role and the broker's
+            # heartbeats, which must keep their deadlines whatever this loop is doing.
+            raft_thread = quorum.driver
+            await tg.start(raft_thread.run)
+            tg.start_soon(quorum.run_snapshots)
             if controller is not None:
                 raft_thread.start_soon(controller.runner.run)
             broker_listeners = []
@@ -206,20 +215,17 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
                 handle.bound[lc.name] = (addr[0], addr[1])
                 if controller_listener:
                     raft_thread.start_soon(*serve)
-                elif lifecycle is not None:
-                    broker_listeners.append(serve)
                 else:
-                    tg.start_soon(*serve)
+                    broker_listeners.append(serve)
             _fix_advertised(config, handle.bound)
-            if lifecycle is not None:
+            if broker is not None:
                 lifecycle.listeners = config.advertised_listeners
                 tg.start_soon(broker.kraft.sync.run)
                 tg.start_soon(broker.kraft.sync.heap.run)
                 tg.start_soon(broker.kraft.replicas.run)
                 tg.start_soon(broker.groups.run_topic_creator)
                 raft_thread.start_soon(lifecycle.run)
-                tg.start_soon(_serve_when_caught_up, tg, broker, lifecycle, broker_listeners)
-            if broker is not None:
+                tg.start_soon(_serve_when_caught_up, tg, broker, lifecycle, broker_listeners, handle.serving)
                 tg.start_soon(broker.run_flush_scheduler)
                 tg.start_soon(broker.run_retention)
                 tg.start_soon(broker.run_producer_snapshots)
@@ -230,20 +236,20 @@ async def run_node(config: BrokerConfig, *, task_status: TaskStatus = anyio.TASK
             if faults.busy_data_plane_armed():
                 tg.start_soon(faults.busy_data_plane)
             log.info("node %d (%s) of cluster %s listening on %s", config.node_id,
-                     ",".join(sorted(config.roles)), broker.cluster_id if broker else quorum.cluster_id,
+                     ",".join(sorted(config.roles)), cluster_id,
                      ", ".join(f"{n}://{h}:{p}" for n, (h, p) in handle.bound.items()))
             task_status.started(handle)
     finally:
         with anyio.CancelScope(shield=True):
             if broker is not None:
                 await anyio.to_thread.run_sync(broker.close)
-                if broker.kraft is not None:
-                    await anyio.to_thread.run_sync(broker.kraft.replicas.close)
+                await anyio.to_thread.run_sync(broker.kraft.replicas.close)
             log.info("node %d stopped; logs flushed and closed", config.node_id)
             handle.stopped.set()
 
 
-async def _serve_when_caught_up(tg, broker: Broker, lifecycle: BrokerLifecycle, listeners: list) -> None:
+async def _serve_when_caught_up(tg, broker: Broker, lifecycle: BrokerLifecycle, listeners: list,
+                                serving: anyio.Event) -> None:
     """A KRaft broker's client listeners are bound at once (their ports go into the broker's
     registration) but accept only once the broker has caught up with the metadata log and the
     controller has unfenced it, as Kafka enables request processing only then: a client that
@@ -256,17 +262,23 @@ async def _serve_when_caught_up(tg, broker: Broker, lifecycle: BrokerLifecycle, 
     for serve in listeners:
         tg.start_soon(*serve)
     lifecycle.serving = True
+    serving.set()
     log.info("broker %d is serving clients", broker.node_id)
+    # Whatever an old topic catalog held is in the metadata log by now (the controller writes
+    # it before it registers any broker), so the catalog can be put aside.
+    await anyio.to_thread.run_sync(legacy_catalog.retire, broker.config)
 
 
 def _storage_identity(config: BrokerConfig) -> str:
-    """The cluster id a KRaft node's storage was formatted with. Every node of a quorum must
-    agree on it, so (as Kafka does) a KRaft node never invents one: its directories must have
-    been formatted (`seaway storage format`) or cluster.id must be set."""
+    """The cluster id this node's storage was formatted with. Every node of a quorum must
+    agree on it, so (as Kafka does) a node of a quorum never invents one: its directories must
+    have been formatted (`seaway storage format`) or cluster.id must be set. A one-node cluster
+    is its own quorum: it formats its directories itself on first start."""
     dirs = list(config.log_dirs)
     if config.metadata_log_dir not in dirs:
         dirs.append(config.metadata_log_dir)
-    if config["cluster.id"] is None and not any((d / META_FILE).exists() for d in dirs):
+    if (not config.single_node and config["cluster.id"] is None
+            and not any((d / META_FILE).exists() for d in dirs)):
         raise ConfigError(f"log.dirs: {dirs[0]} is not formatted; run `seaway storage format` "
                           f"with the cluster id first (or set cluster.id)")
     return ensure_meta(dirs, config.node_id, config["cluster.id"])

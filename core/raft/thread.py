@@ -10,7 +10,7 @@ voters within the election timeout loses them, and a broker whose heartbeats sto
 broker.session.timeout.ms is fenced. So the Raft driver gets a loop of its own, and so does
 what the controller and the broker's registration need to keep their deadlines: the
 controller listeners, the ControllerRunner with its own MetadataLoader, and the broker's
-heartbeats (core/broker/server.py starts them here). CPython's GIL hands the interpreter to a
+heartbeats (core/node/server.py starts them here). CPython's GIL hands the interpreter to a
 waiting thread at least every sys.getswitchinterval() (5 ms), so a busy data plane costs the
 quorum milliseconds, never seconds.
 

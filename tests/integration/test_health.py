@@ -32,7 +32,8 @@ def test_a_serving_node_is_healthy_and_says_why(tmp_path):
     metrics = free_port()
     with SeawayNode(tmp_path, {"metrics.port": str(metrics)}) as node:
         status, text = get_health(metrics)
-        assert (status, text) == (200, "healthy: node 1 serving")
+        # A one-node cluster: its own quorum's leader, and its broker registered with itself.
+        assert (status, text) == (200, "healthy: quorum leader 1; broker 1 registered (epoch 2), unfenced and serving")
         ok = seaway("health", "--bootstrap-server", node.bootstrap, "--node-id", "1")
         assert ok.returncode == 0, ok.stderr
         assert ok.stdout.startswith("healthy: broker 1 registered and unfenced")

@@ -62,15 +62,18 @@ def test_orphan_partition_directories_are_swept_at_start(tmp_path):
         (n.data_dir / "kept-0.abc-delete").mkdir()
         n.start()
         names = {d.name for d in n.data_dir.iterdir() if d.is_dir()}
-        assert names == {"kept-0"}
+        assert names == {"kept-0", "__cluster_metadata-0"}   # the metadata log lives there too
 
 
-def test_min_insync_replicas_above_the_isr_refuses_acks_all(node):
+def test_min_insync_replicas_is_capped_at_the_replication_factor(node):
+    """Kafka 3.7+ (KAFKA-15583, Partition.effectiveMinIsr): min.insync.replicas above the
+    replication factor counts as the replication factor, so acks=all on a one-replica topic is
+    answered once the leader has the records (the ISR of 1 is then the whole assignment)."""
     req = m.CreateTopicsRequest(topics=[m.CreateTopicsRequest.CreatableTopic(
         name="misr", num_partitions=1, replication_factor=1,
         configs=[m.CreateTopicsRequest.CreatableTopicConfig(name="min.insync.replicas", value="2")])], timeout_ms=5000)
     assert call(node, 19, 7, req).topics[0].error_code == 0
-    assert produce(node, "misr", build_batch([(None, b"v", [], 1)])).error_code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert produce(node, "misr", build_batch([(None, b"v", [], 1)])).error_code == ErrorCode.NONE
     acks1 = m.ProduceRequest(acks=1, timeout_ms=5000, topic_data=[m.ProduceRequest.TopicProduceData(
         name="misr", partition_data=[m.ProduceRequest.PartitionProduceData(index=0, records=build_batch([(None, b"v", [], 1)]))])])
     assert call(node, 0, 9, acks1).responses[0].partition_responses[0].error_code == 0
@@ -142,7 +145,8 @@ def test_partitions_spread_over_log_dirs_and_survive_restart(tmp_path):
         create_topic(n, "spread", partitions=4)
         for p in range(4):
             produce(n, "spread", build_batch([(None, b"v", [], 1)]), partition=p)
-        placed = {d.name: sorted(e.name for e in d.iterdir() if e.is_dir()) for d in dirs}
+        placed = {d.name: sorted(e.name for e in d.iterdir() if e.is_dir() and e.name.startswith("spread-"))
+                  for d in dirs}
         assert sorted(len(v) for v in placed.values()) == [2, 2], placed
         assert all((d / "meta.properties").exists() for d in dirs)
         n.stop()

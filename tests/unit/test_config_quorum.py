@@ -22,7 +22,7 @@ def test_a_combined_node_of_a_quorum():
     c = config(node_id="1", process_roles="broker,controller", controller_quorum_voters=VOTERS,
                controller_listener_names="CONTROLLER",
                listeners="PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093", log_dirs="/data/a,/data/b")
-    assert c.kraft and c.roles == {"broker", "controller"}
+    assert not c.single_node and c.roles == {"broker", "controller"}
     assert c.quorum_voters == {1: ("127.0.0.1", 9093), 2: ("127.0.0.1", 9094), 3: ("::1", 9095)}
     # A controller listener missing from the protocol map is PLAINTEXT; clients never see it.
     assert [(l.name, l.security_protocol) for l in c.listeners] == [("PLAINTEXT", "PLAINTEXT"),
@@ -32,9 +32,27 @@ def test_a_combined_node_of_a_quorum():
     assert c.is_controller_listener("CONTROLLER") and not c.is_controller_listener("PLAINTEXT")
 
 
-def test_standalone_without_voters():
-    c = config()
-    assert not c.kraft and c.quorum_voters == {}
+def test_without_voters_a_node_is_a_one_voter_cluster():
+    """Its quorum is itself, reached over a loopback controller listener whose port the OS
+    picks; clients are never told about that listener."""
+    c = config(node_id="4", listeners="PLAINTEXT://0.0.0.0:9092")
+    assert c.single_node and c.roles == {"broker", "controller"}
+    assert c.quorum_voters == {4: ("127.0.0.1", 0)}
+    assert [str(l) for l in c.listeners] == ["PLAINTEXT://0.0.0.0:9092", "CONTROLLER://127.0.0.1:0"]
+    assert c.controller_listener_names == ["CONTROLLER"]
+    assert [l.name for l in c.advertised_listeners] == ["PLAINTEXT"]
+
+
+def test_a_one_node_cluster_keeps_clear_of_a_listener_named_controller():
+    c = config(listeners="CONTROLLER://127.0.0.1:9092", listener_security_protocol_map="CONTROLLER:PLAINTEXT")
+    assert c.controller_listener_names == ["CONTROLLER_LOCAL"]
+    assert [l.name for l in c.advertised_listeners] == ["CONTROLLER"]
+
+
+@pytest.mark.parametrize("roles", ["broker", "controller"])
+def test_a_one_node_cluster_runs_both_roles(roles):
+    with pytest.raises(ConfigError, match="^process.roles: .* needs controller.quorum.voters"):
+        config(process_roles=roles)
 
 
 def test_metadata_log_dir_can_be_its_own():

@@ -1,5 +1,5 @@
 """ElectLeaders (43): the controller side (Kafka's ReplicationControlManager.electLeaders) and
-the broker side (core/broker/handlers/forwarded.py: authorization, forwarding, the standalone
+the broker side (core/broker/handlers/forwarded.py: authorization, forwarding, the one-node
 answer)."""
 from __future__ import annotations
 
@@ -329,8 +329,8 @@ class Sync:
 
 
 def broker_ctx(version: int, *, allow: bool = True, topics=None, h: Harness | None = None):
-    """A request context on a standalone broker holding `topics` (name -> partition count), or
-    on a KRaft broker whose controller is `h`'s."""
+    """A request context on a broker that holds `topics` (name -> partition count) and, with
+    `h`, forwards to `h`'s controller (without, it has no controller to reach)."""
     kraft = None
     if h is not None:
         kraft = SimpleNamespace(channel=Channel(h), quorum=SimpleNamespace(loader=Loader(h)),
@@ -347,6 +347,13 @@ def handle(ctx, request, version):
     return api.response.decode(version, api.response.encode(version, answer))
 
 
+def one_node(h: Harness) -> None:
+    """A one-node cluster: broker 1 holds t-0, t-1 and a-0, and leads them."""
+    h.add_brokers({1: None})
+    h.create_topic("t", 2, 1)
+    h.create_topic("a", 1, 1)
+
+
 @pytest.mark.parametrize("partitions, expect", [
     ({"t": [0, 1, 2], "u": [0]}, {"t": [(0, E.ELECTION_NOT_NEEDED), (1, E.ELECTION_NOT_NEEDED),
                                         (2, E.UNKNOWN_TOPIC_OR_PARTITION)],
@@ -354,15 +361,19 @@ def handle(ctx, request, version):
     (None, {"a": [], "t": []}),
 ])
 @pytest.mark.parametrize("election_type", [PREFERRED, UNCLEAN])
-def test_a_standalone_node_leads_everything_already(partitions, expect, election_type):
-    ctx = broker_ctx(2, topics={"t": 2, "a": 1})
+def test_a_one_node_cluster_leads_everything_already(partitions, expect, election_type):
+    h = Harness()
+    one_node(h)
+    ctx = broker_ctx(2, h=h)
     answer = handle(ctx, elect(election_type, partitions), 2)
     assert answer.error_code == 0 and results(answer) == expect
     assert ctx.authorizer.asked == [("ALTER", "CLUSTER", "kafka-cluster")]
 
 
-def test_a_standalone_node_refuses_an_unknown_election_type():
-    answer = handle(broker_ctx(1, topics={"t": 1}), elect(5, {"t": [0]}), 1)
+def test_a_one_node_cluster_refuses_an_unknown_election_type():
+    h = Harness()
+    one_node(h)
+    answer = handle(broker_ctx(1, h=h), elect(5, {"t": [0]}), 1)
     assert answer.error_code == E.INVALID_REQUEST
     assert results(answer) == {"t": [(0, E.INVALID_REQUEST)]}
 

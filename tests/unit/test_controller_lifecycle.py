@@ -2,6 +2,8 @@
 unexpected errors, and ControllerConfig.from_properties."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from core.config import ConfigError
@@ -266,7 +268,8 @@ def test_config_from_properties_uses_kafka_names():
 
 def test_config_defaults_are_kafkas():
     config = ControllerConfig.from_properties({})
-    assert config == ControllerConfig()
+    # Without controller.quorum.voters, node 1 (the default node.id) is its own controller.
+    assert config == dataclasses.replace(ControllerConfig(), controller_ids=frozenset({1}))
     assert (config.broker_session_timeout_ms, config.broker_heartbeat_interval_ms) == (9000, 2000)
     assert config.unclean_leader_election_enable is False
     assert dict(config.topic_defaults) == {}

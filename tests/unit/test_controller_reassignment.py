@@ -2,7 +2,7 @@
 (45), ListPartitionReassignments (46), completion through AlterPartition and the controller's
 own partition changes, elections during a reassignment, the dynamic replication throttle rates,
 and the broker side (core/broker/handlers/forwarded.py: authorization, forwarding, the
-standalone answer)."""
+one-node answer)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -684,9 +684,8 @@ class Sync:
 
 def broker_ctx(api_key: int, *, allow: bool = True, topics=None, h: Harness | None = None,
                lagging: bool = False):
-    """A request context on a standalone broker 7 holding `topics` (name -> partition count),
-    or on a KRaft broker whose controller is `h`'s; a `lagging` broker's image is the one
-    before the request."""
+    """A request context on broker 7 holding `topics` (name -> partition count) that, with `h`,
+    forwards to `h`'s controller; a `lagging` broker's image is the one before the request."""
     kraft = None
     if h is not None:
         loader = Loader(h, h.ctl.committed_image if lagging else None)
@@ -762,8 +761,11 @@ def test_a_kraft_broker_waits_for_nothing_when_nothing_succeeded():
     assert ctx.broker.kraft.sync.shown == []
 
 
-def test_a_standalone_node_is_its_own_only_broker():
-    ctx = broker_ctx(45, topics={"t": 2})
+def test_a_one_node_cluster_is_its_own_only_broker():
+    h = Harness()
+    h.add_brokers({7: None})
+    h.create_topic("t", 2, 1)
+    ctx = broker_ctx(45, h=h)
     answer = on_broker(ctx, reassign_request({"t": {0: [7], 1: [7, 8], 2: [7], 3: None},
                                               "nope": {0: [7]}}))
     assert answer.error_code == 0
@@ -776,6 +778,6 @@ def test_a_standalone_node_is_its_own_only_broker():
                                    (1, E.INVALID_REPLICA_ASSIGNMENT)]}
     answer = on_broker(ctx, reassign_request({"t": {1: None}}))
     assert codes(answer) == {"t": [(1, E.NO_REASSIGNMENT_IN_PROGRESS)]}
-    answer = on_broker(broker_ctx(46, topics={"t": 2}), L(timeout_ms=1, topics=None))
+    answer = on_broker(broker_ctx(46, h=h), L(timeout_ms=1, topics=None))
     assert (answer.error_code, answer.topics) == (0, [])
     assert ctx.authorizer.asked == [("ALTER", "CLUSTER", "kafka-cluster")] * 3

@@ -1,61 +1,30 @@
-"""The group driver against a real on-disk broker, in process, with a controlled clock:
-offsets are in __consumer_offsets before a commit returns, survive a reopen, expire by the
-retention rules, and deleted groups stay deleted."""
+"""The group driver of a real node (in process, on disk) with a controlled clock: offsets are
+in __consumer_offsets before a commit returns, survive a restart, expire by the retention
+rules, and deleted groups stay deleted.
+
+The node runs the group writer, timers and expiry jobs itself; its expiry job runs every
+offsets.retention.check.interval.ms of real time (10 minutes), so here expiry runs only when a
+test calls expire_offsets()."""
 from __future__ import annotations
 
-import anyio
 import pytest
 
-from core.broker.broker import Broker
 from core.broker.groups.events import DeleteGroups, Heartbeat, JoinGroup, SyncGroup
 from core.broker.groups.state import GroupState
 from core.broker.groups.storage import TOPIC, CommittedOffset, partition_for
-from core.config import BrokerConfig
 from core.protocol.consumer_protocol import Subscription, encode_subscription
 from core.protocol.errors import ErrorCode as E
+from tests.support.group_node import MINUTE, Clock, create_topic, group_node
+from tests.support.inprocess import delete_topic
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
-
-MINUTE = 60_000
-
-
-class Clock:
-    def __init__(self, now=1_000_000):
-        self.now = now
-
-    def __call__(self):
-        return self.now
-
-
-def make_broker(tmp_path, clock, **extra) -> Broker:
-    props = {"node.id": "1", "log.dirs": str(tmp_path / "data"), "offsets.topic.num.partitions": "4",
-             "offsets.retention.minutes": "10", "group.initial.rebalance.delay.ms": "0"}
-    props.update({k.replace("_", "."): str(v) for k, v in extra.items()})
-    broker = Broker(BrokerConfig(props), clock=clock)
-    broker.open()
-    return broker
-
-
-async def run(broker: Broker, body):
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(broker.groups.run_writer)
-        tg.start_soon(broker.groups.run_timers)
-        try:
-            await body(broker.groups)
-        finally:
-            tg.cancel_scope.cancel()
-
-
-async def create_topic(broker: Broker, name="t", partitions=2):
-    await broker.create_topic(name, partitions, 1, {})
 
 
 async def test_commits_survive_reopen_and_land_in_the_groups_partition(tmp_path, anyio_backend):
     clock = Clock()
-    broker = make_broker(tmp_path, clock)
-
-    async def body(groups):
-        await create_topic(broker)
+    async with group_node(tmp_path, clock) as node:
+        broker, groups = node.broker, node.broker.groups
+        await create_topic(node, "t", 2)
         code = await groups.commit_offsets("g", -1, "", None, {
             ("t", 0): CommittedOffset(5, 1, "meta", clock.now), ("t", 1): CommittedOffset(9, -1, "", clock.now)})
         assert code == E.NONE
@@ -68,41 +37,30 @@ async def test_commits_survive_reopen_and_land_in_the_groups_partition(tmp_path,
             ("t", 0): CommittedOffset(5, 1, "meta", clock.now), ("t", 1): CommittedOffset(9, -1, "", clock.now),
             ("t", 2): None}
 
-    await run(broker, body)
-    broker.close()
-    reopened = make_broker(tmp_path, clock)
-    try:
+    async with group_node(tmp_path, clock) as node:
+        reopened = node.broker
         assert reopened.groups.fetch_offsets("g", None) == {
             ("t", 0): CommittedOffset(5, 1, "meta", clock.now), ("t", 1): CommittedOffset(9, -1, "", clock.now)}
         assert reopened.groups.group_state("g") is GroupState.EMPTY
-    finally:
-        reopened.close()
 
 
 async def test_a_later_commit_wins_after_reopen(tmp_path, anyio_backend):
     clock = Clock()
-    broker = make_broker(tmp_path, clock)
-
-    async def body(groups):
-        await create_topic(broker)
+    async with group_node(tmp_path, clock) as node:
+        groups = node.broker.groups
+        await create_topic(node, "t", 2)
         for offset in (1, 2, 3):
             assert await groups.commit_offsets("g", -1, "", None, {("t", 0): CommittedOffset(offset)}) == E.NONE
 
-    await run(broker, body)
-    broker.close()
-    reopened = make_broker(tmp_path, clock)
-    try:
-        assert reopened.groups.fetch_offsets("g", [("t", 0)])[("t", 0)].offset == 3
-    finally:
-        reopened.close()
+    async with group_node(tmp_path, clock) as node:
+        assert node.broker.groups.fetch_offsets("g", [("t", 0)])[("t", 0)].offset == 3
 
 
 async def test_expiry_removes_offsets_then_the_empty_group_and_stays_removed(tmp_path, anyio_backend):
     clock = Clock()
-    broker = make_broker(tmp_path, clock)
-
-    async def body(groups):
-        await create_topic(broker)
+    async with group_node(tmp_path, clock) as node:
+        groups = node.broker.groups
+        await create_topic(node, "t", 2)
         await groups.commit_offsets("simple", -1, "", None, {("t", 0): CommittedOffset(1, commit_timestamp_ms=clock.now)})
         clock.now += 5 * MINUTE
         await groups.commit_offsets("simple", -1, "", None, {("t", 1): CommittedOffset(2, commit_timestamp_ms=clock.now)})
@@ -115,23 +73,18 @@ async def test_expiry_removes_offsets_then_the_empty_group_and_stays_removed(tmp
         assert groups.fetch_offsets("simple", None) == {}
         assert groups.group_state("simple") is None    # the group went with its last offset
 
-    await run(broker, body)
-    broker.close()
-    reopened = make_broker(tmp_path, clock)
-    try:
+    async with group_node(tmp_path, clock) as node:
+        reopened = node.broker
         assert reopened.groups.fetch_offsets("simple", None) == {}
         assert reopened.groups.group_state("simple") is None
-    finally:
-        reopened.close()
 
 
 async def test_managed_group_offsets_expire_from_when_it_became_empty(tmp_path, anyio_backend):
     clock = Clock()
-    broker = make_broker(tmp_path, clock)
     meta = encode_subscription(Subscription(["t"]))
-
-    async def body(groups):
-        await create_topic(broker)
+    async with group_node(tmp_path, clock) as node:
+        groups = node.broker.groups
+        await create_topic(node, "t", 2)
         join = await groups.request(JoinGroup(groups.new_request_id(), clock.now, "g", "", "consumer",
                                               (("range", meta),), 10_000, 10_000,
                                               require_known_member_id=False))
@@ -156,58 +109,43 @@ async def test_managed_group_offsets_expire_from_when_it_became_empty(tmp_path, 
         assert await groups.expire_offsets() == 1
         assert groups.group_state("g") is None
 
-    await run(broker, body)
-    broker.close()
-
 
 async def test_deleted_group_and_its_offsets_stay_deleted_after_reopen(tmp_path, anyio_backend):
     clock = Clock()
-    broker = make_broker(tmp_path, clock)
-
-    async def body(groups):
-        await create_topic(broker)
+    async with group_node(tmp_path, clock) as node:
+        groups = node.broker.groups
+        await create_topic(node, "t", 2)
         await groups.commit_offsets("g", -1, "", None, {("t", 0): CommittedOffset(4)})
         result = await groups.request(DeleteGroups(groups.new_request_id(), clock.now, ("g", "nope")))
         assert dict(result.results) == {"g": E.NONE, "nope": E.GROUP_ID_NOT_FOUND}
         assert groups.fetch_offsets("g", None) == {}
 
-    await run(broker, body)
-    broker.close()
-    reopened = make_broker(tmp_path, clock)
-    try:
+    async with group_node(tmp_path, clock) as node:
+        reopened = node.broker
         assert reopened.groups.fetch_offsets("g", None) == {}
         assert reopened.groups.group_state("g") is None
-    finally:
-        reopened.close()
 
 
 async def test_deleting_a_topic_deletes_its_committed_offsets(tmp_path, anyio_backend):
     clock = Clock()
-    broker = make_broker(tmp_path, clock)
-
-    async def body(groups):
-        await create_topic(broker, "a")
-        await create_topic(broker, "b")
+    async with group_node(tmp_path, clock) as node:
+        groups = node.broker.groups
+        await create_topic(node, "a", 2)
+        await create_topic(node, "b", 2)
         await groups.commit_offsets("g", -1, "", None, {("a", 0): CommittedOffset(1), ("b", 0): CommittedOffset(2)})
-        await broker.delete_topic("a")
+        await delete_topic(node, "a")      # through the controller; returns once the broker removed it
         await groups._write_and_wait([])   # the tombstones are queued behind the deletion
         assert set(groups.fetch_offsets("g", None)) == {("b", 0)}
 
-    await run(broker, body)
-    broker.close()
-    reopened = make_broker(tmp_path, clock)
-    try:
-        assert set(reopened.groups.fetch_offsets("g", None)) == {("b", 0)}
-    finally:
-        reopened.close()
+    async with group_node(tmp_path, clock) as node:
+        assert set(node.broker.groups.fetch_offsets("g", None)) == {("b", 0)}
 
 
 async def test_an_unreadable_record_is_skipped_not_fatal(tmp_path, anyio_backend):
     clock = Clock()
-    broker = make_broker(tmp_path, clock)
-
-    async def body(groups):
-        await create_topic(broker)
+    async with group_node(tmp_path, clock) as node:
+        broker, groups = node.broker, node.broker.groups
+        await create_topic(node, "t", 2)
         await groups.commit_offsets("g", -1, "", None, {("t", 0): CommittedOffset(4)})
         # a garbage value under a valid key, written past the coordinator (as a bad tool might)
         from core.broker.groups import storage
@@ -216,10 +154,5 @@ async def test_an_unreadable_record_is_skipped_not_fatal(tmp_path, anyio_backend
         data = bytearray(build_batch([(storage.offset_key("g", "t", 1), b"\x00\x03junk", None, clock.now)]))
         await p.append(data, scan_batches(data), clock.now)
 
-    await run(broker, body)
-    broker.close()
-    reopened = make_broker(tmp_path, clock)
-    try:
-        assert set(reopened.groups.fetch_offsets("g", None)) == {("t", 0)}
-    finally:
-        reopened.close()
+    async with group_node(tmp_path, clock) as node:
+        assert set(node.broker.groups.fetch_offsets("g", None)) == {("t", 0)}

@@ -13,13 +13,10 @@ An action batch with nothing to write, behind an empty pipeline, is answered on 
 heartbeats do not queue behind anything.
 
 Committed offsets are kept in `OffsetStore` and change only after their records are
-appended, so the store always matches what a restart loads back. Loading happens once, in a
-worker thread while the node opens: every `__consumer_offsets` partition is read from its
-start, and the latest record per key wins (tombstones remove).
-
-This node is the whole cluster for now, so it coordinates every group; the partition a group
-maps to (`storage.partition_for`) only decides where its records go. When KRaft and
-replication arrive, a node will coordinate the groups of the offsets partitions it leads.
+appended, so the store always matches what a restart loads back. A broker coordinates the
+groups of the `__consumer_offsets` partitions it leads: when it comes to lead one (on_metadata),
+it reads that partition from its start, and the latest record per key wins (tombstones remove);
+when it stops leading one, it forgets that partition's groups.
 """
 from __future__ import annotations
 
@@ -127,8 +124,7 @@ class GroupManager:
         self._pipeline_ready = anyio.Event()
         self._timers_changed = anyio.Event()
         self._sleeping_until: Optional[int] = None
-        self._topic_lock = anyio.Lock()
-        self._topic_wanted = anyio.Event()   # KRaft: a request found __consumer_offsets missing
+        self._topic_wanted = anyio.Event()   # a request found __consumer_offsets missing
 
     # ------------------------------------------------------------------ requests
 
@@ -136,11 +132,9 @@ class GroupManager:
         return next(self._ids)
 
     def is_coordinator(self, group_id: str) -> bool:
-        """Does this broker coordinate the group? Standalone: always. KRaft: when it leads the
-        group's __consumer_offsets partition and has loaded it (Kafka's isCoordinatorForGroup);
-        elsewhere group requests get NOT_COORDINATOR and the client asks FindCoordinator again."""
-        if self.broker.kraft is None:
-            return True
+        """Does this broker coordinate the group? When it leads the group's __consumer_offsets
+        partition and has loaded it (Kafka's isCoordinatorForGroup); elsewhere group requests
+        get NOT_COORDINATOR and the client asks FindCoordinator again."""
         index = self.coordinator_partition(group_id)
         if index is None:
             return False
@@ -377,7 +371,7 @@ class GroupManager:
         partition = topic.partition(storage.partition_for(group_id, len(topic.partitions))) \
             if topic is not None else None
         if partition is None and topic is not None:
-            # KRaft: another broker leads this group's partition, so it coordinates the group.
+            # Another broker leads this group's partition, so it coordinates the group.
             raise CoordinatorError(E.NOT_COORDINATOR, f"this broker does not lead the group's {TOPIC} partition")
         if partition is None:
             raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE, f"{TOPIC} is not available")
@@ -402,33 +396,23 @@ class GroupManager:
     async def ensure_topic(self) -> None:
         """Create `__consumer_offsets` on first use, as Kafka does on the first FindCoordinator.
 
-        In a KRaft cluster the controller creates it, which takes a quorum commit (and blocks
-        for as long as the quorum has no majority); the request that asked must not wait for
-        that, since responses on a connection go out in order and a client's fetches would
-        queue behind it. So, as Kafka does, the creation runs in the background
-        (run_topic_creator) and the caller gets COORDINATOR_NOT_AVAILABLE, which clients retry.
+        The controller creates it, which takes a quorum commit (and blocks for as long as the
+        quorum has no majority); the request that asked must not wait for that, since
+        responses on a connection go out in order and a client's fetches would queue behind
+        it. So, as Kafka does, the creation runs in the background (run_topic_creator) and the
+        caller gets COORDINATOR_NOT_AVAILABLE, which clients retry.
         """
         if TOPIC in self.broker.topics:
             return
-        if self.broker.kraft is not None:
-            self._topic_wanted.set()
-            raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE, f"{TOPIC} is being created")
-        from ..broker import BrokerError
-        async with self._topic_lock:
-            if TOPIC in self.broker.topics:
-                return
-            try:
-                await self.broker.create_topic(TOPIC, self.num_partitions, 1, self._topic_configs())
-            except BrokerError as exc:
-                if exc.code != E.TOPIC_ALREADY_EXISTS:
-                    raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
+        self._topic_wanted.set()
+        raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE, f"{TOPIC} is being created")
 
     def _topic_configs(self) -> dict[str, str]:
         return {"cleanup.policy": "compact", "compression.type": "producer",
                 "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"])}
 
     async def run_topic_creator(self) -> None:
-        """KRaft: create __consumer_offsets through the controller when a request wanted it."""
+        """Create __consumer_offsets through the controller when a request wanted it."""
         while True:
             await self._topic_wanted.wait()
             if TOPIC not in self.broker.topics:
@@ -494,15 +478,8 @@ class GroupManager:
 
     # ------------------------------------------------------------------ loading
 
-    def load(self) -> None:
-        """Rebuild offsets and groups from `__consumer_offsets` (worker thread, at open)."""
-        topic = self.broker.topics.get(TOPIC)
-        if topic is None:
-            return
-        self.load_partitions([p for p in topic.partitions if p is not None])
-
     async def on_metadata(self, image) -> None:
-        """KRaft: load the __consumer_offsets partitions this broker has come to lead (their
+        """Load the __consumer_offsets partitions this broker has come to lead (their
         groups are coordinated here from now on)."""
         topic = self.broker.topics.get(TOPIC)
         if topic is None:
@@ -515,7 +492,7 @@ class GroupManager:
                if p is not None and p.is_leader and p.index not in self._loaded_partitions]
         if new:
             # On the event loop: loading changes the coordinator's state, which requests are
-            # using meanwhile. (At open, load() runs in a thread before anything is served.)
+            # using meanwhile.
             self.load_partitions(new)
 
     def _unload_partition(self, index: int, count: int) -> None:

@@ -24,16 +24,11 @@ async def handle(ctx, req):
                  cluster_id=b.cluster_id, controller_id=-1, brokers=[])
     ops = (ctx.authorizer.authorized_operations(ctx.principal, ResourceType.CLUSTER, "kafka-cluster")
            if req.include_cluster_authorized_operations else UNKNOWN_OPS)
-    if b.kraft is not None:
-        # The unfenced brokers of the image; like Metadata, a KRaft broker names itself as
-        # the controller, since it forwards what clients send the controller.
-        image = b.kraft.quorum.loader.image
-        brokers = [R.DescribeClusterBroker(broker_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
-                   for e in image_brokers(image, ctx.listener.name)]
-    else:
-        adv = b.config.advertised(ctx.listener.name)
-        brokers = [R.DescribeClusterBroker(broker_id=b.node_id, host=adv.host, port=adv.port,
-                                           rack=b.config["broker.rack"])]
+    # The unfenced brokers of the image; like Metadata, a broker names itself as the
+    # controller, since it forwards what clients send the controller.
+    image = b.kraft.quorum.loader.image
+    brokers = [R.DescribeClusterBroker(broker_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
+               for e in image_brokers(image, ctx.listener.name)]
     return R(throttle_time_ms=0, error_code=0, endpoint_type=1, cluster_id=b.cluster_id,
              controller_id=b.node_id, brokers=brokers, cluster_authorized_operations=ops)
 

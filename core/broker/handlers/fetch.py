@@ -91,7 +91,7 @@ class _PendingFetch:
         self.reads: dict[tuple, _Read] = {}
         self.replica_id, self.broker_epoch = _replica(ctx, req)
         self.from_follower = self.replica_id >= 0
-        self.selector = b.config["replica.selector.class"] if b.kraft is not None else None
+        self.selector = b.config["replica.selector.class"]
         self.client_rack = req.rack_id if ctx.api_version >= 11 else None
         self.cluster_error = ErrorCode.NONE
         if self.from_follower and not ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, "kafka-cluster"):

@@ -1,8 +1,9 @@
 """FindCoordinator (key 10), v0-6.
 
-Names the node that coordinates a group. This node is the whole cluster, so it answers with
-itself, at the address advertised for the listener the request came in on, and creates
-`__consumer_offsets` first if it does not exist yet (as Kafka does on the first lookup).
+Names the broker that coordinates a group: the leader of the group's `__consumer_offsets`
+partition, at its address on the listener the request came in on. The first lookup has the
+controller create `__consumer_offsets` (as Kafka does) and answers COORDINATOR_NOT_AVAILABLE,
+which clients retry, until it exists.
 v4+ batches keys (KIP-699) and reports errors per key. Key type 1 (transactions) is refused
 with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as InitProducerId refuses transactional ids;
 any other key type is INVALID_REQUEST.
@@ -20,12 +21,9 @@ GROUP, TRANSACTION = 0, 1
 
 
 def _coordinator_node(ctx, key: str):
-    """(node id, host, port) of the group's coordinator: this node when standalone; in a
-    KRaft cluster the leader of the group's __consumer_offsets partition."""
+    """(node id, host, port) of the group's coordinator: the leader of the group's
+    __consumer_offsets partition."""
     b = ctx.broker
-    if b.kraft is None:
-        adv = b.config.advertised(ctx.listener.name)
-        return b.node_id, adv.host, adv.port
     image = b.kraft.quorum.loader.image
     index = b.groups.coordinator_partition(key)
     reg = image.partition(TOPIC, index) if index is not None else None

@@ -1,42 +1,34 @@
-"""The admin requests a KRaft broker forwards to the active controller: CreateTopics (19),
+"""The admin requests a broker forwards to the active controller: CreateTopics (19),
 DeleteTopics (20), AlterConfigs (33), CreatePartitions (37), IncrementalAlterConfigs (44),
 ElectLeaders (43), AlterPartitionReassignments (45), ListPartitionReassignments (46).
 
-A standalone node handles them itself (create_topics.py and the others). In a KRaft cluster
-the controller owns metadata: the broker sends it the request as it came (forwarding.py), and
-relays the answer once its own image shows the change, so the client's next Metadata request
-to this broker sees what it just did. If no controller answers within the request's timeout,
-every topic or resource gets NOT_CONTROLLER (retriable), as from Kafka.
+The controller owns metadata, and validates every change once, for every kind of cluster (a
+one-node cluster's controller runs in the same process). The broker sends it the request as it
+came (forwarding.py), and relays the answer once its own image shows the change, so the
+client's next Metadata request to this broker sees what it just did. If no controller answers
+within the request's timeout, every topic or resource gets NOT_CONTROLLER (retriable), as from
+Kafka.
 
-ElectLeaders (v0-2) lives here whole. It needs ALTER on the cluster (Kafka's check; our
-forwarding carries no principal, so the broker asks before it forwards), else
-CLUSTER_AUTHORIZATION_FAILED at the top (v1+) and for every partition listed. It is forwarded
-at v2 whatever the client spoke, so that a NOT_CONTROLLER answer shows at the top level and
-the channel looks for the new controller (v0 has no top-level error; its election type is
-PREFERRED). A standalone node leads every partition it has, so every existing partition
-answers ELECTION_NOT_NEEDED (left out when the request names no partitions, as the controller
-does) and any other UNKNOWN_TOPIC_OR_PARTITION.
+ElectLeaders (v0-2) needs ALTER on the cluster (Kafka's check; our forwarding carries no
+principal, so the broker asks before it forwards), else CLUSTER_AUTHORIZATION_FAILED at the top
+(v1+) and for every partition listed. It is forwarded at v2 whatever the client spoke, so that
+a NOT_CONTROLLER answer shows at the top level and the channel looks for the new controller
+(v0 has no top-level error; its election type is PREFERRED).
 
 AlterPartitionReassignments (v0) needs ALTER on the cluster, ListPartitionReassignments (v0)
 DESCRIBE on the cluster (Kafka's checks), else CLUSTER_AUTHORIZATION_FAILED at the top and,
-for 45, for every partition listed. A KRaft broker forwards both, as Kafka's brokers do (46 is
+for 45, for every partition listed. The broker forwards both, as Kafka's brokers do (46 is
 read-only, but only the controller knows what is in progress), and after a successful
 reassignment waits (bounded) until its own image shows each partition started, completed or
-cancelled, so that its Metadata answers show the new replicas. A standalone node is its
-own only broker: every partition is on it already, so a target of just this node changes
-nothing, any other target names a broker that is not registered (INVALID_REPLICA_ASSIGNMENT),
-a cancel finds NO_REASSIGNMENT_IN_PROGRESS, and nothing is ever in progress.
+cancelled, so that its Metadata answers show the new replicas.
 """
 from __future__ import annotations
 
 import logging
-from types import SimpleNamespace
 
 from core.client.errors import KafkaError
 from core.controller import elect_leaders as elections
 from core.controller import reassignment
-from core.controller.common import ApiError
-from core.controller.topics import check_manual_assignment
 from core.controller.controller import QuorumController
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
@@ -44,21 +36,12 @@ from core.security.authorizer import Operation, ResourceType
 
 log = logging.getLogger(__name__)
 
-# The request table wraps these standalone handlers with kraft_or.
+# Forwarded as they came, with nothing to check first.
 FORWARDED = (19, 20, 33, 37, 44)
 DEFAULT_TIMEOUT_MS = 30_000
 SHOW_TIMEOUT_S = 5.0
 CLUSTER_RESOURCE = "kafka-cluster"
 ELECT_LEADERS_VERSION = 2
-
-
-def kraft_or(standalone):
-    """The request table entry: the standalone handler, or forwarding in a KRaft cluster."""
-    async def handle(ctx, request):
-        if ctx.broker.kraft is None:
-            return await standalone(ctx, request)
-        return await forward(ctx, request)
-    return handle
 
 
 async def forward(ctx, request, version: int | None = None):
@@ -203,17 +186,23 @@ def _shown(ctx, request, answer, synced_before: int, image_before):
     broker = ctx.broker
     if getattr(request, "validate_only", False):
         return None
+    # Topic changes are shown once a reconcile has finished with them: the partitions opened,
+    # and their replicas leading or following, so a produce that follows finds its leader.
+    sync = broker.kraft.sync
     if ctx.api_key == 19:
         names = [t.name for t in answer.topics if t.error_code == 0]
-        return (lambda: all(n in broker.topics for n in names)) if names else None
+        return (lambda: all(n in sync.reconciled.topic_ids for n in names)) if names else None
     if ctx.api_key == 20:
         names = [r.name for r in answer.responses if r.error_code == 0 and r.name]
-        return (lambda: not any(n in broker.topics for n in names)) if names else None
+        return (lambda: not any(n in sync.reconciled.topic_ids for n in names)) if names else None
     if ctx.api_key == 37:
         wanted = {t.name: t.count for t in request.topics}
         done = [r.name for r in answer.results if r.error_code == 0]
-        return (lambda: all(n in broker.topics and len(broker.topics[n].partitions) >= wanted[n]
-                            for n in done)) if done else None
+
+        def grown(name: str) -> bool:
+            timg = sync.reconciled.topic(name)
+            return timg is not None and len(timg.partitions) >= wanted[name]
+        return (lambda: all(grown(n) for n in done)) if done else None
     if ctx.api_key == 45:
         return _reassignment_shown(broker.kraft.quorum.loader, request, answer)
     if ctx.api_key == 46:
@@ -243,36 +232,7 @@ async def elect_leaders(ctx, request):
         return elections.error_response(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
     if ctx.api_version == 0:
         request.election_type = elections.PREFERRED
-    if ctx.broker.kraft is not None:
-        return await forward(ctx, request, ELECT_LEADERS_VERSION)
-    if request.election_type not in (elections.PREFERRED, elections.UNCLEAN):
-        return elections.error_response(request, ErrorCode.INVALID_REQUEST,
-                                        f"Unknown election type {request.election_type}")
-    return _standalone_elections(ctx.broker, request)
-
-
-def _standalone_elections(broker, request):
-    R = m.ElectLeadersResponse
-
-    def result(name: str, index: int):
-        topic = broker.topics.get(name)
-        if topic is None:
-            code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {name}"
-        elif not 0 <= index < len(topic.partitions):
-            code, message = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                             f"No such partition as {name}-{index}")
-        else:
-            code, message = ErrorCode.ELECTION_NOT_NEEDED, elections.NOT_NEEDED_MESSAGE
-        return R.PartitionResult(partition_id=index, error_code=code, error_message=message)
-
-    if request.topic_partitions is None:
-        results = [R.ReplicaElectionResult(topic=name, partition_result=[])
-                   for name in sorted(broker.topics)]
-    else:
-        results = [R.ReplicaElectionResult(
-            topic=t.topic, partition_result=[result(t.topic, p) for p in t.partitions])
-            for t in request.topic_partitions]
-    return R(throttle_time_ms=0, error_code=0, replica_election_results=results)
+    return await forward(ctx, request, ELECT_LEADERS_VERSION)
 
 
 # --------------------------------------------------------------------------- reassignments
@@ -302,49 +262,15 @@ async def alter_partition_reassignments(ctx, request):
     if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         return reassignment.error_response(45, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                            None)
-    if ctx.broker.kraft is not None:
-        return await forward(ctx, request)
-    return _standalone_reassignments(ctx.broker, request)
+    return await forward(ctx, request)
 
 
 async def list_partition_reassignments(ctx, request):
     if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         return reassignment.error_response(46, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                            None)
-    if ctx.broker.kraft is not None:
-        return await forward(ctx, request)
-    R = m.ListPartitionReassignmentsResponse
-    return R(throttle_time_ms=0, error_code=0, error_message=None, topics=[])
-
-
-def _standalone_reassignments(broker, request):
-    R = m.AlterPartitionReassignmentsResponse
-    # The controller's assignment checks, against a cluster of this one broker.
-    alone = SimpleNamespace(brokers={broker.node_id: None})
-
-    def result(name: str, p):
-        res = R.ReassignablePartitionResponse(partition_index=p.partition_index, error_code=0,
-                                              error_message=None)
-        topic = broker.topics.get(name)
-        try:
-            if topic is None:
-                raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                               f"Unable to find a topic named {name}.")
-            if not 0 <= p.partition_index < len(topic.partitions):
-                raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                               f"Unable to find partition {name}:{p.partition_index}.")
-            if p.replicas is None:
-                raise ApiError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)
-            check_manual_assignment(alone, list(p.replicas), None)
-        except ApiError as exc:
-            res.error_code, res.error_message = exc.code, exc.message
-        return res
-
-    return R(throttle_time_ms=0, error_code=0, error_message=None, responses=[
-        R.ReassignableTopicResponse(name=t.name, partitions=[result(t.name, p)
-                                                             for p in t.partitions])
-        for t in request.topics])
+    return await forward(ctx, request)
 
 
 HANDLES = {43: elect_leaders, 45: alter_partition_reassignments,
-           46: list_partition_reassignments}
+           46: list_partition_reassignments, **{key: forward for key in FORWARDED}}

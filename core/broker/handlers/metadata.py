@@ -2,57 +2,30 @@
 
 Brokers, controller and the requested topics (all topics when the list is null; v0 uses an
 empty list for "all"). Topics that do not exist are auto-created when the request allows it
-(v4+, always before v4) and auto.create.topics.enable is on. Kafka creates them
-asynchronously and answers LEADER_NOT_AVAILABLE first; a single node creates them at once,
-so the reply already describes the new topic and the client need not ask again.
+(v4+, always before v4) and auto.create.topics.enable is on: the broker asks the controller,
+and describes the new topic if its image shows it by the time the controller answers, else
+answers LEADER_NOT_AVAILABLE (retriable), as Kafka does. The answer comes from the broker's
+metadata image: unfenced brokers with an endpoint on the request's listener, and each
+partition's leader, replicas and ISR. A broker names itself as the controller, since it
+forwards what clients send the controller.
 v10+ carries topic ids, and v10+ requests may name topics by id (v12 with a null name).
 """
 from __future__ import annotations
-
-import logging
 
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.security.authorizer import Operation, ResourceType
 
-from ..broker import INTERNAL_TOPICS, BrokerError
+from ..broker import INTERNAL_TOPICS
 
-log = logging.getLogger(__name__)
 R = m.MetadataResponse
 ZERO_UUID = bytes(16)
 UNKNOWN_OPS = -(2**31)
 
 
-def broker_entries(ctx) -> list:
-    b = ctx.broker
-    adv = b.config.advertised(ctx.listener.name)
-    return [R.MetadataResponseBroker(node_id=b.node_id, host=adv.host, port=adv.port,
-                                     rack=b.config["broker.rack"])]
-
-
-def topic_entry(ctx, topic, include_ops: bool) -> "R.MetadataResponseTopic":
-    b = ctx.broker
-    parts = [R.MetadataResponsePartition(error_code=0, partition_index=p.index, leader_id=b.node_id,
-                                         leader_epoch=p.leader_epoch, replica_nodes=[b.node_id],
-                                         isr_nodes=[b.node_id], offline_replicas=[])
-             if not p.offline else
-             # A replica whose log failed is offline: no leader, as Kafka reports it.
-             R.MetadataResponsePartition(error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=p.index,
-                                         leader_id=-1, leader_epoch=p.leader_epoch, replica_nodes=[b.node_id],
-                                         isr_nodes=[], offline_replicas=[b.node_id])
-             for p in topic.partitions]
-    ops = (ctx.authorizer.authorized_operations(ctx.principal, ResourceType.TOPIC, topic.name)
-           if include_ops else UNKNOWN_OPS)
-    return R.MetadataResponseTopic(error_code=0, name=topic.name, topic_id=topic.topic_id,
-                                   is_internal=topic.internal, partitions=parts,
-                                   topic_authorized_operations=ops)
-
-
 def error_topic(code: ErrorCode, name: str | None, topic_id: bytes = ZERO_UUID):
     return R.MetadataResponseTopic(error_code=code, name=name, topic_id=topic_id, partitions=[])
 
-
-# ---------------------------------------------------------------------- KRaft: from the image
 
 def image_brokers(image, listener_name: str) -> list:
     """Unfenced brokers with an endpoint on this listener, as Kafka's KRaft brokers list them."""
@@ -83,7 +56,7 @@ def image_topic_entry(ctx, image, timg, live: set[int], include_ops: bool):
                                    topic_authorized_operations=ops)
 
 
-async def handle_kraft(ctx, req):
+async def handle(ctx, req):
     b = ctx.broker
     v = ctx.api_version
     kraft = b.kraft
@@ -133,57 +106,8 @@ async def handle_kraft(ctx, req):
     cluster_ops = UNKNOWN_OPS
     if 8 <= v <= 10 and req.include_cluster_authorized_operations:
         cluster_ops = ctx.authorizer.authorized_operations(ctx.principal, ResourceType.CLUSTER, "kafka-cluster")
-    # KRaft brokers name themselves as the controller: clients send controller-bound admin
-    # requests there, and the broker forwards them.
     return R(throttle_time_ms=0, brokers=brokers, cluster_id=b.cluster_id, controller_id=b.node_id,
              topics=topics, cluster_authorized_operations=cluster_ops)
-
-
-async def handle(ctx, req):
-    b = ctx.broker
-    if b.kraft is not None:
-        return await handle_kraft(ctx, req)
-    v = ctx.api_version
-    include_ops = bool(req.include_topic_authorized_operations)
-    topics = []
-    if req.topics is None or (v == 0 and not req.topics):
-        for t in b.topics.values():
-            if ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, t.name):
-                topics.append(topic_entry(ctx, t, include_ops))
-    else:
-        allow_create = req.allow_auto_topic_creation if v >= 4 else True
-        for rt in req.topics:
-            if rt.name is None:
-                t = b.topics_by_id.get(rt.topic_id)
-                topics.append(topic_entry(ctx, t, include_ops) if t else
-                              error_topic(ErrorCode.UNKNOWN_TOPIC_ID, None, rt.topic_id))
-                continue
-            t = b.topics.get(rt.name)
-            if t is not None:
-                topics.append(topic_entry(ctx, t, include_ops))
-                continue
-            if not (allow_create and b.auto_create_allowed(rt.name)):
-                topics.append(error_topic(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, rt.name))
-                continue
-            try:
-                t = await b.create_topic(rt.name)
-            except BrokerError as exc:
-                if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS and rt.name in b.topics:  # created meanwhile
-                    topics.append(topic_entry(ctx, b.topics[rt.name], include_ops))
-                    continue
-                code = exc.code if exc.code == ErrorCode.INVALID_TOPIC_EXCEPTION else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                topics.append(error_topic(code, rt.name))
-                continue
-            except OSError as exc:
-                log.error("auto-creating topic %s failed: %s", rt.name, exc)
-                topics.append(error_topic(ErrorCode.LEADER_NOT_AVAILABLE, rt.name))
-                continue
-            topics.append(topic_entry(ctx, t, include_ops))
-    cluster_ops = UNKNOWN_OPS
-    if 8 <= v <= 10 and req.include_cluster_authorized_operations:
-        cluster_ops = ctx.authorizer.authorized_operations(ctx.principal, ResourceType.CLUSTER, "kafka-cluster")
-    return R(throttle_time_ms=0, brokers=broker_entries(ctx), cluster_id=b.cluster_id,
-             controller_id=b.node_id, topics=topics, cluster_authorized_operations=cluster_ops)
 
 
 HANDLES = {3: handle}

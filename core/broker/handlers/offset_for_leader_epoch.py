@@ -8,9 +8,6 @@ for the current one); UNDEFINED (-1, -1) when the log holds no such epoch.
 
 Only the leader answers, after the KIP-320 check of CurrentLeaderEpoch (v2+). Needs DESCRIBE on
 the topic for clients; a follower (replica id >= 0, v3+) needs CLUSTER_ACTION.
-
-A standalone node has led every partition in epoch 0 since it was created: epoch 0 (or an
-epoch below it) ends at the log end, later epochs are undefined.
 """
 from __future__ import annotations
 
@@ -23,16 +20,11 @@ EP = R.EpochEndOffset
 
 
 def _answer(p, index: int, leader_epoch: int, current_leader_epoch: int) -> EP:
-    if p.replica is not None:
-        found = p.replica.offset_for_leader_epoch(leader_epoch, current_leader_epoch)
-        return EP(error_code=found.error, partition=index, leader_epoch=found.leader_epoch,
-                  end_offset=found.end_offset)
-    error = p.check_leader_epoch(current_leader_epoch)
-    if error:
-        return EP(error_code=error, partition=index, leader_epoch=-1, end_offset=-1)
-    if leader_epoch > p.leader_epoch:
-        return EP(error_code=0, partition=index, leader_epoch=-1, end_offset=-1)
-    return EP(error_code=0, partition=index, leader_epoch=p.leader_epoch, end_offset=p.log.log_end_offset)
+    if p.replica is None:   # stopped meanwhile
+        return EP(error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER, partition=index, leader_epoch=-1, end_offset=-1)
+    found = p.replica.offset_for_leader_epoch(leader_epoch, current_leader_epoch)
+    return EP(error_code=found.error, partition=index, leader_epoch=found.leader_epoch,
+              end_offset=found.end_offset)
 
 
 async def handle(ctx, req):

@@ -7,12 +7,12 @@ topic whose compression.type names a codec other than the producer's has its bat
 and re-encoded (recompress.py), as Kafka does.
 
 acks: 0 sends no response (and an error closes the connection, as Kafka does, so the client
-learns of it); 1 answers after the leader's append and its flush policy. -1 (all) in a KRaft
-cluster refuses with NOT_ENOUGH_REPLICAS while the ISR is below min.insync.replicas, and
+learns of it); 1 answers after the leader's append and its flush policy. -1 (all) refuses
+with NOT_ENOUGH_REPLICAS while the ISR is below min.insync.replicas, and
 otherwise answers once every ISR member has the records (the high watermark covers them), or
 with NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER or REQUEST_TIMED_OUT (timeout_ms)
-if that does not happen; the partitions of one request wait together. On a standalone node the
-ISR is the node alone, so -1 waits for nothing more. Transactions are not supported yet: a
+if that does not happen; the partitions of one request wait together. On a one-node cluster
+the ISR is the node alone, so -1 waits for nothing more. Transactions are not supported yet: a
 transactional produce gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 
 Idempotent producers (producer id set): the partition checks each batch's epoch and
@@ -36,7 +36,6 @@ from ..recompress import recompress, target_codec
 
 log = logging.getLogger(__name__)
 R = m.ProduceResponse
-ISR_SIZE = 1
 PR = R.PartitionProduceResponse
 
 
@@ -147,12 +146,6 @@ async def handle(ctx, req):
                 pr = _error(pd.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             elif topic is None:
                 pr = _error(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            elif (req.acks == -1 and b.kraft is None
-                  and topic.configs.get("min.insync.replicas") > ISR_SIZE):
-                # The ISR of a single node is the node itself: one replica.
-                pr = _error(pd.index, ErrorCode.NOT_ENOUGH_REPLICAS,
-                            f"min.insync.replicas is {topic.configs.get('min.insync.replicas')} "
-                            f"but the in-sync replica set has {ISR_SIZE}")
             else:
                 try:
                     pr = await _produce_partition(ctx, topic, pd.index, pd.records, req.acks, req.timeout_ms)
