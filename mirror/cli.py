@@ -5,7 +5,9 @@
     mirror run --platform                # the mirror links of the platform `regions up` runs
 
 A link of a platform runs where its target is: it reads the source through the WAN addresses
-the target's region sees, and writes the target directly. Errors are one line.
+the target's region sees, and writes the target directly. The platform (regions/) decides that
+and writes each link's configuration into platform.json; the mirror knows no topology. Errors
+are one line.
 """
 from __future__ import annotations
 
@@ -140,6 +142,26 @@ def load_links(path: Path) -> list[LinkConfig]:
     items = doc.get("links") if isinstance(doc, dict) and "links" in doc else [doc]
     if not isinstance(items, list) or not items:
         raise CliError(f"{path}: links: expected a list of links")
+    return _validated(items, path, "links")
+
+
+def platform_links(state_dir: Path | None) -> tuple[list[LinkConfig], int | None]:
+    """The links of the platform `regions up` runs, and the port of its mirror metrics. The
+    platform (regions/) owns the topology and writes each link's configuration into
+    platform.json; the mirror only reads it."""
+    state_dir = state_dir or _default_state_dir()
+    path = state_dir / "platform.json"
+    try:
+        info = json.loads(path.read_text())
+        items, metrics_port = info["mirror_links"], info["mirror_metrics_port"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CliError(f"no running platform in {state_dir} ({exc})") from None
+    if not items:
+        raise CliError(f"the platform's topology ({info.get('topology')}) has no mirror links")
+    return _validated(items, path, "mirror_links"), metrics_port
+
+
+def _validated(items: list, path: Path, key: str) -> list[LinkConfig]:
     links = []
     for i, item in enumerate(items):
         try:
@@ -147,34 +169,8 @@ def load_links(path: Path) -> list[LinkConfig]:
         except ValidationError as exc:
             err = exc.errors()[0]
             field = ".".join(str(x) for x in err["loc"])
-            raise CliError(f"{path}: links[{i}].{field}: {err['msg']}") from None
+            raise CliError(f"{path}: {key}[{i}].{field}: {err['msg']}") from None
     return links
-
-
-def platform_links(state_dir: Path | None) -> tuple[list[LinkConfig], int | None]:
-    from regions.layout import plan
-    from regions.topology import TopologyError, load_topology
-    state_dir = state_dir or _default_state_dir()
-    try:
-        info = json.loads((state_dir / "platform.json").read_text())
-        topology = load_topology(Path(info["topology"]))
-    except (OSError, ValueError, KeyError, TopologyError) as exc:
-        raise CliError(f"no running platform in {state_dir} ({exc})") from None
-    layout = plan(topology, state_dir)
-    links = []
-    for m in topology.mirrors:
-        target_region = topology.region_of(m.target)
-        links.append(LinkConfig(source_alias=m.source, target_alias=m.target,
-                                source_bootstrap=layout.wan_bootstrap(m.source, target_region),
-                                target_bootstrap=layout.clusters[m.target].bootstrap,
-                                topics=m.topics, exclude=m.exclude or LinkConfig.model_fields["exclude"].default_factory(),
-                                policy=m.policy, sync_group_offsets=m.sync_group_offsets,
-                                checkpoint_interval_s=m.checkpoint_interval_s,
-                                refresh_topics_s=m.refresh_topics_s,
-                                rpo_target_s=topology.dr.rpo_target_s))
-    if not links:
-        raise CliError(f"the platform's topology ({info['topology']}) has no mirror links")
-    return links, layout.mirror_metrics_port
 
 
 async def _run(links: list[LinkConfig], metrics_port: int | None, metrics_host: str = "127.0.0.1") -> None:

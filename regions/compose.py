@@ -192,7 +192,7 @@ class _ComposeDocument:
 
     def add_mirror(self, m) -> None:
         """A link runs in its target's region and reads the source through the WAN, as the
-        platform runs it (mirror/cli.py's platform_links)."""
+        platform runs it (PlatformLayout.mirror_links)."""
         service = f"mirror-{m.source}-to-{m.target}"
         target_region = self.topology.region_of(m.target)
         sources = self.topology.cluster(m.source).brokers
@@ -200,16 +200,9 @@ class _ComposeDocument:
             source_bootstrap = ",".join(f"{_host(m.source, n.id)}:{INTERNAL_PORT}" for n in sources)
         else:
             source_bootstrap = ",".join(f"wan:{self.wan_ports[(m.source, n.id, target_region)]}" for n in sources)
-        link = {"source_alias": m.source, "source_bootstrap": source_bootstrap,
-                "target_alias": m.target,
-                "target_bootstrap": ",".join(f"{_host(m.target, n.id)}:{INTERNAL_PORT}"
-                                             for n in self.topology.cluster(m.target).brokers),
-                "topics": list(m.topics), "policy": m.policy,
-                "sync_group_offsets": m.sync_group_offsets,
-                "checkpoint_interval_s": m.checkpoint_interval_s, "refresh_topics_s": m.refresh_topics_s,
-                "rpo_target_s": self.topology.dr.rpo_target_s}
-        if m.exclude:
-            link["exclude"] = list(m.exclude)
+        link = self.topology.mirror_link_config(
+            m, source_bootstrap, ",".join(f"{_host(m.target, n.id)}:{INTERNAL_PORT}"
+                                          for n in self.topology.cluster(m.target).brokers))
         self.configs[service] = {"content": yaml.safe_dump({"links": [link]}, sort_keys=False)}
         self.services[service] = {
             "image": IMAGE,

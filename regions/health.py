@@ -8,6 +8,10 @@ from dataclasses import asdict, dataclass, field
 
 import anyio
 
+from core.client import Admin, KafkaClient
+from core.client.quorum import QuorumError, describe_quorum
+from core.protocol.errors import KafkaError
+
 from .layout import ClusterLayout
 
 
@@ -42,12 +46,10 @@ async def cluster_health(cluster: ClusterLayout, timeout: float = 5.0) -> Cluste
 
 
 async def _quorum(cluster: ClusterLayout, health: ClusterHealth, timeout: float) -> None:
-    from core.cli.main import CliError
-    from core.cli.quorum_cmd import describe_quorum
     try:
         with anyio.fail_after(timeout):
             _, described = await describe_quorum(cluster.controller_bootstrap, int(timeout * 1000))
-    except (CliError, TimeoutError, OSError, Exception) as exc:   # noqa: BLE001 — shown as "no leader"
+    except (QuorumError, TimeoutError, OSError, Exception) as exc:   # noqa: BLE001 — shown as "no leader"
         health.error = health.error or f"quorum: {_short(exc)}"
         return
     if described.leader_id is not None and described.leader_id >= 0:
@@ -56,8 +58,6 @@ async def _quorum(cluster: ClusterLayout, health: ClusterHealth, timeout: float)
 
 
 async def _brokers_and_partitions(cluster: ClusterLayout, health: ClusterHealth, timeout: float) -> None:
-    from core.client import Admin, KafkaClient
-    from core.protocol.errors import KafkaError
     timeout_ms = int(timeout * 1000)
     client = KafkaClient(cluster.bootstrap, client_id="regions-status", default_api_timeout_ms=timeout_ms,
                          request_timeout_ms=timeout_ms, allow_auto_create_topics=False)

@@ -111,6 +111,17 @@ class PlatformLayout:
         return ",".join(f"127.0.0.1:{p.listen_port}" for p in self.proxies
                         if p.cluster == cluster and p.client_region == client_region)
 
+    def mirror_links(self) -> list[dict]:
+        """The configuration of each mirror link the platform runs: a link runs where its
+        target is, reading the source through the WAN addresses the target's region sees and
+        writing the target directly. The supervisor writes them into platform.json, where
+        `mirror run --platform` reads them."""
+        links = []
+        for m in self.topology.mirrors:
+            source = self.wan_bootstrap(m.source, self.topology.region_of(m.target))
+            links.append(self.topology.mirror_link_config(m, source, self.clusters[m.target].bootstrap))
+        return links
+
     def select(self, target: str) -> list[NodeLayout]:
         """The nodes a REGION, CLUSTER or CLUSTER/ID names; KeyError names what is unknown."""
         if target in self.topology.regions:

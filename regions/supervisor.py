@@ -210,6 +210,9 @@ class Supervisor:
         data = {"name": layout.topology.name, "supervisor_pid": os.getpid(), "clusters": clusters,
                 "mirror_metrics": (f"http://127.0.0.1:{layout.mirror_metrics_port}/metrics"
                                    if layout.mirror_metrics_port else None),
+                # what `mirror run --platform` runs: the mirror takes its links from here
+                "mirror_links": layout.mirror_links(),
+                "mirror_metrics_port": layout.mirror_metrics_port,
                 "topology": str(self.topology_path) if self.topology_path else None,
                 "started_at": time.time()}
         path = layout.state_dir / PLATFORM_FILE

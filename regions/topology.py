@@ -154,6 +154,21 @@ class Topology(_Strict):
     def cluster(self, cluster_name: str) -> Cluster:
         return self.regions[self.region_of(cluster_name)].clusters[cluster_name]
 
+    def mirror_link_config(self, m: MirrorLink, source_bootstrap: str, target_bootstrap: str) -> dict:
+        """The configuration the mirror runs link `m` with, in the mirror's own terms (mirror
+        run --config's fields), given the addresses it reaches the two clusters at. regions
+        hands it to the mirror (platform.json, the compose file's configs); the mirror never
+        reads a topology."""
+        link = {"source_alias": m.source, "source_bootstrap": source_bootstrap,
+                "target_alias": m.target, "target_bootstrap": target_bootstrap,
+                "topics": list(m.topics), "policy": m.policy,
+                "sync_group_offsets": m.sync_group_offsets,
+                "checkpoint_interval_s": m.checkpoint_interval_s, "refresh_topics_s": m.refresh_topics_s,
+                "rpo_target_s": self.dr.rpo_target_s}
+        if m.exclude:      # otherwise the mirror's default exclusions apply
+            link["exclude"] = list(m.exclude)
+        return link
+
     def wan_pairs(self) -> Iterator[tuple[str, str, float, float | None]]:
         """Every pair of regions once, in file order: (a, b, one-way latency ms, bandwidth
         Mbit/s or None for unlimited)."""

@@ -16,9 +16,8 @@ from __future__ import annotations
 import sys
 import time
 
-import anyio
-
-from .output import add_bootstrap_flag, add_output_flag, emit_json, table
+from .common import CliError, admin_command
+from .output import add_bootstrap_flag, emit_json, table
 
 STATES = ("Empty", "Stable", "PreparingRebalance", "CompletingRebalance", "Dead")
 INACTIVE = ("Empty", "Dead")
@@ -35,7 +34,7 @@ def register(sub) -> None:
     c = gsub.add_parser("list", help="list groups with their state and protocol type")
     c.add_argument("--state", action="append", default=[], metavar="STATE",
                    help=f"only groups in this state ({', '.join(STATES)}; repeatable or comma-separated)")
-    _common(c, run_list, prepare=_prepare_list)
+    admin_command(c, run_list, prepare=_prepare_list)
 
     c = gsub.add_parser("describe", help="committed offsets, log end offsets and lag per partition; "
                                          "members; or the group's state")
@@ -45,11 +44,11 @@ def register(sub) -> None:
     what.add_argument("--members", action="store_true", help="list members and their assigned partitions")
     what.add_argument("--state", dest="show_state", action="store_true",
                       help="show coordinator, state, assignment strategy and member count")
-    _common(c, run_describe, prepare=_prepare_describe)
+    admin_command(c, run_describe, prepare=_prepare_describe)
 
     c = gsub.add_parser("delete", help="delete inactive groups and their committed offsets")
     c.add_argument("groups", nargs="+", metavar="GROUP")
-    _common(c, run_delete)
+    admin_command(c, run_delete)
 
     c = gsub.add_parser("delete-offsets", help="delete a group's committed offsets of some topics",
                         description="Delete committed offsets (an Empty group's, or those of topics no "
@@ -57,7 +56,7 @@ def register(sub) -> None:
     c.add_argument("group", metavar="GROUP")
     c.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P]",
                    help="topic, optionally only some partitions (repeatable; required)")
-    _common(c, run_delete_offsets, prepare=_prepare_delete_offsets)
+    admin_command(c, run_delete_offsets, prepare=_prepare_delete_offsets)
 
     c = gsub.add_parser("reset-offsets", help="plan (default) or --execute a reset of a group's offsets",
                         description="Reset an inactive group's committed offsets. Without --execute "
@@ -77,25 +76,7 @@ def register(sub) -> None:
                                                                "this duration (e.g. PT10M)")
     c.add_argument("--execute", action="store_true", help="apply the plan")
     c.add_argument("--dry-run", action="store_true", help="only print the plan (the default)")
-    _common(c, run_reset, prepare=_prepare_reset)
-
-
-def _common(parser, func, prepare=None) -> None:
-    from .topics_cmd import _with_admin
-    add_bootstrap_flag(parser, leaf=True)
-    add_output_flag(parser)
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the cluster (default: 30)")
-
-    def run(args):
-        if prepare is not None:
-            prepare(args)  # bad flags fail before anything connects
-        return anyio.run(_with_admin, func, args)
-    parser.set_defaults(func=run)
-
-
-def _error(message: str):
-    from .main import CliError
-    return CliError(message)
+    admin_command(c, run_reset, prepare=_prepare_reset)
 
 
 def _note(message: str) -> None:
@@ -123,7 +104,7 @@ def _prepare_list(args) -> None:
         for s in item.split(","):
             s = s.strip()
             if s.lower() not in canonical:
-                raise _error(f"--state: unknown state {s!r} (one of {', '.join(STATES)})")
+                raise CliError(f"--state: unknown state {s!r} (one of {', '.join(STATES)})")
             wanted.append(canonical[s.lower()])
     args.states = list(dict.fromkeys(wanted))
 
@@ -142,9 +123,9 @@ async def run_list(admin, args) -> int:
 
 def _prepare_describe(args) -> None:
     if args.all_groups and args.groups:
-        raise _error("describe: give GROUP names or --all-groups, not both")
+        raise CliError("describe: give GROUP names or --all-groups, not both")
     if not args.all_groups and not args.groups:
-        raise _error("describe: name at least one GROUP, or give --all-groups")
+        raise CliError("describe: name at least one GROUP, or give --all-groups")
 
 
 async def _descriptions(admin, args):
@@ -158,11 +139,11 @@ async def _descriptions(admin, args):
     for gid in ids:
         d = descs[gid]
         if isinstance(d, KafkaError):
-            raise _error(f"group {gid!r}: {_reason(d)}")
+            raise CliError(f"group {gid!r}: {_reason(d)}")
         if not d.exists:
             if args.all_groups:
                 continue  # deleted between the list and the describe
-            raise _error(f"group {gid!r} does not exist")
+            raise CliError(f"group {gid!r} does not exist")
         out[gid] = d
     return out
 
@@ -193,7 +174,7 @@ async def _offset_rows(admin, descs):
     for gid in descs:
         res = fetched[gid]
         if isinstance(res, KafkaError):
-            raise _error(f"group {gid!r}: {_reason(res)}")
+            raise CliError(f"group {gid!r}: {_reason(res)}")
         committed[gid] = {tp: v.offset for tp, v in res.items() if isinstance(v, OffsetAndMetadata)}
     owners = {gid: {tp: mm for mm in d.members for tp in mm.partitions} for gid, d in descs.items()}
     every = {tp for gid in descs for tp in set(committed[gid]) | set(owners[gid])}
@@ -292,7 +273,7 @@ async def run_delete(admin, args) -> int:
         for gid, status in out.items():
             print(f"group {gid}: {status}")
     if failed:
-        raise _error(failed)
+        raise CliError(failed)
     return 0
 
 
@@ -301,11 +282,11 @@ async def run_delete(admin, args) -> int:
 def _prepare_delete_offsets(args) -> None:
     from .reset_plan import parse_topic_partitions
     if not args.topic:
-        raise _error("delete-offsets: give --topic TOPIC[:P,P]")
+        raise CliError("delete-offsets: give --topic TOPIC[:P,P]")
     try:
         args.topic_specs = [parse_topic_partitions(t) for t in args.topic]
     except ValueError as exc:
-        raise _error(str(exc)) from None
+        raise CliError(str(exc)) from None
 
 
 async def run_delete_offsets(admin, args) -> int:
@@ -315,7 +296,7 @@ async def run_delete_offsets(admin, args) -> int:
     try:
         results = await admin.delete_group_offsets(gid, tps)
     except KafkaError as exc:
-        raise _error(f"group {gid!r}: {_reason(exc)}") from None
+        raise CliError(f"group {gid!r}: {_reason(exc)}") from None
     rows = [{"topic": t, "partition": p, "error": None if err is None else str(err)}
             for (t, p), err in sorted(results.items())]
     if args.output == "json":
@@ -325,8 +306,8 @@ async def run_delete_offsets(admin, args) -> int:
               [(r["topic"], r["partition"], "deleted" if r["error"] is None else r["error"]) for r in rows])
     failed = [r for r in rows if r["error"] is not None]
     if failed:
-        raise _error(f"group {gid!r}: offsets of {failed[0]['topic']}-{failed[0]['partition']} could not be "
-                     f"deleted: {failed[0]['error']}")
+        raise CliError(f"group {gid!r}: offsets of {failed[0]['topic']}-{failed[0]['partition']} could not be "
+                       f"deleted: {failed[0]['error']}")
     return 0
 
 
@@ -338,27 +319,27 @@ def _prepare_reset(args) -> None:
         args.spec = parse_reset_spec({s: getattr(args, s) for s in STRATEGIES}, int(time.time() * 1000))
         args.topic_specs = [parse_topic_partitions(t) for t in args.topic]
     except ValueError as exc:
-        raise _error(str(exc)) from None
+        raise CliError(str(exc)) from None
     if args.topic and args.all_topics:
-        raise _error("reset-offsets: give --topic or --all-topics, not both")
+        raise CliError("reset-offsets: give --topic or --all-topics, not both")
     if not args.topic and not args.all_topics:
-        raise _error("reset-offsets: give --topic TOPIC[:P,P] or --all-topics")
+        raise CliError("reset-offsets: give --topic TOPIC[:P,P] or --all-topics")
     if args.execute and args.dry_run:
-        raise _error("reset-offsets: give --execute or --dry-run, not both")
+        raise CliError("reset-offsets: give --execute or --dry-run, not both")
 
 
 def _inactive_error(gid: str, state: str, members: int | None = None):
     who = f" with {members} active member(s)" if members else ""
-    return _error(f"group {gid!r} is {state}{who}: assignments can only be reset if the group is inactive "
-                  f"(stop its consumers first)")
+    return CliError(f"group {gid!r} is {state}{who}: assignments can only be reset if the group is inactive "
+                    f"(stop its consumers first)")
 
 
 async def _reset_partitions(admin, args, committed) -> list[tuple[str, int]]:
     if args.all_topics:
         tps = sorted(committed)
         if not tps:
-            raise _error(f"reset-offsets: group {args.group!r} has no committed offsets; name the topics "
-                         f"with --topic")
+            raise CliError(f"reset-offsets: group {args.group!r} has no committed offsets; name the topics "
+                           f"with --topic")
         return tps
     return await _named_partitions(admin, args.topic_specs)
 
@@ -372,11 +353,11 @@ async def _named_partitions(admin, topic_specs) -> list[tuple[str, int]]:
     for name, parts in topic_specs:
         desc = topics.get(name)
         if desc is None or isinstance(desc, KafkaError):
-            raise _error(f"--topic: topic {name!r} does not exist")
+            raise CliError(f"--topic: topic {name!r} does not exist")
         have = {p.partition for p in desc.partitions}
         for p in parts if parts is not None else sorted(have):
             if p not in have:
-                raise _error(f"--topic: topic {name!r} has no partition {p} (it has {len(have)})")
+                raise CliError(f"--topic: topic {name!r} has no partition {p} (it has {len(have)})")
             tps.add((name, p))
     return sorted(tps)
 
@@ -386,7 +367,7 @@ async def _offsets(admin, specs, what: str) -> dict:
     found = await admin.list_offsets(specs) if specs else {}
     for (t, p), res in sorted(found.items()):
         if isinstance(res, KafkaError):
-            raise _error(f"{what} offset of {t}-{p}: {res}")
+            raise CliError(f"{what} offset of {t}-{p}: {res}")
     return {tp: res.offset for tp, res in found.items()}
 
 
@@ -398,7 +379,7 @@ async def run_reset(admin, args) -> int:
     gid = args.group
     desc = (await admin.describe_groups([gid]))[gid]
     if isinstance(desc, KafkaError):
-        raise _error(f"group {gid!r}: {_reason(desc)}")
+        raise CliError(f"group {gid!r}: {_reason(desc)}")
     if desc.state not in INACTIVE:
         raise _inactive_error(gid, desc.state, len(desc.members))
     fetched = await admin.list_group_offsets(gid)
@@ -413,7 +394,7 @@ async def run_reset(admin, args) -> int:
         plan = plan_reset(tps, args.spec, committed=committed, log_start=starts, log_end=ends,
                           offsets_for_time=by_time)
     except ValueError as exc:
-        raise _error(str(exc)) from None
+        raise CliError(str(exc)) from None
     for note in plan.notes:
         _note(f"warning: {note}")
     if args.execute:
@@ -423,7 +404,7 @@ async def run_reset(admin, args) -> int:
                 if err.code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS,
                                 ErrorCode.ILLEGAL_GENERATION):
                     raise _inactive_error(gid, "no longer inactive (a consumer joined)")
-                raise _error(f"group {gid!r}: could not commit {t}-{p}: {err}")
+                raise CliError(f"group {gid!r}: could not commit {t}-{p}: {err}")
     rows = [{"topic": t, "partition": p, "current_offset": committed.get((t, p)), "new_offset": new}
             for (t, p), new in sorted(plan.offsets.items())]
     if args.output == "json":

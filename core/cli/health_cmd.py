@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import anyio
 
+from .common import CliError, UsageError
+
 
 def register(sub) -> None:
     p = sub.add_parser("health", help="is this node registered, unfenced and in a quorum with a leader?",
@@ -31,7 +33,6 @@ def register(sub) -> None:
 
 
 async def _check(args) -> int:
-    from .main import UsageError
     if not args.bootstrap_server and not args.controller:
         raise UsageError("health: give --bootstrap-server, --controller or both")
     seen = []
@@ -42,24 +43,24 @@ async def _check(args) -> int:
             if args.controller:
                 seen.append(await _controller(args.controller, args.timeout))
     except TimeoutError:
-        from .main import CliError
         raise CliError(f"unhealthy: no answer within {args.timeout:g}s") from None
     print("healthy: " + "; ".join(seen))
     return 0
 
 
 async def _describe(address: str, endpoint_type: int, timeout: float):
+    # not at module level: `seaway --help` (and every other command) stays fast
     from core.client.client import parse_bootstrap
+    from core.client.connection import BrokerConnection
     from core.client.errors import KafkaError
     from core.protocol import messages as m
 
-    from .main import CliError, UsageError
-    from .quorum_cmd import _connection
     try:
         [(host, port)] = parse_bootstrap(address)
     except ValueError:
         raise UsageError(f"health: {address!r} is not one HOST:PORT") from None
-    conn = _connection(host, port, int(timeout * 1000))
+    conn = BrokerConnection(host, port, client_id="seaway-cli", request_timeout_ms=int(timeout * 1000),
+                            connect_timeout_ms=int(timeout * 1000))
     try:
         await conn.connect()
         answer = await conn.send(m.DescribeClusterRequest(include_cluster_authorized_operations=False,
@@ -75,7 +76,6 @@ async def _describe(address: str, endpoint_type: int, timeout: float):
 
 
 async def _broker(address: str, node_id: int | None, timeout: float) -> str:
-    from .main import CliError
     answer = await _describe(address, 1, timeout)
     ids = sorted(b.broker_id for b in answer.brokers)
     if node_id is None:
@@ -89,7 +89,6 @@ async def _broker(address: str, node_id: int | None, timeout: float) -> str:
 
 
 async def _controller(address: str, timeout: float) -> str:
-    from .main import CliError
     answer = await _describe(address, 2, timeout)
     if answer.controller_id < 0:
         raise CliError("unhealthy: the quorum has no leader (an election is under way or a "

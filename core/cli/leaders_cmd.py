@@ -14,9 +14,8 @@ partitions where an election happened or failed.
 """
 from __future__ import annotations
 
-import anyio
-
-from .output import add_bootstrap_flag, add_output_flag, emit_json
+from .common import CliError, UsageError, admin_command, read_json_file
+from .output import add_bootstrap_flag, emit_json
 
 ELECTION_TYPES = ("preferred", "unclean")
 
@@ -39,17 +38,11 @@ def register(sub) -> None:
     which.add_argument("--path-to-json-file", metavar="FILE",
                        help='partitions to elect: {"partitions": [{"topic": "t", "partition": 0}]}')
     c.add_argument("--partition", type=int, help="one partition of --topic")
-    add_bootstrap_flag(c, leaf=True)
-    add_output_flag(c)
-    c.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the cluster (default: 30)")
-    c.set_defaults(func=_run)
+    admin_command(c, _elect, _prepare)
 
 
-def _run(args) -> int:
-    from .reassign_cmd import read_json_file
+def _prepare(args) -> None:
     from .reassign_plan import InputError, parse_election_partitions
-    from .main import UsageError
-    from .topics_cmd import _with_admin
 
     if args.partition is not None and args.topic is None:
         raise UsageError("leaders elect: --partition is only allowed with --topic")
@@ -61,13 +54,10 @@ def _run(args) -> int:
             args.partitions = parse_election_partitions(read_json_file(args.path_to_json_file, "--path-to-json-file"))
         except InputError as exc:
             raise UsageError(f"--path-to-json-file {args.path_to_json_file}: {exc}") from None
-    return anyio.run(_with_admin, _elect, args)
 
 
 async def _elect(admin, args) -> int:
     from core.protocol.errors import ErrorCode, KafkaError
-
-    from .main import CliError
 
     kind = args.election_type.upper()
     partitions = args.partitions

@@ -12,14 +12,9 @@ import argparse
 import sys
 
 from . import groups_cmd, health_cmd, leaders_cmd, node_cmd, quorum_cmd, reassign_cmd, storage_cmd, topics_cmd
+from .common import CliError, UsageError
 
-
-class CliError(Exception):
-    """An error worth one line on stderr and exit status 1."""
-
-
-class UsageError(CliError):
-    """A mistake in the command line or in a file it names: one line, exit status 2."""
+__all__ = ["CliError", "UsageError", "build_parser", "main"]
 
 
 class _Parser(argparse.ArgumentParser):

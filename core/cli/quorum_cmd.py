@@ -3,7 +3,8 @@ kafka-metadata-quorum shows them.
 
 With --bootstrap-controller the tool asks a controller listener which controller is active
 (DescribeCluster with endpoint type 2, KIP-919), then asks that one DescribeQuorum: only the
-leader knows every replica's progress.
+leader knows every replica's progress. The asking is core.client.quorum's; this module shows
+the answer.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 
 import anyio
 
+from .common import CliError
 from .output import add_output_flag, emit_json, table
 
 
@@ -34,7 +36,8 @@ def register(sub) -> None:
 
 
 async def _describe(args) -> int:
-    from .main import CliError
+    # not at module level: `seaway --help` stays fast
+    from core.client.quorum import QuorumError, describe_quorum, describe_quorum_via_broker
     try:
         with anyio.fail_after(args.timeout):
             if args.bootstrap_controller:
@@ -46,6 +49,8 @@ async def _describe(args) -> int:
     except TimeoutError:
         where = args.bootstrap_controller or args.bootstrap_server
         raise CliError(f"no answer from {where} within {args.timeout:g}s") from None
+    except QuorumError as exc:
+        raise CliError(str(exc)) from None
     now = int(time.time() * 1000)
     if args.replication:
         rows = replication_rows(described)
@@ -73,104 +78,6 @@ async def _describe(args) -> int:
                 value = "[" + ",".join(str(v) for v in value) + "]"
             print(f"{label + ':':<24}{value}")
     return 0
-
-
-async def describe_quorum(bootstrap: str, timeout_ms: int):
-    """(cluster id, DescribeQuorumResponse) from the active controller."""
-    from core.client.client import parse_bootstrap
-    from core.client.errors import KafkaError
-    from core.protocol import messages as m
-
-    from .main import CliError
-
-    errors = []
-    for host, port in parse_bootstrap(bootstrap):
-        conn = _connection(host, port, timeout_ms)
-        try:
-            await conn.connect()
-            cluster = await conn.send(m.DescribeClusterRequest(include_cluster_authorized_operations=False,
-                                                               endpoint_type=2), 60, version=1)
-        except KafkaError as exc:
-            errors.append(f"{host}:{port}: {exc}")
-            continue
-        finally:
-            await conn.close()
-        if cluster.error_code:
-            errors.append(f"{host}:{port} is not a controller listener "
-                          f"({cluster.error_message or cluster.error_code})")
-            continue
-        if cluster.controller_id < 0:
-            raise CliError("the quorum has no leader right now (an election is under way or a "
-                           "majority of the voters is down)")
-        leader = next((b for b in cluster.brokers if b.broker_id == cluster.controller_id), None)
-        if leader is None:
-            raise CliError(f"controller {cluster.controller_id} leads but its address is unknown")
-        conn = _connection(leader.host, leader.port, timeout_ms)
-        try:
-            await conn.connect()
-            answer, raw = await _ask_quorum(conn)
-        except KafkaError as exc:
-            raise CliError(f"controller {leader.broker_id} at {leader.host}:{leader.port}: {exc}") from None
-        finally:
-            await conn.close()
-        code = raw.error_code if answer is None else answer.partition_error_code
-        if code:
-            raise CliError(f"controller {leader.broker_id} answered {_code_name(code)}; try again")
-        return cluster.cluster_id, answer
-    raise CliError("no controller answered: " + "; ".join(errors))
-
-
-def _connection(host: str, port: int, timeout_ms: int):
-    from core.client.connection import BrokerConnection
-    return BrokerConnection(host, port, client_id="seaway-cli", request_timeout_ms=timeout_ms,
-                            connect_timeout_ms=timeout_ms)
-
-
-async def _ask_quorum(conn):
-    from core.raft import wire
-    from core.raft.messages import DescribeQuorumRequest
-    version = conn.version_for(55, wire.VERSIONS[55][-1])
-    key, request = wire.to_wire(DescribeQuorumRequest(), version)
-    raw = await conn.send(request, key, version=version)
-    if raw.error_code:
-        return None, raw
-    return wire.from_wire(key, version, raw, is_request=False), raw
-
-
-async def describe_quorum_via_broker(bootstrap: str, timeout_ms: int):
-    """(cluster id, DescribeQuorumResponse), asked of a broker, which forwards it."""
-    from core.client.client import parse_bootstrap
-    from core.client.errors import KafkaError
-    from core.protocol import messages as m
-
-    from .main import CliError
-    errors = []
-    for host, port in parse_bootstrap(bootstrap):
-        conn = _connection(host, port, timeout_ms)
-        try:
-            await conn.connect()
-            cluster = await conn.send(m.DescribeClusterRequest(include_cluster_authorized_operations=False), 60)
-            answer, raw = await _ask_quorum(conn)
-        except KafkaError as exc:
-            errors.append(f"{host}:{port}: {exc}")
-            continue
-        finally:
-            await conn.close()
-        if answer is None:
-            raise CliError(f"{host}:{port} answered {_code_name(raw.error_code)}"
-                           + (f": {raw.error_message}" if getattr(raw, "error_message", None) else ""))
-        if answer.partition_error_code:
-            raise CliError(f"the controller answered {answer.partition_error_code.name}; try again")
-        return cluster.cluster_id, answer
-    raise CliError("no broker answered: " + "; ".join(errors))
-
-
-def _code_name(code: int) -> str:
-    from core.protocol.errors import ErrorCode
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return str(code)
 
 
 def status_of(cluster_id: str, d, now_ms: int) -> dict:

@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import anyio
 
-from .output import add_bootstrap_flag, add_output_flag, emit_json
+from .common import CliError, UsageError, admin_command, read_json_file
+from .output import add_bootstrap_flag, emit_json
 
 LONG_MAX = 2**63 - 1
 MISMATCH_RECHECKS, MISMATCH_RECHECK_DELAY_S = 10, 0.2
@@ -52,7 +52,7 @@ def register(sub) -> None:
                    help='{"version": 1, "topics": [{"topic": "t"}]}')
     c.add_argument("--broker-list", required=True, metavar="ID,ID,...", help="brokers to spread the replicas over")
     c.add_argument("--disable-rack-aware", action="store_true", help="ignore the brokers' racks")
-    _common(c, run_generate, _prepare_generate)
+    admin_command(c, run_generate, _prepare_generate)
 
     c = rsub.add_parser("execute", help="start the reassignment in a plan (or --cancel it)",
                         description="Start (or with --cancel, cancel) the reassignments in a plan.")
@@ -67,54 +67,18 @@ def register(sub) -> None:
                    help="execute even though other reassignments are in progress")
     c.add_argument("--cancel", action="store_true", help="cancel the plan's reassignments that are in progress")
     c.add_argument("--preserve-throttles", action="store_true", help="with --cancel: keep the throttles")
-    _common(c, run_execute, _prepare_execute)
+    admin_command(c, run_execute, _prepare_execute)
 
     c = rsub.add_parser("verify", help="is the plan's reassignment done? then remove the throttles",
                         description="Report each partition of the plan; once all are done, remove the "
                                     "replication throttles (unless --preserve-throttles).")
     c.add_argument("--reassignment-json-file", required=True, metavar="FILE", help="the plan given to execute")
     c.add_argument("--preserve-throttles", action="store_true", help="keep the throttles")
-    _common(c, run_verify, _prepare_plan)
-
-
-def _common(parser, func, prepare) -> None:
-    from .topics_cmd import _with_admin
-    add_bootstrap_flag(parser, leaf=True)
-    add_output_flag(parser)
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the cluster (default: 30)")
-
-    def run(args):
-        prepare(args)  # bad flags and files fail before anything connects
-        return anyio.run(_with_admin, func, args)
-    parser.set_defaults(func=run)
-
-
-def _usage(message: str):
-    from .main import UsageError
-    return UsageError(message)
-
-
-def _fail(message: str):
-    from .main import CliError
-    return CliError(message)
+    admin_command(c, run_verify, _prepare_plan)
 
 
 def _note(message: str) -> None:
     print(message, file=sys.stderr)
-
-
-def read_json_file(path: str, flag: str):
-    """The JSON document in `path`; a UsageError naming the flag if it cannot be read."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise _usage(f"{flag} {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise _usage(f"{flag} {path}: not UTF-8 text") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _usage(f"{flag} {path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
 
 
 def _compact(doc) -> str:
@@ -152,11 +116,11 @@ def _prepare_generate(args) -> None:
     try:
         args.topics = parse_topics_to_move(doc)
     except InputError as exc:
-        raise _usage(f"{flag} {args.topics_to_move_json_file}: {exc}") from None
+        raise UsageError(f"{flag} {args.topics_to_move_json_file}: {exc}") from None
     try:
         args.brokers = parse_broker_list(args.broker_list)
     except InputError as exc:
-        raise _usage(str(exc)) from None
+        raise UsageError(str(exc)) from None
 
 
 async def run_generate(admin, args) -> int:
@@ -165,20 +129,20 @@ async def run_generate(admin, args) -> int:
     topics = await _topics(admin, args.topics)
     for i, name in enumerate(args.topics):
         if name not in topics:
-            raise _fail(f"--topics-to-move-json-file {args.topics_to_move_json_file}: topics[{i}].topic: "
-                        f"topic {name!r} does not exist")
+            raise CliError(f"--topics-to-move-json-file {args.topics_to_move_json_file}: topics[{i}].topic: "
+                           f"topic {name!r} does not exist")
     cluster = await admin.describe_cluster()
     racks = {b.node_id: b.rack or None for b in cluster.brokers}
     unknown = [b for b in args.brokers if b not in racks]
     if unknown:
-        raise _fail(f"--broker-list: broker{'s' if len(unknown) > 1 else ''} {','.join(map(str, unknown))} "
-                    f"not in the cluster (brokers: {','.join(map(str, sorted(racks)))})")
+        raise CliError(f"--broker-list: broker{'s' if len(unknown) > 1 else ''} {','.join(map(str, unknown))} "
+                       f"not in the cluster (brokers: {','.join(map(str, sorted(racks)))})")
     brokers = [Broker(b, None if args.disable_rack_aware else racks[b]) for b in sorted(args.brokers)]
     current = _replicas(topics)
     try:
         proposed = propose(current, brokers)
     except InputError as exc:
-        raise _fail(f"--broker-list: {exc}") from None
+        raise CliError(f"--broker-list: {exc}") from None
     current_doc, proposed_doc = reassignment_json(current), reassignment_json(proposed)
     if args.output == "json":
         emit_json({"current": current_doc, "proposed": proposed_doc})
@@ -200,19 +164,19 @@ def _prepare_plan(args) -> None:
     try:
         args.entries = parse_reassignment(doc)
     except InputError as exc:
-        raise _usage(f"{flag} {args.reassignment_json_file}: {exc}") from None
+        raise UsageError(f"{flag} {args.reassignment_json_file}: {exc}") from None
     args.targets = {e.tp: list(e.replicas) for e in args.entries}
 
 
 def _prepare_execute(args) -> None:
     if not 0 <= args.throttle <= LONG_MAX and args.throttle != -1:
-        raise _usage(f"--throttle: {args.throttle} is not a rate in bytes/s (0 or more)")
+        raise UsageError(f"--throttle: {args.throttle} is not a rate in bytes/s (0 or more)")
     if args.cancel and args.throttle != -1:
-        raise _usage("execute: --throttle cannot be used with --cancel")
+        raise UsageError("execute: --throttle cannot be used with --cancel")
     if args.cancel and args.additional:
-        raise _usage("execute: --additional cannot be used with --cancel")
+        raise UsageError("execute: --additional cannot be used with --cancel")
     if args.preserve_throttles and not args.cancel:
-        raise _usage("execute: --preserve-throttles is only for --cancel (and verify)")
+        raise UsageError("execute: --preserve-throttles is only for --cancel (and verify)")
     _prepare_plan(args)
     if args.replica_alter_log_dirs_throttle != -1 and args.output != "json":
         _note("note: --replica-alter-log-dirs-throttle is ignored (replicas do not move between log directories)")
@@ -226,7 +190,7 @@ async def _check_plan(admin, args, *, brokers: bool):
     try:
         check_against_cluster(args.entries, {t: len(d.partitions) for t, d in topics.items()}, live)
     except InputError as exc:
-        raise _fail(f"--reassignment-json-file {args.reassignment_json_file}: {exc}") from None
+        raise CliError(f"--reassignment-json-file {args.reassignment_json_file}: {exc}") from None
     return _replicas(topics)
 
 
@@ -252,9 +216,9 @@ async def _execute(admin, args, out: dict, text: bool) -> None:
     current = await _check_plan(admin, args, brokers=True)
     ongoing = await admin.list_partition_reassignments()
     if ongoing and not args.additional:
-        raise _fail(f"cannot execute: reassignments are in progress ({_tps(ongoing)}); wait for them "
-                    f"(verify), or give --additional to add this plan (resubmitting a plan with "
-                    f"--additional also changes its throttle)")
+        raise CliError(f"cannot execute: reassignments are in progress ({_tps(ongoing)}); wait for them "
+                       f"(verify), or give --additional to add this plan (resubmitting a plan with "
+                       f"--additional also changes its throttle)")
     rollback = reassignment_json({tp: current[tp] for tp in args.targets})
     out["current"] = rollback
     if text:
@@ -293,7 +257,7 @@ async def _execute(admin, args, out: dict, text: bool) -> None:
             print("Error reassigning partition(s):")
             for (t, p), err in sorted(failed.items()):
                 print(f"{t}-{p}: {err}")
-        raise _fail(f"{len(failed)} of {len(results)} partition reassignments could not be started")
+        raise CliError(f"{len(failed)} of {len(results)} partition reassignments could not be started")
     if text:
         plural = "s" if len(results) != 1 else ""
         print(f"Successfully started partition reassignment{plural} for {_tps(results)}")
@@ -307,8 +271,8 @@ def _config_errors(results) -> list[str]:
 def _check_configs(results, flag: str) -> None:
     errors = _config_errors(results)
     if errors:
-        raise _fail(f"{flag}: could not change the configs of {errors[0]}"
-                    + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
+        raise CliError(f"{flag}: could not change the configs of {errors[0]}"
+                       + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
 
 
 async def _cancel(admin, args, out: dict, text: bool) -> None:
@@ -327,7 +291,7 @@ async def _cancel(admin, args, out: dict, text: bool) -> None:
                 print("Error cancelling partition reassignment(s):")
                 for (t, p), err in sorted(failed.items()):
                     print(f"{t}-{p}: {err}")
-            raise _fail(f"{len(failed)} of {len(active)} partition reassignments could not be cancelled")
+            raise CliError(f"{len(failed)} of {len(active)} partition reassignments could not be cancelled")
         if text:
             print(f"Successfully cancelled partition reassignment{'s' if len(active) != 1 else ''} for: "
                   f"{_tps(active)}")
@@ -356,8 +320,8 @@ async def _clear_throttles(admin, targets, text: bool) -> dict:
     errors += _config_errors(await admin.incremental_alter_configs(
         {ConfigResource.topic(t): {LEADER_THROTTLED: None, FOLLOWER_THROTTLED: None} for t in topics}))
     if errors:
-        raise _fail(f"clearing throttles: could not change the configs of {errors[0]}"
-                    + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
+        raise CliError(f"clearing throttles: could not change the configs of {errors[0]}"
+                       + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
     return {"brokers": brokers, "topics": topics}
 
 

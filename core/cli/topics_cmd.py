@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import uuid
 
-import anyio
-
-from .output import add_bootstrap_flag, add_output_flag, emit_json, table
+from .common import CliError, admin_command
+from .output import add_bootstrap_flag, emit_json, table
 
 
 def register(sub) -> None:
@@ -17,7 +16,7 @@ def register(sub) -> None:
 
     c = tsub.add_parser("list", help="list topic names")
     c.add_argument("--internal", action="store_true", help="include internal topics")
-    _common(c, run_list)
+    admin_command(c, run_list)
 
     c = tsub.add_parser("create", help="create a topic")
     c.add_argument("name")
@@ -27,7 +26,7 @@ def register(sub) -> None:
     c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="topic config (repeatable)")
     c.add_argument("--if-not-exists", action="store_true", help="succeed if the topic already exists")
     c.add_argument("--validate-only", action="store_true", help="check the request without creating anything")
-    _common(c, run_create)
+    admin_command(c, run_create)
 
     c = tsub.add_parser("describe", help="partitions, leaders, replicas, ISR, offsets and configs",
                         description="Describe topics: per partition the leader, replicas, ISR, offline "
@@ -43,12 +42,12 @@ def register(sub) -> None:
                       help="only partitions whose ISR is smaller than min.insync.replicas (or without a leader)")
     only.add_argument("--at-min-isr-partitions", action="store_true",
                       help="only partitions whose ISR is exactly min.insync.replicas")
-    _common(c, run_describe)
+    admin_command(c, run_describe)
 
     c = tsub.add_parser("delete", help="delete topics")
     c.add_argument("names", nargs="+")
     c.add_argument("--if-exists", action="store_true", help="succeed if a topic does not exist")
-    _common(c, run_delete)
+    admin_command(c, run_delete)
 
     c = tsub.add_parser("alter", help="add partitions or change configs")
     c.add_argument("name")
@@ -56,36 +55,10 @@ def register(sub) -> None:
     c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="set a config (repeatable)")
     c.add_argument("--delete-config", action="append", default=[], metavar="KEY",
                    help="remove an override so the default applies again (repeatable)")
-    _common(c, run_alter)
-
-
-def _common(parser, func) -> None:
-    add_bootstrap_flag(parser, leaf=True)
-    add_output_flag(parser)
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the cluster (default: 30)")
-    parser.set_defaults(func=lambda args: anyio.run(_with_admin, func, args))
-
-
-async def _with_admin(func, args) -> int:
-    from core.client import Admin, KafkaClient
-    from .main import CliError
-
-    timeout_ms = int(args.timeout * 1000)
-    client = KafkaClient(args.bootstrap_server, client_id="seaway-cli", default_api_timeout_ms=timeout_ms,
-                         request_timeout_ms=min(timeout_ms, 30_000), allow_auto_create_topics=False)
-    try:
-        with anyio.fail_after(args.timeout + 5):
-            await client.start()
-            return await func(Admin(client, timeout_ms=timeout_ms), args) or 0
-    except TimeoutError:
-        raise CliError(f"no answer from {args.bootstrap_server} within {args.timeout:g}s") from None
-    finally:
-        with anyio.CancelScope(shield=True):
-            await client.close()
+    admin_command(c, run_alter)
 
 
 def _parse_configs(items: list[str]) -> dict[str, str]:
-    from .main import CliError
     out = {}
     for item in items:
         if "=" not in item:
@@ -288,7 +261,6 @@ def _print_filtered(which: str, result: list[dict], live, output: str) -> int:
 
 async def run_alter(admin, args) -> int:
     from core.client import ConfigResource, check
-    from .main import CliError
 
     sets = _parse_configs(args.config)
     if args.partitions is None and not sets and not args.delete_config:

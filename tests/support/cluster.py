@@ -120,14 +120,13 @@ class KRaftCluster:
 
     def describe(self, timeout: float = 5.0):
         """The active controller's DescribeQuorum answer, or None if there is no leader yet."""
-        from core.cli.main import CliError
-        from core.cli.quorum_cmd import describe_quorum
+        from core.client.quorum import QuorumError, describe_quorum
         live = ",".join(f"127.0.0.1:{p}" for i, p in self.controller_ports.items() if i in self.running())
         if not live:
             return None
         try:
             return anyio.run(describe_quorum, live, int(timeout * 1000))[1]
-        except (CliError, TimeoutError, OSError):
+        except (QuorumError, TimeoutError, OSError):
             return None
 
     def leader_id(self) -> int | None:
