@@ -1,15 +1,14 @@
 """The registry of every API we speak, compiled from schema/*.ks at import.
 
     from core.protocol import messages as m
-    from core.protocol.api_keys import ApiKey
     req = m.ProduceRequest(acks=-1, topic_data=[m.ProduceRequest.TopicProduceData(name="t")])
-    m.API[ApiKey.PRODUCE].request.encode(9, req)
+    m.API[m.ApiKey.PRODUCE].request.encode(9, req)
 
 Besides the APIs: the two headers, the versioned data structs (DATA, by name) and the records
 of the metadata log (METADATA_RECORDS, by record type; METADATA_RECORDS_BY_NAME). Declaring an
 API here does not advertise it: ApiVersions lists only the APIs the broker has handlers for.
-The classes' types are in messages.pyi and the ApiKey enum in api_keys.py, both generated
-from the schema by stubgen.py.
+The classes' types are in messages.pyi and the ApiKey enum (re-exported here, as m.ApiKey) in
+api_keys.py, both generated from the schema by stubgen.py.
 """
 from __future__ import annotations
 

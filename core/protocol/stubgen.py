@@ -121,6 +121,7 @@ schema (requests and responses, headers, data structs, metadata records)."""
 from collections.abc import Sequence
 from typing import TypeAlias
 
+from .api_keys import ApiKey as ApiKey
 from .codegen import Message, MessageCodec
 from .dsl import ApiSchema
 

@@ -33,6 +33,7 @@ def test_generated_files_are_current(generated):
 def test_api_key_has_a_member_per_schema_api():
     assert {k.value: k.name for k in ApiKey} == {
         key: stubgen.api_key_name(api.name) for key, api in messages.API.items()}
+    assert messages.ApiKey is ApiKey  # re-exported: modules that import messages as m use m.ApiKey
     assert ApiKey.PRODUCE == 0 and ApiKey.API_VERSIONS == 18 and ApiKey.VOTE == 52
     assert ApiKey.BROKER_REGISTRATION == 62 and ApiKey.ALTER_PARTITION == 56
     # Members stand in for the numbers everywhere: equal, same hash, same wire bytes.
