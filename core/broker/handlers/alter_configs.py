@@ -106,4 +106,4 @@ async def handle_incremental(ctx, req):
     return await _handle(ctx, req, incremental=True)
 
 
-HANDLES = {33: handle_alter, 44: handle_incremental}
+HANDLES = {m.ApiKey.ALTER_CONFIGS: handle_alter, m.ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental}

@@ -48,4 +48,4 @@ async def handle(ctx, req):
     return R(throttle_time_ms=0, results=results)
 
 
-HANDLES = {37: handle}
+HANDLES = {m.ApiKey.CREATE_PARTITIONS: handle}

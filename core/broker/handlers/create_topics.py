@@ -88,4 +88,4 @@ async def handle(ctx, req):
     return R(throttle_time_ms=0, topics=results)
 
 
-HANDLES = {19: handle}
+HANDLES = {m.ApiKey.CREATE_TOPICS: handle}

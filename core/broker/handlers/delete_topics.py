@@ -55,4 +55,4 @@ async def handle(ctx, req):
     return R(throttle_time_ms=0, responses=results)
 
 
-HANDLES = {20: handle}
+HANDLES = {m.ApiKey.DELETE_TOPICS: handle}

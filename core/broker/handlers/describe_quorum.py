@@ -20,9 +20,9 @@ async def handle(ctx, req):
                  error_message="this node is standalone: it runs no KRaft controller quorum",
                  topics=[], nodes=[])
     try:
-        return await kraft.channel.send(55, req, ctx.api_version, timeout_s=10)
+        return await kraft.channel.send(m.ApiKey.DESCRIBE_QUORUM, req, ctx.api_version, timeout_s=10)
     except KafkaError as exc:
         return R(error_code=ErrorCode.NOT_CONTROLLER, error_message=str(exc), topics=[], nodes=[])
 
 
-HANDLES = {55: handle}
+HANDLES = {m.ApiKey.DESCRIBE_QUORUM: handle}

@@ -186,4 +186,4 @@ async def handle(ctx, req):
              controller_id=b.node_id, topics=topics, cluster_authorized_operations=cluster_ops)
 
 
-HANDLES = {3: handle}
+HANDLES = {m.ApiKey.METADATA: handle}
