@@ -89,7 +89,8 @@ async def describe_quorum(bootstrap: str, timeout_ms: int):
         try:
             await conn.connect()
             cluster = await conn.send(m.DescribeClusterRequest(include_cluster_authorized_operations=False,
-                                                               endpoint_type=2), 60, version=1)
+                                                               endpoint_type=2),
+                                      m.ApiKey.DESCRIBE_CLUSTER, version=1)
         except KafkaError as exc:
             errors.append(f"{host}:{port}: {exc}")
             continue
@@ -129,7 +130,7 @@ def _connection(host: str, port: int, timeout_ms: int):
 async def _ask_quorum(conn):
     from core.raft import wire
     from core.raft.messages import DescribeQuorumRequest
-    version = conn.version_for(55, wire.VERSIONS[55][-1])
+    version = conn.version_for(wire.DESCRIBE_QUORUM, wire.VERSIONS[wire.DESCRIBE_QUORUM][-1])
     key, request = wire.to_wire(DescribeQuorumRequest(), version)
     raw = await conn.send(request, key, version=version)
     if raw.error_code:
@@ -149,7 +150,8 @@ async def describe_quorum_via_broker(bootstrap: str, timeout_ms: int):
         conn = _connection(host, port, timeout_ms)
         try:
             await conn.connect()
-            cluster = await conn.send(m.DescribeClusterRequest(include_cluster_authorized_operations=False), 60)
+            cluster = await conn.send(m.DescribeClusterRequest(include_cluster_authorized_operations=False),
+                                      m.ApiKey.DESCRIBE_CLUSTER)
             answer, raw = await _ask_quorum(conn)
         except KafkaError as exc:
             errors.append(f"{host}:{port}: {exc}")
