@@ -55,8 +55,8 @@ from .batches import MirrorBatchError, prepare_for_target, restamp_producer
 
 log = logging.getLogger("mirror.copier")
 
-FETCH = 1
-PRODUCE = 0
+FETCH = m.ApiKey.FETCH
+PRODUCE = m.ApiKey.PRODUCE
 READ_COMMITTED = 1
 INT32_MAX = 2**31 - 1
 RESET_PRODUCER = {ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -82,7 +82,8 @@ class ProducerIdentity:
                 try:
                     node = await self.client.any_node()
                     r = await self.client.send(node, m.InitProducerIdRequest(
-                        transactional_id=None, transaction_timeout_ms=INT32_MAX), api_key=22)
+                        transactional_id=None, transaction_timeout_ms=INT32_MAX),
+                        api_key=m.ApiKey.INIT_PRODUCER_ID)
                     if not r.error_code:
                         self.producer_id, self.epoch = r.producer_id, r.producer_epoch
                         return self.producer_id, self.epoch

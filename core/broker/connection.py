@@ -132,10 +132,10 @@ class Connection:
             raise CloseConnection
         (correlation_id,) = _SIZE.unpack_from(frame, 4)
         if not api.supports(version):
-            if api_key == 18:
+            if api_key == m.ApiKey.API_VERSIONS:
                 # KIP-511: answer in v0 with our ranges so the client can retry with one of them.
                 resp = api_versions_response(ErrorCode.UNSUPPORTED_VERSION, self.handlers)
-                return encode_response(18, 0, correlation_id, 0, resp)
+                return encode_response(m.ApiKey.API_VERSIONS, 0, correlation_id, 0, resp)
             bad.labels("unsupported_version").inc()
             log.warning("%s: %s version %d is not supported (%d-%d); closing connection",
                         self.peer, api.name, version, api.min_version, api.max_version)

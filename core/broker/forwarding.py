@@ -133,7 +133,7 @@ class KRaftLink:
         if epoch < 0:
             raise BrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "this broker is not registered yet")
         try:
-            answer = await self.channel.send(67, m.AllocateProducerIdsRequest(
+            answer = await self.channel.send(m.ApiKey.ALLOCATE_PRODUCER_IDS, m.AllocateProducerIdsRequest(
                 broker_id=self.broker.node_id, broker_epoch=epoch), 0, timeout_s)
         except KafkaError as exc:
             raise BrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, str(exc)) from None
@@ -156,7 +156,7 @@ class KRaftLink:
                             for n in names],
                     timeout_ms=int(timeout_s * 1000), validate_only=False)
         try:
-            answer = await self.channel.send(19, request, 7, timeout_s)
+            answer = await self.channel.send(m.ApiKey.CREATE_TOPICS, request, 7, timeout_s)
         except KafkaError as exc:
             return {n: exc.code for n in names}
         codes = {t.name: ErrorCode(t.error_code) for t in answer.topics}

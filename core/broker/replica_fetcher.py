@@ -243,13 +243,13 @@ class ReplicaFetcher:
                  rack_id="")
 
     async def _fetch(self, conn: BrokerConnection) -> None:
-        version = min(FETCH_VERSION, conn.version_for(1))
+        version = min(FETCH_VERSION, conn.version_for(m.ApiKey.FETCH))
         plan = self._session.build(sessions=version >= 7)
         for skey in plan.partitions:
             entry = self._outstanding.get(skey[::2])
             if entry is not None:
                 self._sent[skey] = entry[1]
-        response = await conn.send(self._request(plan, version), 1, version=version)
+        response = await conn.send(self._request(plan, version), m.ApiKey.FETCH, version=version)
         if not self._session.handle_response(plan, response.error_code, response.session_id):
             code = ErrorCode(response.error_code)
             if code in SESSION_ERRORS:
@@ -323,8 +323,8 @@ class ReplicaFetcher:
                 name=partition.topic, partitions=[R.ListOffsetsPartition(
                     partition_index=partition.index, current_leader_epoch=action.current_leader_epoch,
                     timestamp=timestamp)])], timeout_ms=0)
-            version = min(LIST_OFFSETS_VERSION, conn.version_for(2))
-            response = await conn.send(request, 2, version=version)
+            version = min(LIST_OFFSETS_VERSION, conn.version_for(m.ApiKey.LIST_OFFSETS))
+            response = await conn.send(request, m.ApiKey.LIST_OFFSETS, version=version)
             pr = response.topics[0].partitions[0]
             if pr.error_code:
                 return LeaderOffsets(ErrorCode(pr.error_code))

@@ -527,7 +527,8 @@ class ReplicaManager:
         request = R(broker_id=self.node_id, broker_epoch=lifecycle.broker_epoch,
                     topics=[R.TopicData(topic_name=name, topic_id=ids[name], partitions=parts)
                             for name, parts in by_topic.items()])
-        response = await self.link.channel.send(56, request, ALTER_PARTITION_VERSION, ALTER_TIMEOUT_S)
+        response = await self.link.channel.send(m.ApiKey.ALTER_PARTITION, request, ALTER_PARTITION_VERSION,
+                                                ALTER_TIMEOUT_S)
         if response.error_code:
             raise KafkaError(ErrorCode(response.error_code), "AlterPartition refused")
         names = {t.topic_id: t.name for t in self.broker.topics.values()}

@@ -64,7 +64,8 @@ async def _describe(address: str, endpoint_type: int, timeout: float):
     try:
         await conn.connect()
         answer = await conn.send(m.DescribeClusterRequest(include_cluster_authorized_operations=False,
-                                                          endpoint_type=endpoint_type), 60, version=1)
+                                                          endpoint_type=endpoint_type),
+                                  m.ApiKey.DESCRIBE_CLUSTER, version=1)
     except (KafkaError, OSError) as exc:
         raise CliError(f"unhealthy: {host}:{port} does not answer: {exc}") from None
     finally:

@@ -47,9 +47,10 @@ __all__ = ["Admin", "NewTopic", "TopicDescription", "PartitionDescription", "Con
 K = TypeVar("K")
 TopicPartition = tuple[str, int]
 
-METADATA, CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 3, 19, 20, 21
+METADATA, CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = (m.ApiKey.METADATA, m.ApiKey.CREATE_TOPICS,
+                                                          m.ApiKey.DELETE_TOPICS, m.ApiKey.DELETE_RECORDS)
 DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 37, 44
-DESCRIBE_CLUSTER = 60
+DESCRIBE_CLUSTER = m.ApiKey.DESCRIBE_CLUSTER
 
 _UNKNOWN_TOPIC = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID})
 

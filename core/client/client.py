@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 __all__ = ["KafkaClient", "parse_bootstrap"]
 
 T = TypeVar("T")
-METADATA = 3
+METADATA = m.ApiKey.METADATA
 
 
 def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:

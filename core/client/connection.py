@@ -223,12 +223,12 @@ class BrokerConnection:
         return self
 
     async def _negotiate_versions(self) -> None:
-        api = m.API[18]
+        api = m.API[m.ApiKey.API_VERSIONS]
         version = min(3, api.max_version)
         request = m.ApiVersionsRequest(client_software_name=CLIENT_SOFTWARE_NAME,
                                        client_software_version=CLIENT_SOFTWARE_VERSION)
         while True:
-            frame = await self._roundtrip(18, version, request, self.request_timeout_ms)
+            frame = await self._roundtrip(m.ApiKey.API_VERSIONS, version, request, self.request_timeout_ms)
             # ApiVersions always answers with response header v0 (KIP-511): 4 bytes.
             if len(frame) < 6:
                 raise ProtocolError(f"{self}: ApiVersions response of {len(frame)} bytes is too short")
@@ -236,7 +236,7 @@ class BrokerConnection:
             if code == ErrorCode.UNSUPPORTED_VERSION and version > 0:
                 # The body is in v0 form and lists the broker's ApiVersions range.
                 resp = self._decode(api, 0, frame, 4)
-                theirs = next((k.max_version for k in resp.api_keys if k.api_key == 18), 0)
+                theirs = next((k.max_version for k in resp.api_keys if k.api_key == m.ApiKey.API_VERSIONS), 0)
                 version = min(theirs, version - 1, api.max_version)
                 version = max(version, 0)
                 continue

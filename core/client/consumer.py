@@ -66,7 +66,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Consumer", "ConsumerRecord", "RebalanceListener"]
 
-FETCH = 1
+FETCH = m.ApiKey.FETCH
 TopicPartition = tuple[str, int]
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1

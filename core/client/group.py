@@ -59,7 +59,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["GroupMembership", "GroupMetadata", "CommitFailedError", "RebalanceTarget", "RebalanceListener"]
 
-FIND_COORDINATOR, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP = 10, 11, 13, 14
+FIND_COORDINATOR, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP = (m.ApiKey.FIND_COORDINATOR, m.ApiKey.JOIN_GROUP,
+                                                        m.ApiKey.LEAVE_GROUP, m.ApiKey.SYNC_GROUP)
 GROUP_KEY_TYPE = 0
 JOIN_TIMEOUT_LAPSE_MS = 5000     # Java's margin over the rebalance timeout for JoinGroup
 METADATA_CHECK_MS = 1000         # how often poll() looks for new partitions of watched topics

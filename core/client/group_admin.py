@@ -38,7 +38,8 @@ __all__ = ["GroupAdmin", "GroupListing", "GroupDescription", "MemberDescription"
 
 TopicPartition = tuple[str, int]
 
-OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = (m.ApiKey.OFFSET_COMMIT, m.ApiKey.OFFSET_FETCH,
+                                                m.ApiKey.FIND_COORDINATOR)
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 GROUP_KEY = 0
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CommitFailedError", "commit_offsets", "fetch_committed", "by_topic"]
 
-OFFSET_COMMIT, OFFSET_FETCH = 8, 9
+OFFSET_COMMIT, OFFSET_FETCH = m.ApiKey.OFFSET_COMMIT, m.ApiKey.OFFSET_FETCH
 TopicPartition = tuple[str, int]
 _COORDINATOR_MOVED = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
 _COORDINATOR_ERRORS = _COORDINATOR_MOVED | {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}

@@ -20,7 +20,7 @@ from .client import KafkaClient
 
 __all__ = ["EARLIEST", "LATEST", "MAX_TIMESTAMP", "OffsetAndTimestamp", "list_offsets", "timestamp_spec"]
 
-LIST_OFFSETS = 2
+LIST_OFFSETS = m.ApiKey.LIST_OFFSETS
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3  # KIP-734, ListOffsets v7+

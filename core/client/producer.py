@@ -57,8 +57,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Producer", "RecordMetadata"]
 
-PRODUCE = 0
-INIT_PRODUCER_ID = 22
+PRODUCE = m.ApiKey.PRODUCE
+INIT_PRODUCER_ID = m.ApiKey.INIT_PRODUCER_ID
 INT32_MAX = 2 ** 31 - 1
 
 #: Answers after which the broker may have appended the batch anyway (acks=all timed out

@@ -25,7 +25,7 @@ from .errors import KafkaError
 __all__ = ["QuorumDescription", "QuorumError", "ReplicaState", "describe_quorum",
            "describe_quorum_via_broker"]
 
-DESCRIBE_QUORUM, DESCRIBE_CLUSTER = 55, 60
+DESCRIBE_QUORUM, DESCRIBE_CLUSTER = m.ApiKey.DESCRIBE_QUORUM, m.ApiKey.DESCRIBE_CLUSTER
 MAX_VERSION = 2                  # DescribeQuorum v0-2, as KRaft serves it
 CONTROLLER_ENDPOINTS = 2         # DescribeCluster endpoint type: controllers (KIP-919)
 METADATA_TOPIC, METADATA_PARTITION = "__cluster_metadata", 0

@@ -29,7 +29,8 @@ __all__ = ["ReplicaAdmin", "ElectionType", "PartitionReassignment"]
 
 TopicPartition = tuple[str, int]
 
-ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 43, 45, 46
+ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = (
+    m.ApiKey.ELECT_LEADERS, m.ApiKey.ALTER_PARTITION_REASSIGNMENTS, m.ApiKey.LIST_PARTITION_REASSIGNMENTS)
 
 # Per-partition answers that are outcomes, not hiccups: never retried.
 _ELECTION_OUTCOMES = frozenset({

@@ -308,9 +308,9 @@ class ClusterControl:
 
 
 def error_response(api_key: int, code: ErrorCode, message: str | None) -> Message:
-    if api_key == 62:
+    if api_key == m.ApiKey.BROKER_REGISTRATION:
         return m.BrokerRegistrationResponse(throttle_time_ms=0, error_code=code, broker_epoch=-1)
-    if api_key == 63:
+    if api_key == m.ApiKey.BROKER_HEARTBEAT:
         return m.BrokerHeartbeatResponse(throttle_time_ms=0, error_code=code, is_caught_up=False,
                                          is_fenced=True, should_shut_down=False)
     return m.UnregisterBrokerResponse(throttle_time_ms=0, error_code=code, error_message=message)

@@ -284,7 +284,8 @@ def alter_configs(request, version: int, *, image: MetadataImage, config: Contro
 
 
 def error_response(api_key: int, request, code: ErrorCode, message: str | None) -> Message:
-    response_cls = m.IncrementalAlterConfigsResponse if api_key == 44 else m.AlterConfigsResponse
+    response_cls = (m.IncrementalAlterConfigsResponse if api_key == m.ApiKey.INCREMENTAL_ALTER_CONFIGS
+                    else m.AlterConfigsResponse)
     return response_cls(throttle_time_ms=0, responses=[
         response_cls.AlterConfigsResourceResponse(
             error_code=code, error_message=message, resource_type=r.resource_type,

@@ -116,7 +116,11 @@ BOOTSTRAP_METADATA_VERSION = 14     # 3.6-IV2
 MAX_ELECTIONS_PER_RUN = 1000        # Kafka's maxElectionsPerImbalance
 NOT_CONTROLLER_MESSAGE = "This node is not the active controller."
 
-HANDLED_APIS = frozenset({19, 20, 33, 37, 43, 44, 45, 46, 56, 62, 63, 64, 67})
+HANDLED_APIS = frozenset({
+    m.ApiKey.CREATE_TOPICS, m.ApiKey.DELETE_TOPICS, m.ApiKey.ALTER_CONFIGS, m.ApiKey.CREATE_PARTITIONS,
+    m.ApiKey.ELECT_LEADERS, m.ApiKey.INCREMENTAL_ALTER_CONFIGS, m.ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+    m.ApiKey.LIST_PARTITION_REASSIGNMENTS, m.ApiKey.ALTER_PARTITION, m.ApiKey.BROKER_REGISTRATION,
+    m.ApiKey.BROKER_HEARTBEAT, m.ApiKey.UNREGISTER_BROKER, m.ApiKey.ALLOCATE_PRODUCER_IDS})
 
 
 def _message(record: Message | MetadataRecord) -> Message:
@@ -322,17 +326,17 @@ class QuorumController:
     @staticmethod
     def _error_response(api_key: int, request, version: int, code: ErrorCode,
                         message: str | None) -> Message:
-        if api_key in (62, 63, 64):
+        if api_key in (m.ApiKey.BROKER_REGISTRATION, m.ApiKey.BROKER_HEARTBEAT, m.ApiKey.UNREGISTER_BROKER):
             return brokers.error_response(api_key, code, message)
-        if api_key in (33, 44):
+        if api_key in (m.ApiKey.ALTER_CONFIGS, m.ApiKey.INCREMENTAL_ALTER_CONFIGS):
             return configs.error_response(api_key, request, code, message)
-        if api_key == 67:
+        if api_key == m.ApiKey.ALLOCATE_PRODUCER_IDS:
             return producer_ids.error_response(code)
-        if api_key == 56:
+        if api_key == m.ApiKey.ALTER_PARTITION:
             return alter_partition.error_response(code)
-        if api_key == 43:
+        if api_key == m.ApiKey.ELECT_LEADERS:
             return elect_leaders.error_response(request, code, message)
-        if api_key in (45, 46):
+        if api_key in (m.ApiKey.ALTER_PARTITION_REASSIGNMENTS, m.ApiKey.LIST_PARTITION_REASSIGNMENTS):
             return reassignment.error_response(api_key, request, code, message)
         return topics.error_response(api_key, request, version, code, message)
 
@@ -347,7 +351,7 @@ class QuorumController:
         def generate(w: Working) -> ControllerResult:
             response = self._cluster.register(w, request, version, self._next_offset)
             return ControllerResult(w.records, response)
-        return self._run(62, request, version, generate)
+        return self._run(m.ApiKey.BROKER_REGISTRATION, request, version, generate)
 
     def broker_heartbeat(self, request, version: int) -> ControllerResult:
         """BrokerHeartbeat (63)."""
@@ -355,57 +359,58 @@ class QuorumController:
             response = self._cluster.heartbeat(
                 w, request, self._pending_registrations.get(request.broker_id), self._next_offset)
             return ControllerResult(w.records, response)
-        return self._run(63, request, version, generate)
+        return self._run(m.ApiKey.BROKER_HEARTBEAT, request, version, generate)
 
     def unregister_broker(self, request, version: int) -> ControllerResult:
         """UnregisterBroker (64)."""
         def generate(w: Working) -> ControllerResult:
             return ControllerResult(w.records, self._cluster.unregister(w, request))
-        return self._run(64, request, version, generate)
+        return self._run(m.ApiKey.UNREGISTER_BROKER, request, version, generate)
 
     def create_topics(self, request, version: int) -> ControllerResult:
         """CreateTopics (19)."""
-        return self._run(19, request, version, lambda w: topics.create_topics(
+        return self._run(m.ApiKey.CREATE_TOPICS, request, version, lambda w: topics.create_topics(
             request, version, image=w.image, config=self.config, node_id=self.node_id,
             placer=self._placer, new_topic_id=self._new_topic_id))
 
     def delete_topics(self, request, version: int) -> ControllerResult:
         """DeleteTopics (20), by name or (v6) by id."""
-        return self._run(20, request, version, lambda w: topics.delete_topics(
+        return self._run(m.ApiKey.DELETE_TOPICS, request, version, lambda w: topics.delete_topics(
             request, version, image=w.image, config=self.config))
 
     def create_partitions(self, request, version: int) -> ControllerResult:
         """CreatePartitions (37)."""
-        return self._run(37, request, version, lambda w: topics.create_partitions(
+        return self._run(m.ApiKey.CREATE_PARTITIONS, request, version, lambda w: topics.create_partitions(
             request, version, image=w.image, placer=self._placer))
 
     def incremental_alter_configs(self, request, version: int) -> ControllerResult:
         """IncrementalAlterConfigs (44) for TOPIC and BROKER resources."""
-        return self._run(44, request, version, lambda w: configs.incremental_alter_configs(
+        return self._run(m.ApiKey.INCREMENTAL_ALTER_CONFIGS, request, version,
+                         lambda w: configs.incremental_alter_configs(
             request, version, image=w.image, config=self.config, node_id=self.node_id))
 
     def alter_configs(self, request, version: int) -> ControllerResult:
         """AlterConfigs (33): replaces each resource's whole config."""
-        return self._run(33, request, version, lambda w: configs.alter_configs(
+        return self._run(m.ApiKey.ALTER_CONFIGS, request, version, lambda w: configs.alter_configs(
             request, version, image=w.image, config=self.config, node_id=self.node_id))
 
     def allocate_producer_ids(self, request, version: int) -> ControllerResult:
         """AllocateProducerIds (67): the next block of producer ids for a broker."""
         def generate(w: Working) -> ControllerResult:
             return ControllerResult(w.records, producer_ids.allocate_producer_ids(w, request))
-        return self._run(67, request, version, generate)
+        return self._run(m.ApiKey.ALLOCATE_PRODUCER_IDS, request, version, generate)
 
     def alter_partition(self, request, version: int) -> ControllerResult:
         """AlterPartition (56): a partition leader's ISR change."""
         def generate(w: Working) -> ControllerResult:
             return ControllerResult(w.records, alter_partition.alter_partition(w, request, version))
-        return self._run(56, request, version, generate)
+        return self._run(m.ApiKey.ALTER_PARTITION, request, version, generate)
 
     def elect_leaders(self, request, version: int) -> ControllerResult:
         """ElectLeaders (43): preferred or unclean leader elections."""
         def generate(w: Working) -> ControllerResult:
             return ControllerResult(w.records, elect_leaders.elect_leaders(w, request, version))
-        return self._run(43, request, version, generate)
+        return self._run(m.ApiKey.ELECT_LEADERS, request, version, generate)
 
     def alter_partition_reassignments(self, request, version: int) -> ControllerResult:
         """AlterPartitionReassignments (45): start or cancel partition reassignments."""
@@ -413,21 +418,26 @@ class QuorumController:
             image = w.image
             return ControllerResult(w.records, reassignment.alter_partition_reassignments(
                 w, request, version, unclean=lambda name: self._unclean(image, name)))
-        return self._run(45, request, version, generate)
+        return self._run(m.ApiKey.ALTER_PARTITION_REASSIGNMENTS, request, version, generate)
 
     def list_partition_reassignments(self, request, version: int) -> ControllerResult:
         """ListPartitionReassignments (46): the reassignments in progress (no records)."""
-        return self._run(46, request, version, lambda w: ControllerResult(
+        return self._run(m.ApiKey.LIST_PARTITION_REASSIGNMENTS, request, version, lambda w: ControllerResult(
             [], reassignment.list_partition_reassignments(w.image, request, version)))
 
     def handle(self, api_key: int, request, version: int) -> ControllerResult:
         """Dispatch by API key (one of HANDLED_APIS)."""
-        handler = {19: self.create_topics, 20: self.delete_topics, 33: self.alter_configs,
-                   37: self.create_partitions, 43: self.elect_leaders,
-                   44: self.incremental_alter_configs, 45: self.alter_partition_reassignments,
-                   46: self.list_partition_reassignments, 56: self.alter_partition,
-                   62: self.broker_registration, 63: self.broker_heartbeat,
-                   64: self.unregister_broker, 67: self.allocate_producer_ids}.get(api_key)
+        handler = {m.ApiKey.CREATE_TOPICS: self.create_topics, m.ApiKey.DELETE_TOPICS: self.delete_topics,
+                   m.ApiKey.ALTER_CONFIGS: self.alter_configs,
+                   m.ApiKey.CREATE_PARTITIONS: self.create_partitions, m.ApiKey.ELECT_LEADERS: self.elect_leaders,
+                   m.ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
+                   m.ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
+                   m.ApiKey.LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
+                   m.ApiKey.ALTER_PARTITION: self.alter_partition,
+                   m.ApiKey.BROKER_REGISTRATION: self.broker_registration,
+                   m.ApiKey.BROKER_HEARTBEAT: self.broker_heartbeat,
+                   m.ApiKey.UNREGISTER_BROKER: self.unregister_broker,
+                   m.ApiKey.ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids}.get(api_key)
         if handler is None:
             raise KeyError(f"the controller does not handle API {api_key}")
         return handler(request, version)

@@ -216,7 +216,7 @@ def error_response(api_key: int, request, code: ErrorCode, message: str | None) 
     """The whole request failed (Kafka's AlterPartitionReassignmentsRequest /
     ListPartitionReassignmentsRequest.getErrorResponse): the top-level error, and for 45
     every partition listed with it, for 46 every partition listed with empty lists."""
-    if api_key == 45:
+    if api_key == m.ApiKey.ALTER_PARTITION_REASSIGNMENTS:
         return RA(throttle_time_ms=0, error_code=code, error_message=message, responses=[
             RA.ReassignableTopicResponse(name=t.name, partitions=[
                 RA.ReassignablePartitionResponse(partition_index=p.partition_index,

@@ -328,12 +328,12 @@ def create_partitions(request, version: int, *, image: MetadataImage,
 def error_response(api_key: int, request, version: int, code: ErrorCode,
                    message: str | None) -> Message:
     """Every item of the request failed with `code` (e.g. NOT_CONTROLLER)."""
-    if api_key == 19:
+    if api_key == m.ApiKey.CREATE_TOPICS:
         R = m.CreateTopicsResponse
         return R(throttle_time_ms=0, topics=[
             R.CreatableTopicResult(name=ct.name, error_code=code, error_message=message)
             for ct in request.topics])
-    if api_key == 20:
+    if api_key == m.ApiKey.DELETE_TOPICS:
         R = m.DeleteTopicsResponse
         wanted = [(t.name, bytes(t.topic_id)) for t in request.topics] if version >= 6 \
             else [(name, ZERO_UUID) for name in request.topic_names]

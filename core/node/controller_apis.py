@@ -72,7 +72,7 @@ def _controller_handler(api_key: int):
     return handle
 
 
-CONTROLLER_HANDLERS: dict = {18: _api_versions, 60: _describe_cluster}
+CONTROLLER_HANDLERS: dict = {m.ApiKey.API_VERSIONS: _api_versions, m.ApiKey.DESCRIBE_CLUSTER: _describe_cluster}
 # The QuorumController's APIs (HANDLED_APIS): those brokers forward here, and the brokers' own.
 for _key in HANDLED_APIS:
     CONTROLLER_HANDLERS[_key] = _controller_handler(_key)

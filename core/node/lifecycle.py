@@ -127,7 +127,7 @@ class BrokerLifecycle:
                        for l in self.listeners],
             features=[], rack=self.config["broker.rack"], log_dirs=[],
             previous_broker_epoch=-1)
-        response = await conn.send(request, 62)
+        response = await conn.send(request, m.ApiKey.BROKER_REGISTRATION)
         code = ErrorCode(response.error_code)
         if code == ErrorCode.NOT_CONTROLLER:
             raise KafkaError(code, "asked a controller that is not active")
@@ -149,7 +149,7 @@ class BrokerLifecycle:
         request = m.BrokerHeartbeatRequest(
             broker_id=self.config.node_id, broker_epoch=self.broker_epoch,
             current_metadata_offset=applied, want_fence=False, want_shut_down=self.want_shutdown)
-        response = await conn.send(request, 63)
+        response = await conn.send(request, m.ApiKey.BROKER_HEARTBEAT)
         code = ErrorCode(response.error_code)
         if code in _REREGISTER:
             log.warning("broker %d: controller says %s; registering again", self.config.node_id, code.name)

@@ -577,3 +577,12 @@ class MessageCodec:
         w = Writer()
         self.encode_into(version, obj, w)
         return w.getvalue()
+
+
+if __name__ == "__main__":  # python -m core.protocol.codegen --stubs [--check]: see stubgen.py
+    import sys
+
+    if "--stubs" not in sys.argv[1:]:
+        sys.exit("usage: python -m core.protocol.codegen --stubs [--check]")
+    from core.protocol import stubgen
+    sys.exit(stubgen.main(sys.argv[1:]))

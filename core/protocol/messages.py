@@ -2,16 +2,19 @@
 
     from core.protocol import messages as m
     req = m.ProduceRequest(acks=-1, topic_data=[m.ProduceRequest.TopicProduceData(name="t")])
-    m.API[0].request.encode(9, req)
+    m.API[m.ApiKey.PRODUCE].request.encode(9, req)
 
 Besides the APIs: the two headers, the versioned data structs (DATA, by name) and the records
 of the metadata log (METADATA_RECORDS, by record type; METADATA_RECORDS_BY_NAME). Declaring an
 API here does not advertise it: ApiVersions lists only the APIs the broker has handlers for.
+The classes' types are in messages.pyi and the ApiKey enum (re-exported here, as m.ApiKey) in
+api_keys.py, both generated from the schema by stubgen.py.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .api_keys import ApiKey
 from .codegen import MessageCodec
 from .dsl import ApiSchema, load_all
 
@@ -35,7 +38,7 @@ class Api:
     def response_header_version(self, version: int) -> int:
         # ApiVersions answers with header v0 whatever its version, so that a client that
         # does not yet know our versions can always parse the reply (KIP-511).
-        if self.key == 18:
+        if self.key == ApiKey.API_VERSIONS:
             return 0
         return 1 if self.is_flexible(version) else 0
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from core.protocol.api_keys import ApiKey
 from core.protocol.errors import ErrorCode
 from core.raft.entries import NO_LEADER, UNKNOWN_OFFSET, Entry, SnapshotId
 
@@ -42,7 +43,7 @@ class EpochEndOffset:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VoteRequest:
-    api_key: ClassVar[int] = 52
+    api_key: ClassVar[int] = ApiKey.VOTE
     cluster_id: str | None
     candidate_epoch: int
     candidate_id: int
@@ -56,7 +57,7 @@ class VoteRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VoteResponse:
-    api_key: ClassVar[int] = 52
+    api_key: ClassVar[int] = ApiKey.VOTE
     error_code: ErrorCode = NONE
     partition_error_code: ErrorCode = NONE
     leader_id: int = NO_LEADER
@@ -68,7 +69,7 @@ class VoteResponse:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BeginQuorumEpochRequest:
-    api_key: ClassVar[int] = 53
+    api_key: ClassVar[int] = ApiKey.BEGIN_QUORUM_EPOCH
     cluster_id: str | None
     leader_id: int
     leader_epoch: int
@@ -77,7 +78,7 @@ class BeginQuorumEpochRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BeginQuorumEpochResponse:
-    api_key: ClassVar[int] = 53
+    api_key: ClassVar[int] = ApiKey.BEGIN_QUORUM_EPOCH
     error_code: ErrorCode = NONE
     partition_error_code: ErrorCode = NONE
     leader_id: int = NO_LEADER
@@ -88,7 +89,7 @@ class BeginQuorumEpochResponse:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EndQuorumEpochRequest:
-    api_key: ClassVar[int] = 54
+    api_key: ClassVar[int] = ApiKey.END_QUORUM_EPOCH
     cluster_id: str | None
     leader_id: int
     leader_epoch: int
@@ -99,7 +100,7 @@ class EndQuorumEpochRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EndQuorumEpochResponse:
-    api_key: ClassVar[int] = 54
+    api_key: ClassVar[int] = ApiKey.END_QUORUM_EPOCH
     error_code: ErrorCode = NONE
     partition_error_code: ErrorCode = NONE
     leader_id: int = NO_LEADER
@@ -110,7 +111,7 @@ class EndQuorumEpochResponse:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchRequest:
-    api_key: ClassVar[int] = 1
+    api_key: ClassVar[int] = ApiKey.FETCH
     cluster_id: str | None
     replica_id: int           # v15+: ReplicaState.ReplicaId; observers send theirs too
     replica_epoch: int = -1   # v15+: the broker epoch; KRaft replicas send -1
@@ -126,7 +127,7 @@ class FetchRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchResponse:
-    api_key: ClassVar[int] = 1
+    api_key: ClassVar[int] = ApiKey.FETCH
     error_code: ErrorCode = NONE
     partition_error_code: ErrorCode = NONE
     high_watermark: int = UNKNOWN_OFFSET
@@ -141,7 +142,7 @@ class FetchResponse:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchSnapshotRequest:
-    api_key: ClassVar[int] = 59
+    api_key: ClassVar[int] = ApiKey.FETCH_SNAPSHOT
     cluster_id: str | None
     replica_id: int
     max_bytes: int
@@ -152,7 +153,7 @@ class FetchSnapshotRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchSnapshotResponse:
-    api_key: ClassVar[int] = 59
+    api_key: ClassVar[int] = ApiKey.FETCH_SNAPSHOT
     error_code: ErrorCode = NONE
     partition_error_code: ErrorCode = NONE
     snapshot_id: SnapshotId = SnapshotId(UNKNOWN_OFFSET, -1)
@@ -166,7 +167,7 @@ class FetchSnapshotResponse:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribeQuorumRequest:
-    api_key: ClassVar[int] = 55
+    api_key: ClassVar[int] = ApiKey.DESCRIBE_QUORUM
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,7 +180,7 @@ class ReplicaState:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribeQuorumResponse:
-    api_key: ClassVar[int] = 55
+    api_key: ClassVar[int] = ApiKey.DESCRIBE_QUORUM
     error_code: ErrorCode = NONE
     partition_error_code: ErrorCode = NONE
     leader_id: int = NO_LEADER

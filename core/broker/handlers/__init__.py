@@ -1,8 +1,12 @@
 """Request handlers, one module per API, each opening with its versions and behaviour notes.
 
 A handler is `async def handle(ctx, request) -> response | None`; None means "send nothing"
-(acks=0 produce).
+(acks=0 produce). Each module lists what it handles in `HANDLES` ({ApiKey: handler}); two
+modules claiming one API key is a bug that fails at import (as franz-go's kfake does), never a
+silent override by whichever module comes last.
 """
+from core.protocol.api_keys import ApiKey
+
 from . import (api_versions, delete_groups, delete_records, describe_cluster, describe_configs,
                describe_groups, describe_quorum, fetch, find_coordinator, forwarded, heartbeat,
                init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata,
@@ -13,6 +17,28 @@ _MODULES = (forwarded, produce, fetch, list_offsets, metadata, api_versions, del
             join_group, sync_group, heartbeat, leave_group, describe_groups, list_groups, delete_groups,
             offset_commit, offset_fetch, offset_delete, offset_for_leader_epoch)
 
-HANDLERS = {}
-for _mod in _MODULES:
-    HANDLERS.update(_mod.HANDLES)
+
+class DuplicateHandlerError(RuntimeError):
+    """Two handler modules claim one API key."""
+
+
+def collect_handles(modules) -> dict:
+    """API key -> handler, from each module's HANDLES, in module order; raises
+    DuplicateHandlerError naming both modules when a key is claimed twice."""
+    table: dict = {}
+    owner: dict = {}
+    for mod in modules:
+        for key, fn in mod.HANDLES.items():
+            if key in owner:
+                try:
+                    name = ApiKey(key).name
+                except ValueError:
+                    name = "unknown API"
+                raise DuplicateHandlerError(f"API key {int(key)} ({name}) has two handlers: "
+                                            f"{owner[key].__name__} and {mod.__name__}")
+            owner[key] = mod
+            table[key] = fn
+    return table
+
+
+HANDLERS = collect_handles(_MODULES)

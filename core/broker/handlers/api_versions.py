@@ -30,4 +30,4 @@ async def handle(ctx, req):
     return api_versions_response()
 
 
-HANDLES = {18: handle}
+HANDLES = {m.ApiKey.API_VERSIONS: handle}

@@ -26,4 +26,4 @@ async def handle(ctx, req):
         for g in names])
 
 
-HANDLES = {42: handle}
+HANDLES = {m.ApiKey.DELETE_GROUPS: handle}

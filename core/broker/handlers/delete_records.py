@@ -47,4 +47,4 @@ async def handle(ctx, req):
     return R(throttle_time_ms=0, topics=topics)
 
 
-HANDLES = {21: handle}
+HANDLES = {m.ApiKey.DELETE_RECORDS: handle}

@@ -33,4 +33,4 @@ async def handle(ctx, req):
              controller_id=b.node_id, brokers=brokers, cluster_authorized_operations=ops)
 
 
-HANDLES = {60: handle}
+HANDLES = {m.ApiKey.DESCRIBE_CLUSTER: handle}

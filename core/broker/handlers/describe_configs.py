@@ -93,4 +93,4 @@ async def handle(ctx, req):
     return R(throttle_time_ms=0, results=results)
 
 
-HANDLES = {32: handle}
+HANDLES = {m.ApiKey.DESCRIBE_CONFIGS: handle}

@@ -43,4 +43,4 @@ async def handle(ctx, req):
     return R(throttle_time_ms=0, groups=out)
 
 
-HANDLES = {15: handle}
+HANDLES = {m.ApiKey.DESCRIBE_GROUPS: handle}

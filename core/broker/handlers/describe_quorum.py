@@ -15,9 +15,9 @@ R = m.DescribeQuorumResponse
 
 async def handle(ctx, req):
     try:
-        return await ctx.broker.kraft.channel.send(55, req, ctx.api_version, timeout_s=10)
+        return await ctx.broker.kraft.channel.send(m.ApiKey.DESCRIBE_QUORUM, req, ctx.api_version, timeout_s=10)
     except KafkaError as exc:
         return R(error_code=ErrorCode.NOT_CONTROLLER, error_message=str(exc), topics=[], nodes=[])
 
 
-HANDLES = {55: handle}
+HANDLES = {m.ApiKey.DESCRIBE_QUORUM: handle}

@@ -492,4 +492,4 @@ def _close_entries(session: FetchSession, gone) -> None:
             entry.watched = None
 
 
-HANDLES = {1: handle}
+HANDLES = {m.ApiKey.FETCH: handle}

@@ -68,4 +68,4 @@ async def handle(ctx, req):
     return R(throttle_time_ms=0, error_code=code, error_message=message, node_id=node, host=host, port=port)
 
 
-HANDLES = {10: handle}
+HANDLES = {m.ApiKey.FIND_COORDINATOR: handle}

@@ -37,7 +37,8 @@ from core.security.authorizer import Operation, ResourceType
 log = logging.getLogger(__name__)
 
 # Forwarded as they came, with nothing to check first.
-FORWARDED = (19, 20, 33, 37, 44)
+FORWARDED = (m.ApiKey.CREATE_TOPICS, m.ApiKey.DELETE_TOPICS, m.ApiKey.ALTER_CONFIGS, m.ApiKey.CREATE_PARTITIONS,
+             m.ApiKey.INCREMENTAL_ALTER_CONFIGS)
 DEFAULT_TIMEOUT_MS = 30_000
 SHOW_TIMEOUT_S = 5.0
 CLUSTER_RESOURCE = "kafka-cluster"
@@ -81,11 +82,11 @@ async def reconcile_resend(ctx, request, answer, image_before, offset_before: in
     A concurrent identical request from another client in that window is taken for ours; Kafka
     would tell one of the two that the topic exists. That is the price of exactly-once here."""
     loader = ctx.broker.kraft.quorum.loader
-    if ctx.api_key == 19:
+    if ctx.api_key == m.ApiKey.CREATE_TOPICS:
         await _reconcile_creates(ctx, loader, request, answer, offset_before)
-    elif ctx.api_key == 20:
+    elif ctx.api_key == m.ApiKey.DELETE_TOPICS:
         await _reconcile_deletes(loader, request, answer, image_before)
-    elif ctx.api_key == 37:
+    elif ctx.api_key == m.ApiKey.CREATE_PARTITIONS:
         await _reconcile_partitions(loader, request, answer, image_before)
 
 
@@ -189,13 +190,13 @@ def _shown(ctx, request, answer, synced_before: int, image_before):
     # Topic changes are shown once a reconcile has finished with them: the partitions opened,
     # and their replicas leading or following, so a produce that follows finds its leader.
     sync = broker.kraft.sync
-    if ctx.api_key == 19:
+    if ctx.api_key == m.ApiKey.CREATE_TOPICS:
         names = [t.name for t in answer.topics if t.error_code == 0]
         return (lambda: all(n in sync.reconciled.topic_ids for n in names)) if names else None
-    if ctx.api_key == 20:
+    if ctx.api_key == m.ApiKey.DELETE_TOPICS:
         names = [r.name for r in answer.responses if r.error_code == 0 and r.name]
         return (lambda: not any(n in sync.reconciled.topic_ids for n in names)) if names else None
-    if ctx.api_key == 37:
+    if ctx.api_key == m.ApiKey.CREATE_PARTITIONS:
         wanted = {t.name: t.count for t in request.topics}
         done = [r.name for r in answer.results if r.error_code == 0]
 
@@ -203,11 +204,11 @@ def _shown(ctx, request, answer, synced_before: int, image_before):
             timg = sync.reconciled.topic(name)
             return timg is not None and len(timg.partitions) >= wanted[name]
         return (lambda: all(grown(n) for n in done)) if done else None
-    if ctx.api_key == 45:
+    if ctx.api_key == m.ApiKey.ALTER_PARTITION_REASSIGNMENTS:
         return _reassignment_shown(broker.kraft.quorum.loader, request, answer)
-    if ctx.api_key == 46:
+    if ctx.api_key == m.ApiKey.LIST_PARTITION_REASSIGNMENTS:
         return None
-    if ctx.api_key == 43:
+    if ctx.api_key == m.ApiKey.ELECT_LEADERS:
         elected = [(r.topic, p.partition_id) for r in answer.replica_election_results
                    for p in r.partition_result if p.error_code == 0]
         loader = broker.kraft.quorum.loader
@@ -260,17 +261,21 @@ def _reassignment_shown(loader, request, answer):
 
 async def alter_partition_reassignments(ctx, request):
     if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE):
-        return reassignment.error_response(45, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        return reassignment.error_response(m.ApiKey.ALTER_PARTITION_REASSIGNMENTS, request,
+                                           ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                            None)
     return await forward(ctx, request)
 
 
 async def list_partition_reassignments(ctx, request):
     if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
-        return reassignment.error_response(46, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        return reassignment.error_response(m.ApiKey.LIST_PARTITION_REASSIGNMENTS, request,
+                                           ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                            None)
     return await forward(ctx, request)
 
 
-HANDLES = {43: elect_leaders, 45: alter_partition_reassignments,
-           46: list_partition_reassignments, **{key: forward for key in FORWARDED}}
+HANDLES = {m.ApiKey.ELECT_LEADERS: elect_leaders,
+           m.ApiKey.ALTER_PARTITION_REASSIGNMENTS: alter_partition_reassignments,
+           m.ApiKey.LIST_PARTITION_REASSIGNMENTS: list_partition_reassignments,
+           **{key: forward for key in FORWARDED}}

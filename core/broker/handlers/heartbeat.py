@@ -24,4 +24,4 @@ async def handle(ctx, req):
     return R(throttle_time_ms=0, error_code=result.error)
 
 
-HANDLES = {12: handle}
+HANDLES = {m.ApiKey.HEARTBEAT: handle}

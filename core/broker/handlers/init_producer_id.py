@@ -35,4 +35,4 @@ async def handle(ctx, req):
     return R(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)
 
 
-HANDLES = {22: handle}
+HANDLES = {m.ApiKey.INIT_PRODUCER_ID: handle}

@@ -51,4 +51,4 @@ async def handle(ctx, req):
                                                 metadata=jm.metadata) for jm in result.members])
 
 
-HANDLES = {11: handle}
+HANDLES = {m.ApiKey.JOIN_GROUP: handle}

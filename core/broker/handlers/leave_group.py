@@ -34,4 +34,4 @@ async def handle(ctx, req):
         for r in result.members])
 
 
-HANDLES = {13: handle}
+HANDLES = {m.ApiKey.LEAVE_GROUP: handle}

@@ -28,4 +28,4 @@ async def handle(ctx, req):
         for g in groups if ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, g.group_id)])
 
 
-HANDLES = {16: handle}
+HANDLES = {m.ApiKey.LIST_GROUPS: handle}

@@ -97,4 +97,4 @@ async def handle(ctx, req):
     return R(throttle_time_ms=0, topics=topics)
 
 
-HANDLES = {2: handle}
+HANDLES = {m.ApiKey.LIST_OFFSETS: handle}

@@ -110,4 +110,4 @@ async def handle(ctx, req):
              topics=topics, cluster_authorized_operations=cluster_ops)
 
 
-HANDLES = {3: handle}
+HANDLES = {m.ApiKey.METADATA: handle}

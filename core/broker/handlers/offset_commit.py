@@ -66,4 +66,4 @@ async def handle(ctx, req):
     return _response(req, codes)
 
 
-HANDLES = {8: handle}
+HANDLES = {m.ApiKey.OFFSET_COMMIT: handle}

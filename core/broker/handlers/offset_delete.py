@@ -60,4 +60,4 @@ async def handle(ctx, req):
     return _response(ErrorCode.NONE, topics)
 
 
-HANDLES = {47: handle}
+HANDLES = {m.ApiKey.OFFSET_DELETE: handle}

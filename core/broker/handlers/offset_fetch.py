@@ -70,4 +70,4 @@ async def handle(ctx, req):
             for p, o, e, md, err in rows]) for t, rows in topics])
 
 
-HANDLES = {9: handle}
+HANDLES = {m.ApiKey.OFFSET_FETCH: handle}

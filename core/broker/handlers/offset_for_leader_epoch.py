@@ -53,4 +53,4 @@ async def handle(ctx, req):
     return R(throttle_time_ms=0, topics=topics)
 
 
-HANDLES = {23: handle}
+HANDLES = {m.ApiKey.OFFSET_FOR_LEADER_EPOCH: handle}

@@ -176,4 +176,4 @@ async def handle(ctx, req):
     return R(responses=responses, throttle_time_ms=0)
 
 
-HANDLES = {0: handle}
+HANDLES = {m.ApiKey.PRODUCE: handle}

@@ -32,4 +32,4 @@ async def handle(ctx, req):
              protocol_name=result.protocol_name, assignment=result.assignment)
 
 
-HANDLES = {14: handle}
+HANDLES = {m.ApiKey.SYNC_GROUP: handle}
