@@ -19,6 +19,7 @@ import anyio
 
 from core.config import BrokerConfig, TopicConfigs
 from core.config.topic import TOPIC_CONFIGS
+from core.controller.common import INTERNAL_TOPICS
 from core.log import Log, LogConfig, cleaner
 from core.protocol.errors import ErrorCode
 from core.raft.storage import METADATA_PARTITION_DIR
@@ -32,8 +33,6 @@ from .producer_state import ProducerIdAllocator, delete_snapshots
 log = logging.getLogger(__name__)
 
 _PARTITION_DIR = re.compile(r"^[a-zA-Z0-9._-]+-\d+$")
-# Kafka's internal topics: only their coordinators write them, and they are never auto-created.
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 DELETE_SUFFIX = "-delete"  # Kafka's: <topic>-<partition>.<id>-delete, removed after the rename
 
 

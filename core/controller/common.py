@@ -13,6 +13,9 @@ from .image import MetadataDelta, MetadataImage
 
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 MAX_TOPIC_NAME = 249
+# Kafka's internal topics: only their coordinators write them; they are never auto-created and
+# never deleted.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 _LEGAL_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 # Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: one request may not make a larger batch.

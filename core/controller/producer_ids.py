@@ -1,6 +1,6 @@
 """Producer id blocks: AllocateProducerIds (KIP-730), Kafka's ProducerIdControlManager.
 
-In a KRaft cluster a broker does not pick producer ids itself: it asks the active controller
+A broker does not pick producer ids itself: it asks the active controller
 for a block of PRODUCER_ID_BLOCK_SIZE ids and hands them out to InitProducerId until the block
 runs low. The controller keeps one number, the image's `next_producer_id` (the first id of the
 next block; 0 on a fresh log), and grants [next, next + 1000) by writing a

@@ -28,7 +28,7 @@ from core.protocol import messages as m
 from core.protocol.codegen import Message
 from core.protocol.errors import ErrorCode
 
-from .common import (CLUSTER_METADATA_TOPIC, TOO_LARGE_MESSAGE, ApiError, ControllerResult,
+from .common import (CLUSTER_METADATA_TOPIC, INTERNAL_TOPICS, TOO_LARGE_MESSAGE, ApiError, ControllerResult,
                      Working, answer_each, topic_name_error)
 from .configs import check_topic_configs, effective_topic_configs
 from .election import is_active
@@ -248,6 +248,17 @@ def delete_topics(request, version: int, *, image: MetadataImage,
 
 def _topic_to_delete(image: MetadataImage, config: ControllerConfig, version: int,
                      name: str | None, tid: bytes, names: Counter, ids: Counter) -> TopicImage:
+    topic = _resolve_topic_to_delete(image, config, version, name, tid, names, ids)
+    if topic.name in INTERNAL_TOPICS:
+        # Deleting __consumer_offsets would silently lose every group's committed offsets
+        # (Kafka's own tools refuse it too).
+        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                       f"{topic.name} is an internal topic and cannot be deleted")
+    return topic
+
+
+def _resolve_topic_to_delete(image: MetadataImage, config: ControllerConfig, version: int,
+                             name: str | None, tid: bytes, names: Counter, ids: Counter) -> TopicImage:
     if not config.delete_topic_enable:
         if version < 3:
             raise ApiError(ErrorCode.INVALID_REQUEST, "Topic deletion is disabled.")

@@ -44,8 +44,8 @@ class NodeHandle:
     broker: Broker | None                     # the broker role (None on a controller-only node)
     config: BrokerConfig | None = None
     controller: ControllerServer | None = None   # the controller role
-    quorum: QuorumMember | None = None        # KRaft mode: this node's raft driver and image
-    lifecycle: BrokerLifecycle | None = None  # KRaft broker: registration and heartbeats
+    quorum: QuorumMember | None = None        # this node's raft driver and image
+    lifecycle: BrokerLifecycle | None = None  # the broker role: registration and heartbeats
     bound: dict[str, tuple[str, int]] = field(default_factory=dict)  # listener -> (host, port)
     cancel_scope: anyio.CancelScope | None = None
     listener_scopes: list[anyio.CancelScope] = field(default_factory=list)

@@ -75,7 +75,7 @@ def test_format_needs_its_flags():
 def test_new_cluster_ids_never_start_with_a_dash():
     # A leading '-' would make `seaway storage format -t <id>` read the id as an option (one
     # id in 64 would); Kafka's Uuid.randomUuid skips such ids for the same reason.
-    from core.broker.catalog import new_cluster_id, parse_cluster_id
+    from core.node.storage import new_cluster_id, parse_cluster_id
     ids = [new_cluster_id() for _ in range(3000)]
     assert not [i for i in ids if i.startswith("-")]
     assert all(parse_cluster_id(i) == i for i in ids)

@@ -17,7 +17,8 @@ from core.protocol import messages as m
 from core.protocol.consumer_protocol import decode_assignment
 from core.protocol.errors import ErrorCode as E
 from core.protocol.records import build_batch
-from tests.support.groups import Wire, assignment, attach_log_on_failure, subscription, wait_until
+from tests.support.groups import (Wire, assignment, attach_log_on_failure, subscription, wait_for_group_coordinator,
+                                  wait_until)
 from tests.support.node import SeawayNode
 
 pytestmark = pytest.mark.integration
@@ -46,6 +47,8 @@ def create_topics(w: Wire, *specs: tuple[str, int]) -> None:
     resp = w.call(19, 7, m.CreateTopicsRequest(timeout_ms=10000, topics=[
         m.CreateTopicsRequest.CreatableTopic(name=n, num_partitions=p, replication_factor=1) for n, p in specs]))
     assert all(t.error_code in (0, E.TOPIC_ALREADY_EXISTS) for t in resp.topics), resp
+    # As a client's first FindCoordinator would: the node coordinates groups from here on.
+    wait_for_group_coordinator(w, int(NODE_CONFIG["offsets.topic.num.partitions"]))
 
 
 @pytest.fixture(scope="module")

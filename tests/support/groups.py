@@ -118,6 +118,34 @@ class Wire:
         return self.recv(self.send(api_key, version, body), timeout)
 
 
+def wait_for_group_coordinator(w: "Wire", offsets_partitions: int, timeout: float = 30.0) -> None:
+    """What a client's first FindCoordinator does for a test that then speaks to the node raw:
+    the first lookup has the controller create __consumer_offsets (answered
+    COORDINATOR_NOT_AVAILABLE meanwhile); then wait until this broker coordinates a group of
+    every offsets partition (it has loaded them all), so no later group request meets
+    NOT_COORDINATOR."""
+    from core.broker.groups.storage import partition_for
+    from core.protocol import messages as m
+
+    def found() -> bool:
+        resp = w.call(10, 4, m.FindCoordinatorRequest(key_type=0, coordinator_keys=["coordinator-probe"]))
+        return resp.coordinators[0].error_code == 0
+
+    wait_until(found, timeout, "FindCoordinator to find the group coordinator")
+    probes: dict[int, str] = {}
+    n = 0
+    while len(probes) < offsets_partitions:
+        probes.setdefault(partition_for(f"probe-{n}", offsets_partitions), f"probe-{n}")
+        n += 1
+
+    def coordinating() -> bool:
+        resp = w.call(15, 5, m.DescribeGroupsRequest(groups=list(probes.values()),
+                                                      include_authorized_operations=False))
+        return all(g.error_code == 0 for g in resp.groups)
+
+    wait_until(coordinating, timeout, "the broker to load every __consumer_offsets partition")
+
+
 def subscription(*topics: str) -> bytes:
     from core.protocol.consumer_protocol import Subscription, encode_subscription
 

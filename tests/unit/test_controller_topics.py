@@ -222,6 +222,18 @@ def test_delete_by_name(h, version):
     assert h.image.topic("t") is None and not h.image.topic_config("t")
 
 
+def test_internal_topics_are_never_deleted_by_name_or_id(h):
+    """Deleting __consumer_offsets would lose every group's committed offsets."""
+    h.create_topic("__consumer_offsets")
+    offsets = h.image.topic("__consumer_offsets").id
+    for result in (delete_by_name(h, "__consumer_offsets", version=5), delete_by_id(h, (None, offsets))):
+        [refused] = result.response.responses
+        assert refused.error_code == E.INVALID_TOPIC_EXCEPTION
+        assert refused.error_message == "__consumer_offsets is an internal topic and cannot be deleted"
+        assert result.records == []
+    assert h.image.topic("__consumer_offsets") is not None
+
+
 def test_delete_by_id_and_the_v6_errors(h):
     h.create_topic("t")
     h.create_topic("u")

@@ -5,7 +5,7 @@ transactional id always gets a new id, whatever id and epoch it passes (v3+, KIP
 bumps its epoch locally when it must, and partitions accept a new epoch that starts at
 sequence 0. Transactions are not supported yet, so a transactional id is refused.
 
-In a KRaft cluster the ids come in blocks of 1000 from the active controller
+The ids come in blocks of 1000 from the active controller
 (AllocateProducerIds), so brokers never hand out the same id; while no block can be had (the
 broker is not registered yet, or no controller answers) the answer is
 COORDINATOR_LOAD_IN_PROGRESS, which clients retry.
