@@ -10,7 +10,7 @@ import pytest
 from core.broker.broker import Broker
 from core.config import BrokerConfig
 from core.log.checkpoint import CLEAN_SHUTDOWN_FILE
-from tests.unit.test_log import batch
+from tests.support.records import batch
 
 
 @pytest.mark.parametrize("threads, dirs", [(1, 1), (4, 2)])

@@ -6,48 +6,14 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from core.broker.broker import Broker
 from core.broker.groups.events import DeleteGroups, Heartbeat, JoinGroup, SyncGroup
 from core.broker.groups.state import GroupState
 from core.broker.groups.storage import TOPIC, CommittedOffset, partition_for
-from core.config import BrokerConfig
 from core.protocol.consumer_protocol import Subscription, encode_subscription
 from core.protocol.errors import ErrorCode as E
+from tests.support.group_broker import MINUTE, Clock, create_topic, make_broker, run
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
-
-MINUTE = 60_000
-
-
-class Clock:
-    def __init__(self, now=1_000_000):
-        self.now = now
-
-    def __call__(self):
-        return self.now
-
-
-def make_broker(tmp_path, clock, **extra) -> Broker:
-    props = {"node.id": "1", "log.dirs": str(tmp_path / "data"), "offsets.topic.num.partitions": "4",
-             "offsets.retention.minutes": "10", "group.initial.rebalance.delay.ms": "0"}
-    props.update({k.replace("_", "."): str(v) for k, v in extra.items()})
-    broker = Broker(BrokerConfig(props), clock=clock)
-    broker.open()
-    return broker
-
-
-async def run(broker: Broker, body):
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(broker.groups.run_writer)
-        tg.start_soon(broker.groups.run_timers)
-        try:
-            await body(broker.groups)
-        finally:
-            tg.cancel_scope.cancel()
-
-
-async def create_topic(broker: Broker, name="t", partitions=2):
-    await broker.create_topic(name, partitions, 1, {})
 
 
 async def test_commits_survive_reopen_and_land_in_the_groups_partition(tmp_path, anyio_backend):

@@ -15,7 +15,7 @@ from core.broker.groups.state import GroupState
 from core.broker.groups.storage import CommittedOffset
 from core.protocol.consumer_protocol import Subscription, encode_subscription
 from core.protocol.errors import ErrorCode as E
-from tests.unit.test_group_manager import MINUTE, Clock, create_topic, make_broker
+from tests.support.group_broker import MINUTE, Clock, create_topic, make_broker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
