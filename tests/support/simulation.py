@@ -106,25 +106,24 @@ class EventLoop:
 
     # --- the network ----------------------------------------------------------------------------
 
-    def _transit(self, source: Hashable, destination: Hashable) -> list[int]:
+    def _transit(self, source: Hashable, destination: Hashable) -> tuple[int, ...]:
         """The delays of the copies of a message sent now from `source` to `destination`:
         none if it is lost, two if it is duplicated."""
-        rng = self.rng
-        copies = 1
-        if self.chaos:
-            faults = self.faults
-            if (source, destination) in self.blocked or rng.random() < faults.drop:
-                return []
-            if self.network.duplicates and rng.random() < faults.duplicate:
-                copies = 2
-        network = self.network
-        delays = []
-        for _ in range(copies):
-            delay = rng.randrange(*network.delay_ms)
-            if self.chaos and rng.random() < self.faults.slow:
-                delay += rng.randrange(*network.slow_ms)
-            delays.append(delay)
-        return delays
+        if not self.chaos:
+            return (self.rng.randrange(*self.network.delay_ms),)
+        faults = self.faults
+        if (source, destination) in self.blocked or self.rng.random() < faults.drop:
+            return ()
+        if self.network.duplicates and self.rng.random() < faults.duplicate:
+            return self._chaos_delay(), self._chaos_delay()
+        return (self._chaos_delay(),)
+
+    def _chaos_delay(self) -> int:
+        rng, network = self.rng, self.network
+        delay = rng.randrange(*network.delay_ms)
+        if rng.random() < self.faults.slow:
+            delay += rng.randrange(*network.slow_ms)
+        return delay
 
     def _cut_links(self, ids: Sequence[Hashable]) -> set[Link]:
         """A partition: half the time a group cut off from the rest both ways, else some links
