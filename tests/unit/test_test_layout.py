@@ -62,7 +62,7 @@ def test_the_check_sees_each_way_of_importing_a_test_module(tmp_path):
         "from tests.unit import test_controller_harness as harness": True,
         "import tests.integration.test_mirror": True,
         "import test_codec_roundtrip": True,
-        "spec = importlib.util.spec_from_file_location('x', here / 'test_codec_roundtrip.py')": True,
+        "spec = importlib.util.spec_from_file_location('x', here / 'test_codec_fuzz.py')": True,
         "import importlib.util\n"
         "def load(name):\n"
         "    return importlib.util.spec_from_file_location(name, here.with_name(f'{name}.py'))\n"
