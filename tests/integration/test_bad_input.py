@@ -15,6 +15,7 @@ from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.protocol.records import build_batch
 from tests.support.node import SeawayNode
+from tests.support.wire import call, connect, create_topic, frame, produce, read_frame
 
 pytestmark = pytest.mark.integration
 
@@ -30,49 +31,6 @@ def node(tmp_path_factory):
         "auto.create.topics.enable": "false",
     }) as n:
         yield n
-
-
-def frame(api_key: int, version: int, body, correlation_id: int = 7, header_version: int | None = None) -> bytes:
-    api = m.API[api_key]
-    hv = api.request_header_version(version) if header_version is None else header_version
-    header = m.REQUEST_HEADER.encode(hv, m.RequestHeader(request_api_key=api_key, request_api_version=version,
-                                                         correlation_id=correlation_id, client_id="bad-input-test"))
-    payload = header + (body if isinstance(body, bytes) else api.request.encode(version, body))
-    return struct.pack(">i", len(payload)) + payload
-
-
-def connect(node) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", node.port), timeout=10)
-    return s
-
-
-def read_frame(s: socket.socket) -> bytes | None:
-    """The next response frame, or None if the node closed the connection."""
-    head = b""
-    while len(head) < 4:
-        chunk = s.recv(4 - len(head))
-        if not chunk:
-            return None
-        head += chunk
-    (size,) = struct.unpack(">i", head)
-    data = b""
-    while len(data) < size:
-        chunk = s.recv(size - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return data
-
-
-def call(node, api_key: int, version: int, body):
-    with connect(node) as s:
-        s.sendall(frame(api_key, version, body))
-        data = read_frame(s)
-    assert data is not None, "node closed the connection instead of answering"
-    api = m.API[api_key]
-    hdr, pos = m.RESPONSE_HEADER.decode(api.response_header_version(version), data, whole=False)
-    assert hdr.correlation_id == 7
-    return api.response.decode(version, data, pos)
 
 
 def assert_closed(s: socket.socket) -> None:
@@ -97,20 +55,6 @@ def wait_log(node, needle: str, count: int, timeout: float = 5.0) -> None:
     while time.monotonic() < deadline and log_count(node, needle) < count:
         time.sleep(0.05)
     assert log_count(node, needle) == count, f"expected {count} log lines with {needle!r}"
-
-
-def create_topic(node, name: str, partitions: int = 1) -> None:
-    req = m.CreateTopicsRequest(topics=[m.CreateTopicsRequest.CreatableTopic(
-        name=name, num_partitions=partitions, replication_factor=1)], timeout_ms=5000)
-    resp = call(node, 19, 7, req)
-    assert resp.topics[0].error_code in (0, ErrorCode.TOPIC_ALREADY_EXISTS)
-
-
-def produce(node, topic: str, records: bytes, version: int = 9, partition: int = 0):
-    req = m.ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[m.ProduceRequest.TopicProduceData(
-        name=topic, partition_data=[m.ProduceRequest.PartitionProduceData(index=partition, records=records)])])
-    resp = call(node, 0, version, req)
-    return resp.responses[0].partition_responses[0]
 
 
 def test_size_prefix_over_socket_request_max_bytes_closes_without_allocating(node):

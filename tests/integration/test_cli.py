@@ -2,22 +2,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.support.node import REPO, SeawayNode
+from tests.support.cli import seaway
+from tests.support.node import SeawayNode
 
 pytestmark = pytest.mark.integration
-
-
-def seaway(*args, check=True, timeout=60):
-    proc = subprocess.run([sys.executable, "-m", "core.cli", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"seaway {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
-    return proc
 
 
 @pytest.fixture(scope="module")

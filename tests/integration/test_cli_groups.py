@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.integration.test_cli import seaway
+from tests.support.cli import seaway
 from tests.support.clients import CLIENTS, Record, create_topic
 from tests.support.node import SeawayNode
 

@@ -19,8 +19,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from core.controller.image import TOPIC_RESOURCE
-from tests.integration.test_kraft_elect_leaders import metadata_image
-from tests.support.cluster import KRaftCluster
+from tests.support.cluster import KRaftCluster, metadata_image
 from tests.support.node import REPO
 
 pytestmark = pytest.mark.integration

@@ -7,9 +7,9 @@ import re
 import pytest
 
 from core.protocol import messages as m
-from tests.integration.test_bad_input import call
-from tests.integration.test_cli import seaway
+from tests.support.cli import seaway
 from tests.support.node import SeawayNode
+from tests.support.wire import call
 
 pytestmark = pytest.mark.integration
 

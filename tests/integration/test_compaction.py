@@ -9,9 +9,9 @@ import pytest
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.protocol.records import build_batch
-from tests.integration.test_bad_input import call, produce
 from tests.support.clients import CLIENTS, Record
 from tests.support.node import SeawayNode
+from tests.support.wire import call, produce
 
 pytestmark = pytest.mark.integration
 

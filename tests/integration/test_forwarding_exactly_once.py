@@ -20,8 +20,8 @@ from confluent_kafka.admin import AdminClient
 
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
-from tests.integration.test_bad_input import frame, read_frame
 from tests.support.cluster import KRaftCluster
+from tests.support.wire import frame, read_frame
 
 pytestmark = pytest.mark.integration
 

@@ -13,10 +13,10 @@ from confluent_kafka import Producer
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.protocol.records import build_batch
-from tests.integration.test_bad_input import call, create_topic, produce
 from tests.support.clients import CLIENTS
 from tests.support.node import SeawayNode, free_port
 from tests.support.proxy import KafkaProxy
+from tests.support.wire import call, create_topic, produce
 
 pytestmark = pytest.mark.integration
 

@@ -5,9 +5,9 @@ import urllib.request
 
 import pytest
 
-from tests.integration.test_bad_input import create_topic, produce
 from tests.support.clients import CLIENTS, Record
 from tests.support.node import SeawayNode, free_port
+from tests.support.wire import create_topic, produce
 from core.protocol.records import build_batch
 
 pytestmark = pytest.mark.integration

@@ -5,11 +5,9 @@ with kill -9 resumes from its last recorded sync, duplicating only records at or
 """
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -18,11 +16,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from mirror.records import decode_offset_sync
-from tests.support.node import SeawayNode
+from tests.support.mirror import (SteadyWriter, copies_after_a_restart, produce, read_all,
+                                  read_internal, resume_on_target, start_mirror)
+from tests.support.node import REPO, SeawayNode
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 SYNCS = "mm2-offset-syncs.tgt.internal"
 
 
@@ -35,74 +34,6 @@ def clusters(tmp_path):
     finally:
         src.stop()
         tgt.stop()
-
-
-def start_mirror(tmp_path: Path, src, tgt, name: str = "mirror", *extra: str) -> subprocess.Popen:
-    config = tmp_path / "links.yaml"
-    config.write_text(f"links:\n  - {{source_alias: src, source_bootstrap: '{src.bootstrap}', "
-                      f"target_alias: tgt, target_bootstrap: '{tgt.bootstrap}', refresh_topics_s: 1}}\n")
-    log = open(tmp_path / f"{name}.log", "ab")
-    return subprocess.Popen([sys.executable, "-m", "mirror.cli", "run", "--config", str(config), *extra],
-                            cwd=REPO, stderr=log, stdout=log, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-
-
-def produce(bootstrap: str, topic: str, start: int, n: int) -> dict[str, tuple[int, int]]:
-    """Values v<i> with key, header and timestamp derived from i; value -> (partition, offset)."""
-    placed: dict[str, tuple[int, int]] = {}
-
-    def delivered(err, msg):
-        assert err is None, err
-        placed[msg.value().decode()] = (msg.partition(), msg.offset())
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
-    for i in range(start, start + n):
-        p.produce(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % 3, headers=[("i", b"%d" % i)],
-                  timestamp=1_700_000_000_000 + i, on_delivery=delivered)
-        if i % 1000 == 0:
-            p.poll(0)
-    assert p.flush(30) == 0
-    return placed
-
-
-def read_all(bootstrap: str, topic: str, until: int, timeout: float = 60) -> list:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        md = c.list_topics(timeout=5)
-        if topic in md.topics and md.topics[topic].partitions:
-            break
-        time.sleep(0.5)
-    c.assign([TopicPartition(topic, p, 0) for p in md.topics[topic].partitions])
-    out = []
-    try:
-        while time.monotonic() < deadline and len({m[2] for m in out}) < until:
-            for msg in c.consume(2000, timeout=0.5):
-                if not msg.error():
-                    out.append((msg.partition(), msg.offset(), msg.value().decode(), msg.key(),
-                                msg.headers(), msg.timestamp()))
-    finally:
-        c.close()
-    return out
-
-
-def read_internal(bootstrap: str, topic: str, decode) -> list:
-    """Every record of partition 0 of an internal topic, decoded; by offset, since a
-    compacted topic may have gaps."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{topic}", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False})
-    try:
-        c.assign([TopicPartition(topic, 0, 0)])
-        _, end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        out, position, deadline = [], 0, time.monotonic() + 30
-        while position < end:
-            assert time.monotonic() < deadline, f"read {position} of {end} of {topic}"
-            for msg in c.consume(1000, timeout=1):
-                if not msg.error():
-                    out.append(decode(msg.key(), msg.value()))
-                    position = msg.offset() + 1
-        return out
-    finally:
-        c.close()
 
 
 def offset_syncs(bootstrap: str) -> list:
@@ -153,36 +84,6 @@ def test_every_record_arrives_with_its_fields_and_syncs_map_batches_exactly(tmp_
     assert list(res.values())[0].result(10)["retention.ms"].value == "86400000"
 
 
-class SteadyWriter(threading.Thread):
-    """About 8,000 records/s into a 3-partition topic, so a stop lands mid-stream; `placed`
-    maps each value to its (partition, offset)."""
-
-    def __init__(self, bootstrap: str, topic: str, total: int):
-        super().__init__(daemon=True)
-        self.bootstrap, self.topic, self.total = bootstrap, topic, total
-        self.placed: dict[str, tuple[int, int]] = {}
-
-    @classmethod
-    def into_new_topic(cls, bootstrap: str, topic: str, total: int) -> "SteadyWriter":
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(10)
-        writer = cls(bootstrap, topic, total)
-        writer.start()
-        return writer
-
-    def run(self) -> None:
-        def delivered(err, msg):
-            assert err is None, err
-            self.placed[msg.value().decode()] = (msg.partition(), msg.offset())
-        p = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "enable.idempotence": True})
-        for i in range(self.total):
-            p.produce(self.topic, value=b"v%d" % i, partition=i % 3, on_delivery=delivered)
-            if i % 400 == 399:
-                p.poll(0)
-                time.sleep(0.05)
-        assert p.flush(30) == 0
-
-
 def wait_for_progress(tmp_path: Path, bootstrap: str, mirror: subprocess.Popen, beyond: int) -> None:
     """Until the recorded syncs of the link's partitions add up to more than `beyond`."""
     deadline = time.monotonic() + 60
@@ -192,21 +93,6 @@ def wait_for_progress(tmp_path: Path, bootstrap: str, mirror: subprocess.Popen, 
             return
         assert time.monotonic() < deadline and mirror.poll() is None, (tmp_path / "mirror.log").read_text()[-2000:]
         time.sleep(0.05)
-
-
-def copies_after_a_restart(tmp_path: Path, src, tgt, total: int) -> dict[str, int]:
-    """Start the mirror again and read src.events on the target until `total` distinct
-    values are there; how many copies of each value it holds."""
-    mirror = start_mirror(tmp_path, src, tgt, "mirror2")
-    try:
-        got = read_all(tgt.bootstrap, "src.events", total, timeout=90)
-    finally:
-        mirror.send_signal(signal.SIGTERM)
-        assert mirror.wait(30) == 0
-    copies: dict[str, int] = {}
-    for _, _, value, *_ in got:
-        copies[value] = copies.get(value, 0) + 1
-    return copies
 
 
 def test_a_mirror_killed_with_kill9_resumes_from_its_last_sync(tmp_path, clusters):
@@ -341,27 +227,6 @@ def test_a_group_fails_over_to_the_target_without_skipping(tmp_path, clusters):
     finally:
         mirror.send_signal(signal.SIGTERM)
         mirror.wait(30)
-
-
-def resume_on_target(bootstrap: str, group: str, topic: str, wanted: set[bytes], bound: int,
-                     timeout: float = 90) -> None:
-    """The group, failed over to the target, reads until it has every value in `wanted`: none
-    skipped, and no more than `bound` values it had consumed before read again."""
-    rest: list[bytes] = []
-    g = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False})
-    try:
-        g.subscribe([topic])
-        deadline = time.monotonic() + timeout
-        while not wanted <= set(rest) and time.monotonic() < deadline:
-            for msg in g.consume(1000, timeout=0.5):
-                if not msg.error():
-                    rest.append(msg.value())
-    finally:
-        g.close()
-    assert wanted <= set(rest), f"skipped {len(wanted - set(rest))} records"
-    redelivered = [v for v in rest if v not in wanted]
-    assert len(redelivered) <= bound, (len(redelivered), bound)
 
 
 def test_status_shows_lag_throughput_and_latency_and_heartbeats_flow(tmp_path, clusters):

@@ -11,8 +11,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.test_mirror import read_all, start_mirror
 from tests.support.cluster import KRaftCluster
+from tests.support.mirror import SteadyWriter, copies_after_a_restart, read_all, start_mirror
 from tests.support.node import SeawayNode
 
 pytestmark = pytest.mark.integration
@@ -86,7 +86,6 @@ def test_a_stop_while_a_cluster_hangs_is_bounded_and_a_restart_loses_nothing(tmp
     mirror gives up within its deadline (8 s for the copiers, 3 s to close) and exits 0 rather
     than hang; after the cluster thaws a new mirror completes the copy: nothing lost, and
     nothing copied more than twice."""
-    from tests.integration.test_mirror import SteadyWriter, copies_after_a_restart
     src = SeawayNode(tmp_path / "src").start()
     tgt = SeawayNode(tmp_path / "tgt").start()
     frozen = src if paused == "source" else tgt

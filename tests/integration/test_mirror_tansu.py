@@ -7,7 +7,7 @@ import signal
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.test_mirror import produce, read_all, start_mirror
+from tests.support.mirror import produce, read_all, start_mirror
 from tests.support.node import SeawayNode
 from tests.support.tansu import TansuBroker
 

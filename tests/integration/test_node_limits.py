@@ -11,8 +11,8 @@ import pytest
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.protocol.records import build_batch, iter_batch_headers
-from tests.integration.test_bad_input import call, create_topic, produce
 from tests.support.node import REPO, SeawayNode
+from tests.support.wire import call, create_topic, produce
 
 pytestmark = pytest.mark.integration
 

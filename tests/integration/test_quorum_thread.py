@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka.admin import NewTopic
 
 from core.protocol import messages as m
-from tests.integration.test_bad_input import frame, read_frame
 from tests.support.cluster import KRaftCluster
+from tests.support.wire import frame, read_frame
 
 pytestmark = pytest.mark.integration
 

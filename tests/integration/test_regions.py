@@ -17,76 +17,13 @@ from pathlib import Path
 import pytest
 import yaml
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from regions.topology import DEFAULT_TOPOLOGY
+from tests.support.node import REPO
+from tests.support.regions import Platform, create, regions, without_fixed_ports
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def regions(state_dir: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "regions.cli", "--state-dir", str(state_dir), *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
-
-
-def without_fixed_ports(source: Path, target: Path) -> Path:
-    doc = yaml.safe_load(source.read_text())
-    for region in doc["regions"].values():
-        for cluster in region["clusters"].values():
-            for node in cluster["nodes"]:
-                for key in ("port", "controller_port", "metrics_port"):
-                    node.pop(key, None)
-    target.write_text(yaml.safe_dump(doc))
-    return target
-
-
-class Platform:
-    def __init__(self, state_dir: Path, topology: Path):
-        self.state_dir, self.topology = state_dir, topology
-
-    def __enter__(self):
-        up = regions(self.state_dir, "up", str(self.topology), "--detach", "--timeout", "90")
-        assert up.returncode == 0, f"{up.stdout}\n{up.stderr}\n{self._logs()}"
-        self.up_output = up.stdout
-        self.info = json.loads((self.state_dir / "platform.json").read_text())
-        return self
-
-    def __exit__(self, *exc):
-        down = regions(self.state_dir, "down")
-        assert down.returncode == 0, down.stderr
-        assert not (self.state_dir / "platform.json").exists()
-
-    def bootstrap(self, cluster: str, from_region: str | None = None) -> str:
-        c = self.info["clusters"][cluster]
-        return c["from_regions"][from_region] if from_region else c["bootstrap"]
-
-    def status(self) -> dict:
-        out = regions(self.state_dir, "status", "--output", "json")
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
-
-    def _logs(self) -> str:
-        tails = []
-        for log in sorted(self.state_dir.glob("**/*.log")):
-            lines = log.read_text(errors="replace").splitlines()[-8:]
-            tails.append(f"--- {log}\n" + "\n".join(lines))
-        return "\n".join(tails)
-
-
-def create(bootstrap: str, topic: str, rf: int, min_isr: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 3, rf, config={"min.insync.replicas": str(min_isr)})])[topic].result(30)
-    deadline = time.monotonic() + 30
-    while True:
-        parts = admin.list_topics(topic, timeout=5).topics[topic].partitions.values()
-        if parts and all(p.leader >= 0 and len(p.isrs) == rf for p in parts):
-            return
-        assert time.monotonic() < deadline, f"{topic}: ISR not full"
-        time.sleep(0.2)
-
 
 def round_trip(bootstrap: str, topic: str, tag: str, n: int = 30) -> list[float]:
     """Produce n records (acks=all) one at a time, then read them all back; the produce

@@ -30,8 +30,9 @@ from confluent_kafka.admin import AdminClient
 from mirror.records import decode_offset_sync
 from mirror.translation import Sync, translate
 from regions.topology import DEFAULT_TOPOLOGY
-from tests.integration.test_mirror import read_internal, resume_on_target
-from tests.integration.test_regions import REPO, Platform, create, regions, without_fixed_ports
+from tests.support.mirror import read_internal, resume_on_target
+from tests.support.node import REPO
+from tests.support.regions import Platform, create, regions, without_fixed_ports
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from core.protocol import messages as m
-from tests.integration.test_bad_input import call, create_topic, frame, read_frame
 from tests.support.node import SeawayNode
+from tests.support.wire import call, create_topic, frame, read_frame
 
 pytestmark = pytest.mark.integration
 

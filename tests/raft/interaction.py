@@ -1,4 +1,4 @@
-"""A small interpreter for Raft interaction scripts (etcd-raft's testdata style).
+"""The Raft commands of interaction scripts (etcd-raft's testdata style).
 
 A script is a sequence of blocks:
 
@@ -7,6 +7,9 @@ A script is a sequence of blocks:
     ----
     expected output lines
     (a blank line ends the block)
+
+The format, the runner and the message commands (clock, deliver, drop, pending, stabilize) are
+generic: tests/support/interaction.py. This module is the Raft environment.
 
 Commands (node ids are ints; messages wait in one FIFO queue until delivered):
 
@@ -36,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from pathlib import Path
 
 from core.protocol.errors import ErrorCode
 from core.raft import messages as raft_messages
@@ -49,6 +51,7 @@ from core.raft.node import RaftNode
 from core.raft.ready import Ready, Snapshot
 from core.raft.state import QuorumState
 from tests.raft.formatting import format_entries, format_message, format_value
+from tests.support.interaction import ScriptEnv
 
 CLUSTER_ID = "test-cluster"
 
@@ -62,21 +65,17 @@ class Disk:
     entries: list[Entry] = dataclasses.field(default_factory=list)
 
 
-class Env:
+class Env(ScriptEnv):
     def __init__(self) -> None:
-        self.now = 0
+        super().__init__()
         self.config = QuorumConfig()
         self.voters: tuple[int, ...] = ()
         self.nodes: dict[int, RaftNode | None] = {}
         self.disks: dict[int, Disk] = {}
         self.apps: dict[int, bytearray] = {}
         self.queue: list[RaftMessage] = []
-        self.out: list[str] = []
 
     # --- plumbing ---------------------------------------------------------------------------
-
-    def _clock(self) -> int:
-        return self.now
 
     def _build(self, node_id: int) -> None:
         disk = self.disks[node_id]
@@ -107,8 +106,7 @@ class Env:
             ready = node.ready()
             self._persist(node_id, disk, ready)
             for message in ready.messages:
-                self.out.append(f"{message.source_id}->{message.destination_id} "
-                                f"{format_message(message.data, CLUSTER_ID)}")
+                self.out.append(self.message_text(message))
                 self.queue.append(message)
             if ready.committed_entries:
                 entries = ready.committed_entries
@@ -158,23 +156,33 @@ class Env:
             if node.high_watermark != hw:
                 self.out.append(f"{node_id}: hw {hw} -> {node.high_watermark}")
 
+    # --- messages, for the generic deliver, drop, pending and stabilize --------------------
+
+    def message_route(self, message: RaftMessage) -> tuple[int, int]:
+        return message.source_id, message.destination_id
+
+    def message_type(self, message: RaftMessage) -> str:
+        return type(message.data).__name__
+
+    def message_text(self, message: RaftMessage) -> str:
+        return (f"{message.source_id}->{message.destination_id} "
+                f"{format_message(message.data, CLUSTER_ID)}")
+
+    def deliver_message(self, message: RaftMessage) -> None:
+        node = self.nodes.get(message.destination_id)
+        if node is not None:
+            self._run(lambda: (node.step(message), self._drain(message.destination_id)))
+
+    def node_states(self) -> dict[int, tuple]:
+        return {i: (self._summary(n), n.high_watermark, n.log.end_offset)
+                for i, n in self.nodes.items() if n is not None}
+
+    def settled_line(self, node_id: int) -> str:
+        node = self.node(node_id)
+        return (f"{node_id}: {node.role.value} epoch={node.epoch} leader={node.leader_id} "
+                f"hw={node.high_watermark} log=[{node.log.start_offset},{node.log.end_offset})")
+
     # --- commands ---------------------------------------------------------------------------
-
-    def execute(self, line: str) -> list[str]:
-        self.out = []
-        words = line.split()
-        command, args = words[0], words[1:]
-        handler = getattr(self, "cmd_" + command.replace("-", "_"), None)
-        if handler is None:
-            raise ValueError(f"unknown command {command!r}")
-        handler(args)
-        return self.out or ["ok"]
-
-    @staticmethod
-    def _options(args: list[str]) -> tuple[list[str], dict[str, str]]:
-        positional = [a for a in args if "=" not in a]
-        options = dict(a.split("=", 1) for a in args if "=" in a)
-        return positional, options
 
     def cmd_cluster(self, args: list[str]) -> None:
         _, options = self._options(args)
@@ -221,68 +229,9 @@ class Env:
         self.node(node_id).tick()
         self._drain(node_id)
 
-    def cmd_clock(self, args: list[str]) -> None:
-        self.now += int(args[0].lstrip("+"))
-        self.out.append(f"t={self.now}")
-
     def cmd_tick(self, args: list[str]) -> None:
         for node_id in (int(a) for a in args):
             self._run(lambda: self._tick(node_id))
-
-    def _matching(self, args: list[str]) -> list[RaftMessage]:
-        _, options = self._options(args)
-        selected = []
-        for message in self.queue:
-            if "from" in options and message.source_id != int(options["from"]):
-                continue
-            if "to" in options and message.destination_id != int(options["to"]):
-                continue
-            if "type" in options and type(message.data).__name__ != options["type"]:
-                continue
-            selected.append(message)
-        return selected
-
-    def cmd_deliver(self, args: list[str]) -> None:
-        for message in self._matching(args):
-            self.queue.remove(message)
-            node = self.nodes.get(message.destination_id)
-            if node is None:
-                continue
-            self._run(lambda: (node.step(message), self._drain(message.destination_id)))
-
-    def cmd_stabilize(self, args: list[str]) -> None:
-        """Deliver messages until none are left; print only how each node ended up (or
-        everything, with 'verbose'). Parked fetches stay parked: no node is ticked."""
-        verbose = "verbose" in args
-        before = {i: (self._summary(n), n.high_watermark, n.log.end_offset)
-                  for i, n in self.nodes.items() if n is not None}
-        for _ in range(100):
-            if not self.queue:
-                break
-            self.cmd_deliver([])
-        else:
-            raise RuntimeError("stabilize: messages keep coming")
-        if verbose:
-            return
-        self.out = []
-        for node_id in sorted(self.nodes):
-            node = self.nodes[node_id]
-            if node is not None and before.get(node_id) != (
-                    self._summary(node), node.high_watermark, node.log.end_offset):
-                self.out.append(f"{node_id}: {node.role.value} epoch={node.epoch} "
-                                f"leader={node.leader_id} hw={node.high_watermark} "
-                                f"log=[{node.log.start_offset},{node.log.end_offset})")
-
-    def cmd_drop(self, args: list[str]) -> None:
-        for message in self._matching(args):
-            self.queue.remove(message)
-            self.out.append(f"dropped {message.source_id}->{message.destination_id} "
-                            f"{type(message.data).__name__}")
-
-    def cmd_pending(self, args: list[str]) -> None:
-        for message in self.queue:
-            self.out.append(f"{message.source_id}->{message.destination_id} "
-                            f"{format_message(message.data, CLUSTER_ID)}")
 
     def cmd_propose(self, args: list[str]) -> None:
         node_id = int(args[0])
@@ -374,61 +323,3 @@ class Env:
         response = node.describe_quorum()
         self.out.append(format_message(response, CLUSTER_ID))
 
-
-# --- scripts ------------------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class Block:
-    line_number: int
-    command: str
-    expected: list[str]
-
-
-def parse_script(text: str) -> list[Block]:
-    blocks = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i].strip()
-        if not line or line.startswith("#"):
-            i += 1
-            continue
-        start = i + 1
-        command = line
-        i += 1
-        if i >= len(lines) or lines[i].strip() != "----":
-            raise ValueError(f"line {start}: expected '----' after the command")
-        i += 1
-        expected = []
-        while i < len(lines) and lines[i].strip():
-            expected.append(lines[i].rstrip())
-            i += 1
-        blocks.append(Block(start, command, expected))
-    return blocks
-
-
-def run_script(path: Path, rewrite: bool = False) -> list[str]:
-    """Run a script; return the mismatches (or rewrite the file with the actual output)."""
-    text = path.read_text()
-    env = Env()
-    failures = []
-    rewritten = []
-    lines = text.splitlines()
-    blocks = parse_script(text)
-    position = 0
-    for block in blocks:
-        actual = env.execute(block.command)
-        if actual != block.expected:
-            failures.append(f"{path.name}:{block.line_number}: {block.command}\n"
-                            f"  expected:\n    " + "\n    ".join(block.expected) +
-                            "\n  actual:\n    " + "\n    ".join(actual))
-        # Everything up to and including '----' is kept as written.
-        head_end = block.line_number + 1
-        rewritten.extend(lines[position:head_end])
-        rewritten.extend(actual)
-        position = head_end + len(block.expected)
-    rewritten.extend(lines[position:])
-    if rewrite:
-        path.write_text("\n".join(rewritten) + "\n")
-        return []
-    return failures

@@ -25,13 +25,10 @@ from core.raft.messages import (BeginQuorumEpochRequest, FetchRequest, RaftMessa
 from core.raft.ready import Snapshot
 from core.raft.roles import Role
 from core.raft.state import QuorumState
+from tests.support.simulation import InvariantViolation
 
 if TYPE_CHECKING:
     from tests.raft.simulation import SimNode
-
-
-class InvariantViolation(AssertionError):
-    pass
 
 
 class History:

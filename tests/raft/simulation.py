@@ -16,9 +16,7 @@ and a proposal committed on every node within LIVENESS_BOUND_MS.
 """
 from __future__ import annotations
 
-import heapq
 import random
-from collections import Counter
 from dataclasses import dataclass, field
 
 from core.raft.config import QuorumConfig
@@ -30,7 +28,8 @@ from core.raft.roles import Role
 from core.raft.ready import Ready, Snapshot
 from core.raft.state import QuorumState
 from tests.raft.formatting import format_message
-from tests.raft.invariants import History, InvariantViolation
+from tests.raft.invariants import History
+from tests.support.simulation import EventLoop, InvariantViolation, Network
 
 CLUSTER_ID = "sim-cluster"
 LIVENESS_BOUND_MS = 10_000
@@ -41,6 +40,8 @@ OBSERVER_IDS = (101, 102)
 # entry from the older ones before it), the others batch. Snapshots travel in several chunks.
 FETCH_MAX_BYTES = (1, 96, 4096)
 SNAPSHOT_CHUNK_BYTES = 64
+
+NETWORK = Network(delay_ms=(1, 10), slow_ms=(10, 600), duplicates=True)
 
 
 @dataclass
@@ -108,10 +109,13 @@ class SimNode:
         return self.raft is not None
 
 
-class Simulation:
+class Simulation(EventLoop):
+    """The event loop, the clock, the network's misbehaviour and the trace are the generic
+    EventLoop's (tests/support/simulation.py); this is the quorum."""
+    network = NETWORK
+
     def __init__(self, seed: int, trace: bool = False):
-        self.seed = seed
-        self.rng = random.Random(seed)
+        super().__init__(seed, trace)
         self.faults = Faults.draw(self.rng)
         voter_count = 3 if self.rng.random() < 0.6 else 5
         self.voters = tuple(range(1, voter_count + 1))
@@ -119,24 +123,12 @@ class Simulation:
         self.nodes = {i: SimNode(i) for i in self.voters + self.observers}
         self.config = QuorumConfig(fetch_max_bytes=self.rng.choice(FETCH_MAX_BYTES),
                                    fetch_snapshot_max_bytes=SNAPSHOT_CHUNK_BYTES)
-        self.now = 0
-        self._queue: list[tuple] = []
-        self._seq = 0
-        self.blocked: set[tuple[int, int]] = set()
-        self.chaos = True
-        self.trace_lines: list[str] | None = [] if trace else None
         self.history = History(self._clock)
         self.proposals = 0
-        self.events = 0
-        self.stats: Counter[str] = Counter()   # what happened, to see what a run exercised
         for sim_node in self.nodes.values():
             self._start(sim_node)
 
-    # --- the event loop -------------------------------------------------------------------------
-
-    def _push(self, at: int, kind: str, *args) -> None:
-        self._seq += 1
-        heapq.heappush(self._queue, (at, self._seq, kind, args))
+    # --- the run -------------------------------------------------------------------------------
 
     def run(self) -> None:
         faults = self.faults
@@ -150,15 +142,6 @@ class Simulation:
         self._push(faults.chaos_ms, "heal_all")
         self._run_until(faults.chaos_ms)
         self._check_liveness()
-
-    def _run_until(self, end_ms: int) -> None:
-        queue = self._queue
-        while queue and queue[0][0] <= end_ms:
-            at, _, kind, args = heapq.heappop(queue)
-            self.now = at
-            self.events += 1
-            getattr(self, "_on_" + kind)(*args)
-        self.now = max(self.now, end_ms)
 
     # --- events ---------------------------------------------------------------------------------
 
@@ -258,23 +241,12 @@ class Simulation:
     def _on_partition(self) -> None:
         if not self.chaos:
             return
-        ids = list(self.nodes)
-        if self.rng.random() < 0.5:
-            # Cut a group off from the rest, both ways.
-            group = set(self.rng.sample(ids, self.rng.randrange(1, len(ids))))
-            self.blocked = {(a, b) for a in ids for b in ids if (a in group) != (b in group)}
-        else:
-            # Some links fail one way only.
-            pairs = [(a, b) for a in ids for b in ids if a != b]
-            self.blocked = set(self.rng.sample(pairs, self.rng.randrange(1, len(pairs) // 2 + 1)))
+        self.blocked = self._cut_links(list(self.nodes))
         self._trace(f"partition {sorted(self.blocked)}")
         self._push(self.now + self.rng.randrange(200, 4000), "heal")
         if self.chaos:
             self._push(self.now + self.rng.randrange(self.faults.partition_every_ms * 2),
                        "partition")
-
-    def _on_heal(self) -> None:
-        self.blocked = set()
 
     def _on_heal_all(self) -> None:
         self.chaos = False
@@ -287,20 +259,7 @@ class Simulation:
     # --- the network ----------------------------------------------------------------------------
 
     def _send(self, message: RaftMessage) -> None:
-        faults = self.faults
-        rng = self.rng
-        if self.chaos:
-            if (message.source_id, message.destination_id) in self.blocked:
-                return
-            if rng.random() < faults.drop:
-                return
-            copies = 2 if rng.random() < faults.duplicate else 1
-        else:
-            copies = 1
-        for _ in range(copies):
-            delay = rng.randrange(1, 10)
-            if self.chaos and rng.random() < faults.slow:
-                delay += rng.randrange(10, 600)
+        for delay in self._transit(message.source_id, message.destination_id):
             self._push(self.now + delay, "deliver", message)
 
     # --- nodes: start, crash, drain -------------------------------------------------------------
@@ -323,9 +282,6 @@ class Simulation:
         sim_node.tick_at = None
         self._trace(f"start {sim_node.raft!r}")
         self._drain(sim_node)
-
-    def _clock(self) -> int:
-        return self.now
 
     def _crash(self, sim_node: SimNode) -> None:
         self._trace(f"crash {sim_node.node_id}")
@@ -415,13 +371,13 @@ class Simulation:
     def _check_liveness(self) -> None:
         """Healed, everyone up: a leader must be elected and commit a proposal everywhere."""
         healed_at = self.now
-        deadline = healed_at + LIVENESS_BOUND_MS
         marker: tuple[int, Entry] | None = None   # (its leader, the entry) proposed after healing
-        while self.now < deadline:
-            self._run_until(min(deadline, self.now + 100))
+
+        def progressed() -> bool:
+            nonlocal marker
             leaders = [n for n in self.nodes.values() if n.raft.role is Role.LEADER]
             if not leaders:
-                continue
+                return False
             current = max(leaders, key=lambda n: n.raft.epoch)
             if marker is None or marker[0] != current.node_id:
                 self.proposals += 1
@@ -429,22 +385,18 @@ class Simulation:
                 end = current.raft.propose([payload])
                 marker = (current.node_id, Entry(end.offset - 1, end.epoch, payload))
                 self._drain(current)
-                continue
+                return False
             entry = marker[1]
             committed = self.history.committed
-            if (len(committed) > entry.offset and committed[entry.offset] == entry
-                    and all(n.raft.high_watermark > entry.offset for n in self.nodes.values())):
-                self.stats["liveness ms"] = max(self.stats["liveness ms"], self.now - healed_at)
-                return
+            return (len(committed) > entry.offset and committed[entry.offset] == entry
+                    and all(n.raft.high_watermark > entry.offset for n in self.nodes.values()))
+
+        if self._settle(LIVENESS_BOUND_MS, 100, progressed):
+            self.stats["liveness ms"] = max(self.stats["liveness ms"], self.now - healed_at)
+            return
         states = ", ".join(repr(n.raft) for n in self.nodes.values())
         raise InvariantViolation(f"no progress within {LIVENESS_BOUND_MS} ms after healing at "
                                  f"t={healed_at}: {states}")
-
-    # --- tracing --------------------------------------------------------------------------------
-
-    def _trace(self, line: str) -> None:
-        if self.trace_lines is not None:
-            self.trace_lines.append(f"{self.now:>7} {line}")
 
 
 def run_seed(seed: int, trace: bool = False) -> Simulation:

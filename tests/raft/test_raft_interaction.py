@@ -6,22 +6,21 @@ expected output after an intended behaviour change, run
 
     SEAWAY_RAFT_REWRITE=1 python -m pytest -q tests/raft/test_raft_interaction.py
 
-and review the diff. See tests/raft/interaction.py for the commands.
+and review the diff. See tests/raft/interaction.py for the commands and
+tests/support/interaction.py for the format and the runner.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from tests.raft.interaction import run_script
+from tests.raft.interaction import Env
+from tests.support.interaction import check_script, script_paths
 
-TESTDATA = Path(__file__).parent / "testdata"
-SCRIPTS = sorted(TESTDATA.glob("*.txt"))
+SCRIPTS = script_paths(Path(__file__).parent / "testdata")
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
 def test_interaction_script(script: Path) -> None:
-    failures = run_script(script, rewrite=os.environ.get("SEAWAY_RAFT_REWRITE") == "1")
-    assert not failures, "\n\n".join(failures)
+    check_script(script, Env, rewrite_variable="SEAWAY_RAFT_REWRITE")

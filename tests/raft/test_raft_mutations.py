@@ -22,6 +22,7 @@ from core.raft.entries import NO_LEADER
 from core.raft.log import RaftLog, ValidationKind, ValidOffsetAndEpoch
 from core.raft.node import RaftNode
 from tests.raft.simulation import run_seed
+from tests.support.simulation import assert_mutation_caught
 
 SEEDS = 1000
 
@@ -123,10 +124,4 @@ MUTATIONS = {
 
 @pytest.mark.parametrize("mutation", MUTATIONS)
 def test_simulation_catches(mutation: str) -> None:
-    with MUTATIONS[mutation]():
-        for seed in range(SEEDS):
-            try:
-                run_seed(seed)
-            except Exception:  # noqa: BLE001 - any failure means the bug was seen
-                return
-    pytest.fail(f"the simulation did not notice '{mutation}' in {SEEDS} seeds")
+    assert_mutation_caught(mutation, MUTATIONS[mutation], run_seed, range(SEEDS))

@@ -25,14 +25,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from tests.support.simulation import InvariantViolation
+
 if TYPE_CHECKING:
     from tests.replication.simulation import SimBroker
 
 Record = tuple[int, int, int]       # (epoch, value, batch id) at an offset
-
-
-class InvariantViolation(AssertionError):
-    pass
 
 
 class History:

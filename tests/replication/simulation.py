@@ -30,26 +30,28 @@ acknowledged within LIVENESS_BOUND_MS.
 """
 from __future__ import annotations
 
-import heapq
-import random
-from collections import Counter
-
 from core.broker.replication import AlterPartitionRequest, ReplicationConfig
 from core.controller.image import NO_LEADER
 from core.protocol.errors import ErrorCode as E
 from tests.replication.controller import SimController
 from tests.replication.driver import BrokerDriver
-from tests.replication.invariants import History, InvariantViolation
+from tests.replication.invariants import History
 from tests.replication.nodes import (CLIENT, CONTROLLER, CONTROLLER_CHECK_MS, FETCH_BACKOFF_MS,
                                      HEARTBEAT_MS, LAG_MS, LIVENESS_BOUND_MS, METADATA_PULL_MS,
                                      PRODUCE_TIMEOUT_MS, SESSION_TIMEOUT_MS, Faults, Message,
                                      SimBroker)
+from tests.support.simulation import EventLoop, InvariantViolation, Network
+
+NETWORK = Network(delay_ms=(1, 6), slow_ms=(10, 300))
 
 
-class Simulation(BrokerDriver):
+class Simulation(BrokerDriver, EventLoop):
+    """The event loop, the clock, the network's misbehaviour and the trace are the generic
+    EventLoop's (tests/support/simulation.py); the brokers' driver is BrokerDriver's."""
+    network = NETWORK
+
     def __init__(self, seed: int, trace: bool = False):
-        self.seed = seed
-        self.rng = random.Random(seed)
+        super().__init__(seed, trace)
         rng = self.rng
         self.faults = Faults.draw(rng)
         count = rng.choice([3, 3, 3, 4, 5])
@@ -60,15 +62,7 @@ class Simulation(BrokerDriver):
                                         replica_fetch_backoff_ms=FETCH_BACKOFF_MS,
                                         hw_requires_min_isr=rng.random() < 0.85)
         self.brokers = {i: SimBroker(i) for i in self.broker_ids}
-        self.now = 0
-        self._queue: list[tuple] = []
-        self._seq = 0
-        self.blocked: set[tuple[int, int]] = set()
-        self.chaos = True
-        self.trace_lines: list[str] | None = [] if trace else None
         self.history = History(self._clock)
-        self.stats: Counter[str] = Counter()
-        self.events = 0
         self.controller = SimController(
             tuple(rng.sample(self.broker_ids, count)), unclean=self.faults.unclean,
             session_timeout_ms=SESSION_TIMEOUT_MS, clock=self._clock, history=self.history,
@@ -87,14 +81,7 @@ class Simulation(BrokerDriver):
         for broker_id, sim_broker in self.brokers.items():
             self._registered(sim_broker, self.controller.register(broker_id, 1, fenced=False))
 
-    # --- the event loop -------------------------------------------------------------------------
-
-    def _clock(self) -> int:
-        return self.now
-
-    def _push(self, at: int, kind: str, *args) -> None:
-        self._seq += 1
-        heapq.heappush(self._queue, (at, self._seq, kind, args))
+    # --- the run -------------------------------------------------------------------------------
 
     def run(self) -> None:
         faults, rng = self.faults, self.rng
@@ -116,34 +103,15 @@ class Simulation(BrokerDriver):
         self._run_until(faults.chaos_ms)
         self._check_liveness()
 
-    def _run_until(self, end_ms: int) -> None:
-        queue = self._queue
-        while queue and queue[0][0] <= end_ms:
-            at, _, kind, args = heapq.heappop(queue)
-            self.now = at
-            self.events += 1
-            getattr(self, "_on_" + kind)(*args)
-        self.now = max(self.now, end_ms)
-
-    def _trace(self, line: str) -> None:
-        if self.trace_lines is not None:
-            self.trace_lines.append(f"{self.now:>7} {line}")
-
     # --- the network ----------------------------------------------------------------------------
 
     def _incarnation(self, node: int) -> int:
         return self.brokers[node].incarnation if node > 0 else 0
 
     def _send(self, kind: str, source: int, destination: int, *data) -> None:
-        rng = self.rng
-        if self.chaos:
-            if (source, destination) in self.blocked or rng.random() < self.faults.drop:
-                return
-        delay = rng.randrange(1, 6)
-        if self.chaos and rng.random() < self.faults.slow:
-            delay += rng.randrange(10, 300)
-        self._push(self.now + delay, "deliver",
-                   Message(kind, source, destination, self._incarnation(destination), data))
+        for delay in self._transit(source, destination):
+            self._push(self.now + delay, "deliver",
+                       Message(kind, source, destination, self._incarnation(destination), data))
 
     def _on_deliver(self, message: Message) -> None:
         if (message.source, message.destination) in self.blocked:
@@ -268,20 +236,11 @@ class Simulation(BrokerDriver):
         if not self.chaos:
             return
         rng = self.rng
-        ids = [CONTROLLER, *self.broker_ids]
-        if rng.random() < 0.5:
-            group = set(rng.sample(ids, rng.randrange(1, len(ids))))
-            self.blocked = {(a, b) for a in ids for b in ids if (a in group) != (b in group)}
-        else:
-            pairs = [(a, b) for a in ids for b in ids if a != b]
-            self.blocked = set(rng.sample(pairs, rng.randrange(1, len(pairs) // 2 + 1)))
+        self.blocked = self._cut_links([CONTROLLER, *self.broker_ids])
         self.stats["partition"] += 1
         self._trace(f"partition {sorted(self.blocked)}")
         self._push(self.now + rng.randrange(200, 2000), "heal")
         self._push(self.now + rng.randrange(self.faults.partition_every_ms * 2), "partition")
-
-    def _on_heal(self) -> None:
-        self.blocked = set()
 
     def _on_retention(self) -> None:
         if not self.chaos:
@@ -347,28 +306,30 @@ class Simulation(BrokerDriver):
         """Healed, everyone up: every replica back in the ISR, an acks=all produce acknowledged
         and replicated everywhere."""
         healed_at = self.now
-        deadline = healed_at + LIVENESS_BOUND_MS
         marker = None
-        while self.now < deadline:
-            self._run_until(min(deadline, self.now + 50))
+
+        def progressed() -> bool:
+            nonlocal marker
             part = self.controller.partition
             leader = self.brokers.get(part.leader)
             if leader is None or leader.replica is None or not leader.replica.is_leader or \
                     leader.replica.leader_epoch != part.leader_epoch or \
                     set(part.isr) != set(part.replicas):
-                continue
+                return False
             if marker is None or (self.stats["acked"] == marker[1]
                                   and self.now - marker[0] >= PRODUCE_TIMEOUT_MS):
                 # (again, if the last one failed, e.g. before the leader saw the ISR grow back)
                 marker = (self.now, self.stats["acked"])
                 self._on_client_marker(leader)
-                continue
+                return False
             end = leader.replica.log_end_offset
-            if self.stats["acked"] > marker[1] and all(
-                    b.replica is not None and b.replica.log_end_offset == end
-                    and b.replica.high_watermark == end for b in self.brokers.values()):
-                self.stats["liveness ms"] = max(self.stats["liveness ms"], self.now - healed_at)
-                return
+            return self.stats["acked"] > marker[1] and all(
+                b.replica is not None and b.replica.log_end_offset == end
+                and b.replica.high_watermark == end for b in self.brokers.values())
+
+        if self._settle(LIVENESS_BOUND_MS, 50, progressed):
+            self.stats["liveness ms"] = max(self.stats["liveness ms"], self.now - healed_at)
+            return
         states = ", ".join(repr(b) for b in self.brokers.values())
         raise InvariantViolation(f"no progress within {LIVENESS_BOUND_MS} ms after healing at "
                                  f"t={healed_at}: {states}; controller {self.controller.partition}")

@@ -21,6 +21,7 @@ from core.broker.replication import follower, isr, leader, log
 from core.broker.replication.isr import CommittedIsr, PendingExpand, PendingShrink
 from core.protocol.errors import ErrorCode
 from tests.replication.simulation import run_seed
+from tests.support.simulation import assert_mutation_caught
 
 SEEDS = 2000   # the rarest planted bug (metadata resets a change in flight) needs ~900
 
@@ -175,10 +176,4 @@ MUTATIONS = {
 
 @pytest.mark.parametrize("mutation", MUTATIONS)
 def test_simulation_catches(mutation: str) -> None:
-    with MUTATIONS[mutation]():
-        for seed in range(SEEDS):
-            try:
-                run_seed(seed)
-            except Exception:  # noqa: BLE001 - any failure means the bug was seen
-                return
-    pytest.fail(f"the simulation did not notice '{mutation}' in {SEEDS} seeds")
+    assert_mutation_caught(mutation, MUTATIONS[mutation], run_seed, range(SEEDS))

@@ -279,3 +279,35 @@ def image_of(snapshot, entries):
     from core.protocol.metadata_records import decode_record
     image = image_from_snapshot(snapshot.data) if snapshot is not None else MetadataImage.empty()
     return image.apply_all(decode_record(e.payload) for e in entries if not e.control)
+
+
+def metadata_image(cluster: KRaftCluster):
+    """The committed metadata image, fetched from the active controller as an observer."""
+    from core.client.connection import BrokerConnection
+    from core.raft import wire
+    from core.raft.messages import FetchRequest
+
+    leader, leader_epoch = cluster.wait_for_leader()
+
+    async def fetch_all():
+        conn = await BrokerConnection("127.0.0.1", cluster.controller_ports[leader]).connect()
+        entries, offset, epoch = [], 0, 0
+        try:
+            while True:
+                key, request = wire.to_wire(FetchRequest(
+                    cluster_id=None, replica_id=-1, max_wait_ms=0, max_bytes=1 << 22,
+                    current_leader_epoch=leader_epoch, fetch_offset=offset,
+                    last_fetched_epoch=epoch, partition_max_bytes=1 << 22), 13)
+                raw = await conn.send(request, key, version=13)
+                answer = wire.from_wire(key, 13, raw, is_request=False)
+                assert (answer.error_code, answer.partition_error_code, answer.snapshot_id,
+                        answer.diverging_epoch) == (0, 0, None, None), answer
+                got = [e for e in answer.records if e.offset < answer.high_watermark]
+                entries += got
+                if got:
+                    offset, epoch = got[-1].offset + 1, got[-1].epoch
+                if offset >= answer.high_watermark or not got:
+                    return entries
+        finally:
+            await conn.close()
+    return image_of(None, anyio.run(fetch_all))

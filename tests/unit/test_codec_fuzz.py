@@ -8,10 +8,8 @@ length prefixes claim.
 """
 from __future__ import annotations
 
-import importlib.util
 import struct
 import tracemalloc
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -20,20 +18,7 @@ from core.protocol import messages
 from core.protocol.codegen import MessageCodec
 from core.protocol.errors import DecodeError, EncodeError
 from core.protocol.varint import uvarint_bytes
-
-
-def _load_sibling(name: str):
-    """The schema-driven strategies live in test_codec_roundtrip.py; load it by path so this
-    works under any pytest import mode."""
-    spec = importlib.util.spec_from_file_location(f"_seaway_{name}", Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_roundtrip = _load_sibling("test_codec_roundtrip")
-StrategyBuilder = _roundtrip.StrategyBuilder
-plain = _roundtrip.plain
+from tests.support.codec_strategies import StrategyBuilder, plain
 
 FUZZ = settings(deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -20,53 +20,12 @@ from core.raft.entries import Entry, OffsetAndEpoch
 from core.raft.errors import NotLeaderError
 from core.raft.messages import LeaderIdAndEpoch
 
-from tests.unit.test_controller_harness import (CLUSTER, Clock, Harness, create_request,
-                                                heartbeat, new_topic, registration)
+from tests.support.controller_harness import (CLUSTER, Clock, Harness, alter, call, create_request,
+                                              heartbeat, new_topic, only, registration)
 
 R = m.AlterPartitionRequest
 TIMEOUT = ControllerConfig().broker_session_timeout_ms
 UNCLEAN = {"unclean.leader.election.enable": "true"}
-
-
-def call(h: Harness, api_key: int, request, version: int, *, commit: bool = True):
-    """Run a request through the controller and its answer through the codec; (records, the
-    answer as the wire carries it)."""
-    result = h.ctl.handle(api_key, request, version)
-    api = m.API[api_key]
-    answer = api.response.decode(version, api.response.encode(version, result.response))
-    h.append(result.records)
-    if commit:
-        h.commit()
-    return result.records, answer
-
-
-def alter(h: Harness, isr, *, version: int = 3, broker: int | None = None,
-          broker_epoch: int | None = None, leader_epoch: int | None = None,
-          partition_epoch: int | None = None, lrs: int = RECOVERED, topic: str = "t",
-          partition: int = 0, member_epochs: dict[int, int] | None = None,
-          topic_id: bytes | None = None):
-    """An AlterPartition from the partition's leader (by default) with its current epochs."""
-    part = h.partition(topic, partition) or h.partition(topic, 0)
-    broker = part.leader if broker is None else broker
-    epochs = {**h.epochs, **(member_epochs or {})}
-    pd = R.PartitionData(
-        partition_index=partition,
-        leader_epoch=part.leader_epoch if leader_epoch is None else leader_epoch,
-        partition_epoch=part.partition_epoch if partition_epoch is None else partition_epoch,
-        leader_recovery_state=lrs, new_isr=list(isr),
-        new_isr_with_epochs=[R.BrokerState(broker_id=b, broker_epoch=epochs.get(b, -1))
-                             for b in isr])
-    if topic_id is None:
-        topic_id = h.image.topic(topic).id
-    return R(broker_id=broker, broker_epoch=h.epochs.get(broker, 7) if broker_epoch is None
-             else broker_epoch,
-             topics=[R.TopicData(topic_name=topic, topic_id=topic_id, partitions=[pd])])
-
-
-def only(answer):
-    [t] = answer.topics
-    [p] = t.partitions
-    return p
 
 
 def three_replicas(h: Harness, **kw) -> None:

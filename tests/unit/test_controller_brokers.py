@@ -8,7 +8,7 @@ from core.controller import ControllerConfig
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode as E
 
-from tests.unit.test_controller_harness import Harness, heartbeat, incarnation, registration
+from tests.support.controller_harness import Harness, heartbeat, incarnation, registration
 
 TIMEOUT = ControllerConfig().broker_session_timeout_ms
 

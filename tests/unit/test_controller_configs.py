@@ -12,7 +12,7 @@ from core.controller.image import MetadataImage
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode as E
 
-from tests.unit.test_controller_harness import CONTROLLER_ID, Harness
+from tests.support.controller_harness import CONTROLLER_ID, Harness
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 TOPIC, BROKER = 2, 4

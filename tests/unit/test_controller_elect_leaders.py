@@ -15,8 +15,7 @@ from core.controller.election import RECOVERED, RECOVERING
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode as E
 
-from tests.unit.test_controller_alter_partition import alter, call, only
-from tests.unit.test_controller_harness import CLUSTER, Clock, Harness
+from tests.support.controller_harness import CLUSTER, Clock, Harness, alter, call, only
 
 Q = m.ElectLeadersRequest
 PREFERRED, UNCLEAN = 0, 1

@@ -10,7 +10,7 @@ from core.controller.election import (RECOVERED, RECOVERING, Election, leader_an
 from core.controller.image import MetadataImage, PartitionRegistration
 from core.protocol import messages as m
 
-from tests.unit.test_controller_harness import Harness, incarnation
+from tests.support.controller_harness import Harness, incarnation
 
 TID = bytes(range(16))
 

@@ -13,8 +13,8 @@ from core.protocol import messages as m
 from core.protocol.errors import ErrorCode as E
 from core.protocol.metadata_records import decode_record, encode_record
 
-from tests.unit.test_controller_harness import (CLUSTER, Clock, Harness, create_request,
-                                                heartbeat, new_topic, registration)
+from tests.support.controller_harness import (CLUSTER, Clock, Harness, create_request, heartbeat,
+                                              new_topic, registration)
 
 TIMEOUT = ControllerConfig().broker_session_timeout_ms
 I = m.IncrementalAlterConfigsRequest

@@ -9,7 +9,7 @@ import pytest
 from core.controller.placement import PlacementError, StripedReplicaPlacer, UsableBroker
 from core.protocol.errors import ErrorCode as E
 
-from tests.unit.test_controller_harness import Harness, new_topic
+from tests.support.controller_harness import Harness, new_topic
 
 
 def brokers(racks: dict[int, str | None], fenced=()) -> list[UsableBroker]:

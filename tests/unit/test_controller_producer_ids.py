@@ -10,8 +10,8 @@ from core.controller.common import ApiError, Working
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode as E
 
-from tests.unit import test_controller_harness as harness
-from tests.unit.test_controller_harness import CLUSTER, Clock, Harness, new_topic
+from tests.support import controller_harness as harness
+from tests.support.controller_harness import CLUSTER, Clock, Harness, new_topic
 
 BLOCK = producer_ids.PRODUCER_ID_BLOCK_SIZE
 LONG_MAX = 2**63 - 1

@@ -17,8 +17,8 @@ from core.controller import ControllerConfig, QuorumController
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode as E
 
-from tests.unit.test_controller_harness import (CLUSTER, Clock, Harness, create_request,
-                                                new_topic, registration)
+from tests.support.controller_harness import (CLUSTER, Clock, Harness, create_request, new_topic,
+                                              registration)
 
 BROKERS = range(1, 7)
 RACKS = ["a", "b", "c", None]

@@ -17,8 +17,7 @@ from core.controller.election import RECOVERED
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode as E
 
-from tests.unit.test_controller_alter_partition import alter, call, only
-from tests.unit.test_controller_harness import Harness
+from tests.support.controller_harness import Harness, alter, call, only
 
 A = m.AlterPartitionReassignmentsRequest
 L = m.ListPartitionReassignmentsRequest

@@ -10,7 +10,7 @@ from core.controller.topics import ZERO_UUID
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode as E
 
-from tests.unit.test_controller_harness import Harness, new_topic
+from tests.support.controller_harness import Harness, new_topic
 
 RACKS = {1: "a", 2: "b", 3: "c"}
 

@@ -8,6 +8,7 @@ import pytest
 from core.log import Log, LogConfig, OffsetOutOfRange, OffsetsOutOfOrder
 from core.protocol.records import (ATTR_LOG_APPEND_TIME, build_batch, decode_batch,
                                    iter_batch_headers, scan_batches)
+from tests.support.records import batch
 
 
 class Clock:
@@ -16,10 +17,6 @@ class Clock:
 
     def __call__(self) -> int:
         return self.now
-
-
-def batch(n: int = 1, size: int = 20, ts: int = 1_000, tag: int = 0) -> bytes:
-    return build_batch([(b"k%d" % i, bytes([tag % 256]) * size, [], ts) for i in range(n)])
 
 
 def stored(data: bytes, base: int) -> bytes:

@@ -8,8 +8,6 @@ A control record key is int16 version 0 + int16 type.
 """
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -21,6 +19,7 @@ from core.protocol.metadata_records import (
     decode_control_key, decode_control_record, decode_record, encode_control_key,
     encode_control_record, encode_record, record_type_of)
 from core.protocol.varint import uvarint_bytes
+from tests.support.codec_strategies import StrategyBuilder, plain
 
 
 def h(text: str) -> bytes:
@@ -302,15 +301,6 @@ def test_control_record_types_are_kafkas():
 
 # --------------------------------------------------------------------------- properties
 
-
-def _load_sibling(name: str):
-    spec = importlib.util.spec_from_file_location(f"_seaway_{name}", Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_roundtrip = _load_sibling("test_codec_roundtrip")
 PROPS = settings(max_examples=25, deadline=None, database=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 RECORD_VERSIONS = [(codec, v) for _, codec in sorted(m.METADATA_RECORDS.items())
@@ -321,11 +311,11 @@ RECORD_VERSIONS = [(codec, v) for _, codec in sorted(m.METADATA_RECORDS.items())
 @given(data=st.data())
 def test_framed_records_roundtrip(data):
     codec, version = data.draw(st.sampled_from(RECORD_VERSIONS), label="record version")
-    message = data.draw(_roundtrip.StrategyBuilder(codec.spec, version).message(), label="record")
+    message = data.draw(StrategyBuilder(codec.spec, version).message(), label="record")
     frame = encode_record(message, version)
     back = decode_record(frame)
     assert (back.record_type, back.version) == (codec.spec.api_key, version)
-    assert _roundtrip.plain(back.message) == _roundtrip.plain(message)
+    assert plain(back.message) == plain(message)
     assert encode_record(back) == frame
 
 
@@ -334,10 +324,10 @@ def test_framed_records_roundtrip(data):
 def test_control_records_roundtrip(data):
     ctype = data.draw(st.sampled_from(sorted(CONTROL_RECORDS)), label="type")
     codec = CONTROL_RECORDS[ctype]
-    message = data.draw(_roundtrip.StrategyBuilder(codec.spec, 0).message(), label="record")
+    message = data.draw(StrategyBuilder(codec.spec, 0).message(), label="record")
     key, value = encode_control_record(message)
     back = decode_control_record(key, value)
-    assert back.type == ctype and _roundtrip.plain(back.message) == _roundtrip.plain(message)
+    assert back.type == ctype and plain(back.message) == plain(message)
 
 
 @settings(PROPS, max_examples=300)
@@ -351,7 +341,7 @@ def test_random_values_decode_or_raise_decode_error(frame):
         return
     again = decode_record(encode_record(rec))
     assert (again.record_type, again.version) == (rec.record_type, rec.version)
-    assert _roundtrip.plain(again.message) == _roundtrip.plain(rec.message)
+    assert plain(again.message) == plain(rec.message)
 
 
 @settings(PROPS, max_examples=200)

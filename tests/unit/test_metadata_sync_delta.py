@@ -11,7 +11,7 @@ import core.protocol.messages as m
 from core.broker.metadata_sync import MetadataSync
 from core.broker.metrics import BrokerMetrics
 from core.controller import MetadataImage
-from tests.unit.test_metadata_image import cfg, part, reg, topic
+from tests.support.metadata_records import cfg, part, reg, topic
 
 ME = 1
 

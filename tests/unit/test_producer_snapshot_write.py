@@ -8,7 +8,7 @@ import core.broker.partition as partition_module
 from core.broker.partition import Partition
 from core.broker.producer_state import list_snapshots
 from core.log import Log, LogConfig
-from tests.unit.test_log import batch
+from tests.support.records import batch
 
 
 def partition_with_records(tmp_path, count: int = 3) -> Partition:

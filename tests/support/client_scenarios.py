@@ -1,8 +1,8 @@
 """Scenarios for our own client (core/client) against a real broker.
 
 This module holds no tests of its own: `ClientScenarios` is subclassed by
-test_client_tansu.py and test_client_seaway.py, which provide the `bootstrap` fixture and mark
-what their broker cannot do. Running the same scenarios against tansu, a broker nobody here
+tests/integration/test_client_tansu.py and test_client_seaway.py, which provide the `bootstrap`
+fixture and mark what their broker cannot do. Running the same scenarios against tansu, a broker nobody here
 wrote, shows that a failure against Seaway is Seaway's and not the client's.
 
 Each test uses its own topic(s) with a unique name, so tests share one broker.
@@ -18,8 +18,6 @@ import pytest
 from core.client import (Admin, ConfigResource, Consumer, ErrorCode, KafkaClient, KafkaError, NewTopic,
                          Producer, check, murmur2_partition)
 from core.client.errors import UnsupportedVersionError
-
-pytestmark = pytest.mark.integration
 
 COMPRESSIONS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
