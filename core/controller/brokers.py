@@ -201,9 +201,9 @@ class ClusterControl:
         R = m.RegisterBrokerRecord
         w.add([R(broker_id=broker_id, is_migrating_zk_broker=False, incarnation_id=incarnation,
                  broker_epoch=epoch,
-                 end_points=[R.BrokerEndpoint(name=l.name, host=l.host, port=l.port,
-                                              security_protocol=l.security_protocol)
-                             for l in request.listeners],
+                 end_points=[R.BrokerEndpoint(name=li.name, host=li.host, port=li.port,
+                                              security_protocol=li.security_protocol)
+                             for li in request.listeners],
                  features=[R.BrokerFeature(name=f.name,
                                            min_supported_version=f.min_supported_version,
                                            max_supported_version=f.max_supported_version)
