@@ -76,7 +76,7 @@ import struct
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator
+from typing import Callable, ContextManager, Iterator, Literal, overload
 
 from crc32c import crc32c
 
@@ -211,7 +211,7 @@ def needs_cleaning(log: Log, now_ms: int) -> bool:
 # ----------------------------------------------------------------------- clean
 
 
-def clean(log: Log, now_ms: int, *, lock: ContextManager | None = None,
+def clean(log: Log, now_ms: int, *, lock: ContextManager[object] | None = None,
           dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE,
           upper_bound_offset: int | None = None,
           hook: Callable[[str], None] | None = None) -> CleanResult:
@@ -395,6 +395,12 @@ def _last_batches(scans: list[_SegScan], active: Segment) -> dict[int, int]:
     return last
 
 
+@overload
+def _iter_batches(fd: int, size: int, with_data: Literal[True] = True
+                  ) -> Iterator[tuple[int, BatchInfo, memoryview]]: ...
+@overload
+def _iter_batches(fd: int, size: int, with_data: bool
+                  ) -> Iterator[tuple[int, BatchInfo, memoryview | None]]: ...
 def _iter_batches(fd: int, size: int, with_data: bool = True
                   ) -> Iterator[tuple[int, BatchInfo, memoryview | None]]:
     """(position, header, whole batch bytes) of each well-framed batch up to `size`."""

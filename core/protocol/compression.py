@@ -46,7 +46,8 @@ _XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024
 
 
-def compress(codec: Compression, data: Buffer) -> bytes:
+def compress(codec: int, data: Buffer) -> bytes:
+    """Compress with the codec a Compression (or a batch's attributes) names."""
     if codec == Compression.NONE:
         return bytes(data)
     if codec == Compression.GZIP:
