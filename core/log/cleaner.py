@@ -291,8 +291,10 @@ def prepare(log: Log, now_ms: int, *, dedupe_buffer_size: int = DEFAULT_DEDUPE_B
                 end = info.base_offset + info.last_offset_delta + 1
         res.map_full = full
         if full and end == first_dirty:
-            log.warning("%s: offset map of %d entries cannot hold one batch; "
-                        "raise the dedupe buffer", log.directory, limit)
+            # `log` is the Log here, which shadows the module's logger.
+            logging.getLogger(__name__).warning(
+                "%s: offset map of %d entries cannot hold one batch; raise the dedupe buffer",
+                log.directory, limit)
         res.end_offset = end
 
         # 3. rewrite the closed segments below the end of the map, in groups
