@@ -13,12 +13,6 @@ from core.config import BrokerConfig, ConfigError
 from core.config.topic import TOPIC_CONFIGS
 
 
-def _render(name: str, value: object) -> str:
-    """A topic setting's value as DescribeConfigs shows it (a value that is set is not None)."""
-    rendered = TOPIC_CONFIGS[name].render(value)
-    assert rendered is not None, name
-    return rendered
-
 
 @dataclass(frozen=True)
 class ControllerConfig:
@@ -54,7 +48,7 @@ class ControllerConfig:
         for name, value in (("unclean.leader.election.enable", self.unclean_leader_election_enable),
                             ("min.insync.replicas", self.min_insync_replicas)):
             if name not in defaults and value != TOPIC_CONFIGS[name].default:
-                defaults[name] = _render(name, value)
+                defaults[name] = TOPIC_CONFIGS[name].render(value)
         object.__setattr__(self, "topic_defaults", MappingProxyType(defaults))
 
     @classmethod
@@ -65,7 +59,8 @@ class ControllerConfig:
     @classmethod
     def from_broker_config(cls, config: BrokerConfig) -> "ControllerConfig":
         get = config.__getitem__
-        defaults = {name: _render(name, value) for name, value in config.topic_defaults().items()}
+        defaults = {name: TOPIC_CONFIGS[name].render(value)
+                    for name, value in config.topic_defaults().items()}
         return cls(
             num_partitions=config["num.partitions"],
             default_replication_factor=config["default.replication.factor"],
