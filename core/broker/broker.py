@@ -13,7 +13,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -29,6 +29,9 @@ from .groups.manager import GroupManager
 from .metrics import BrokerMetrics
 from .partition import Partition
 from .producer_state import ProducerIdAllocator, delete_snapshots
+
+if TYPE_CHECKING:
+    from .forwarding import KRaftLink
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +92,8 @@ class Broker:
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"],
                                                 config["min.incremental.fetch.session.eviction.ms"])
         self.producer_ids = ProducerIdAllocator()   # blocks come from the controller
-        self.kraft = None   # KRaftLink (set by the node): the quorum, the controller channel, the sync
+        # The quorum, the controller channel, the sync: set by the node before it serves.
+        self.kraft: KRaftLink | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -204,6 +208,7 @@ class Broker:
         out the blocks (AllocateProducerIds), so no two brokers share an id."""
         async with self.admin_lock:
             if self.producer_ids.needs_block():
+                assert self.kraft is not None   # the node links the broker before it serves
                 start, length = await self.kraft.allocate_producer_ids()
                 self.producer_ids.use_block(start, length)
             return self.producer_ids.allocate()

@@ -142,6 +142,7 @@ class Connection:
             raise CloseConnection
         try:
             header, body_at = m.REQUEST_HEADER.decode(api.request_header_version(version), frame, whole=False)
+            assert isinstance(header, m.RequestHeader)   # the class of REQUEST_HEADER
             # Kafka reads a request's fields and ignores what follows them, and librdkafka
             # 2.x relies on it (its admin Metadata v12 ends with 3 extra bytes), so do we.
             request, end = api.request.decode(version, frame, body_at, whole=False)

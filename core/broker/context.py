@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from core.config.broker import Listener
-from core.security.authorizer import ANONYMOUS, Operation, ResourceType
+from core.security.authorizer import ANONYMOUS, Authorizer, Operation, ResourceType
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 @dataclass
 class RequestContext:
     broker: "Broker"
-    authorizer: object
+    authorizer: Authorizer
     listener: Listener
     peer: str
     api_key: int = -1

@@ -138,11 +138,11 @@ class FetchSession:
         for key in forgotten:
             if key in named:
                 continue   # named and forgotten at once: Kafka keeps the named one
-            entry = self.partitions.pop(key, None)
+            dropped = self.partitions.pop(key, None)
             self.dirty.pop(key, None)
             self.recheck.pop(key, None)
-            if entry is not None:
-                gone.append(entry)
+            if dropped is not None:
+                gone.append(dropped)
         return gone
 
     def take_dirty(self) -> list[PartitionKey]:

@@ -158,7 +158,7 @@ class KRaftLink:
         try:
             answer = await self.channel.send(m.ApiKey.CREATE_TOPICS, request, 7, timeout_s)
         except KafkaError as exc:
-            return {n: exc.code for n in names}
+            return {n: ErrorCode(exc.code) for n in names}
         codes = {t.name: ErrorCode(t.error_code) for t in answer.topics}
         ok = [n for n, c in codes.items() if c in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS)]
         await self.sync.wait_synced(lambda: all(n in self.broker.topics for n in ok), timeout_s)

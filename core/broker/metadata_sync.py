@@ -127,7 +127,8 @@ class MetadataSync:
         retry, self._unopened = self._unopened, set()
         marks = None
         for topic_id, timg in image.topics.items():
-            if (not every_topic and before.topics.get(topic_id) is timg and topic_id not in retry
+            if (not every_topic and before is not None   # every_topic when there is no `before`
+                    and before.topics.get(topic_id) is timg and topic_id not in retry
                     and before.topic_config(timg.name) is image.topic_config(timg.name)
                     and topic_id in broker.topics_by_id):
                 continue   # nothing about this topic changed
@@ -195,7 +196,11 @@ class MetadataSync:
             await self.replicas.stop_replica(p, delete=True)
             p.wake_waiters()
         moved = [await p.retire(DELETE_SUFFIX) for p in local]
-        await anyio.to_thread.run_sync(lambda: [shutil.rmtree(d, ignore_errors=True) for d in moved])
+
+        def remove_moved() -> None:
+            for d in moved:
+                shutil.rmtree(d, ignore_errors=True)
+        await anyio.to_thread.run_sync(remove_moved)
         log.info("removed topic %s", topic.name)
         broker.metrics.forget_topic(topic.name)
         await broker.groups.on_topic_deleted(topic.name)

@@ -8,7 +8,8 @@ would have sent had it used the topic's codec.
 from __future__ import annotations
 
 from core.protocol.compression import Compression
-from core.protocol.records import BatchInfo, build_batch, decode_batch, scan_batches
+from core.protocol.records import (BatchInfo, Record, RecordTuple, build_batch, decode_batch,
+                                   scan_batches)
 
 _TOPIC_CODECS = {"uncompressed": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
                  "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
@@ -29,8 +30,11 @@ def recompress(data, batches: list[BatchInfo], target: Compression,
         if info.compression == target:
             out += view[info.position:info.position + info.size]
             continue
-        records = decode_batch(view, info, max_decompressed=max_decompressed)
-        out += build_batch([(r.key, r.value, r.headers, r.timestamp) for r in records],
+        records: list[RecordTuple] = []
+        for r in decode_batch(view, info, max_decompressed=max_decompressed):
+            assert isinstance(r, Record), r   # a produced batch holds data records
+            records.append((r.key, r.value, r.headers, r.timestamp))
+        out += build_batch(records,
                            base_offset=info.base_offset, compression=target,
                            producer_id=info.producer_id, producer_epoch=info.producer_epoch,
                            base_sequence=info.base_sequence,

@@ -21,6 +21,7 @@ connection.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -34,6 +35,9 @@ from core.client.fetch_session import SESSION_ERRORS, FetchSessionHandler
 
 from .replication import (DivergingEpoch, FetchedBatch, FetchResponse, LeaderOffsets, SendFetch,
                           SendListOffsets)
+
+if TYPE_CHECKING:
+    from .partition import Partition
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +71,14 @@ class ReplicaFetcher:
         self.leader_id = leader_id
         self.config = manager.config
         # (topic, index) -> (partition, SendFetch): every fetch outstanding at this leader
-        self._outstanding: dict[tuple[str, int], tuple[object, SendFetch]] = {}
+        self._outstanding: dict[tuple[str, int], tuple[Partition, SendFetch]] = {}
         # session key -> the SendFetch whose parameters the leader's session holds
         self._sent: dict[tuple, SendFetch] = {}
-        self._listings: dict[tuple[str, int], tuple[object, SendListOffsets]] = {}
-        self._held: dict[tuple[str, int], tuple[object, SendFetch]] = {}   # throttled for now
-        self._session = FetchSessionHandler()
+        self._listings: dict[tuple[str, int], tuple[Partition, SendListOffsets]] = {}
+        self._held: dict[tuple[str, int], tuple[Partition, SendFetch]] = {}   # throttled for now
+        # keyed by (topic, topic id, index); the params are the fetch's epochs and offsets
+        self._session: FetchSessionHandler[tuple[str, bytes, int], tuple[int, int, int, int]] = \
+            FetchSessionHandler()
         self._names: dict[bytes, str] = {}           # topic id -> name, to read v13+ answers
         self._name_refs: dict[bytes, int] = {}       # topic id -> partitions in _keys under it
         self._keys: dict[tuple[str, int], tuple] = {}   # (topic, index) -> its session key
@@ -169,11 +175,12 @@ class ReplicaFetcher:
                              self.leader_id, exc)
                     await self._drop_connection()
                     self._session.handle_failure()
-                    failed = [*self._outstanding.values(), *listings.values()]
+                    failed: list[tuple[Partition, SendFetch | SendListOffsets]] = [
+                        *self._outstanding.values(), *listings.values()]
                     for partition, _ in list(self._outstanding.values()):
                         self._forget((partition.topic, partition.index), self._session_key(partition))
-                    for partition, action in failed:
-                        await self.manager.fetch_failed(partition, action.request_id)
+                    for partition, failed_action in failed:
+                        await self.manager.fetch_failed(partition, failed_action.request_id)
                     await anyio.sleep(backoff)
         finally:
             with anyio.CancelScope(shield=True):
@@ -260,6 +267,8 @@ class ReplicaFetcher:
         answered = []
         for t in response.responses:
             name = self._names.get(t.topic_id) if version >= 13 else t.topic
+            if name is None:
+                continue   # a topic id we never asked for: nothing of it was sent
             for pd in t.partitions:
                 skey = (name, t.topic_id if version >= 13 else self._topic_id(name), pd.partition_index)
                 action = self._sent.pop(skey, None)

@@ -38,6 +38,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Hashable
 
 import anyio
 
@@ -54,6 +55,10 @@ from .replication import (AlterPartitionAnswer, AppendAsFollower, BrokerInfo, Ch
                           PartitionMetadata, PartitionReplica, RecordsLost, ReplicaLog,
                           ReplicationConfig, SendAlterPartition, SendFetch, SendListOffsets,
                           StopReplica, TruncateFullyAndStartAt, TruncateTo, UncleanLeadership)
+
+if TYPE_CHECKING:
+    from .partition import Partition
+    from .replica_fetcher import ReplicaFetcher
 
 log = logging.getLogger(__name__)
 
@@ -111,13 +116,13 @@ class ReplicaManager:
         self.config = broker.config
         self.clock = monotonic_ms
         self._seq = itertools.count()
-        self._deadlines: list[tuple[int, int, object]] = []
-        self._scheduled: dict[object, int] = {}   # partition -> its one live entry in _deadlines
+        self._deadlines: list[tuple[int, int, Partition]] = []
+        self._scheduled: dict[Partition, int] = {}   # partition -> its one live entry in _deadlines
         self._ticker_wake = anyio.Event()
-        self._waiters: dict[int, ReplicationWaiter] = {}
-        self._alter_pending: dict[object, SendAlterPartition] = {}
+        self._waiters: dict[Hashable, ReplicationWaiter] = {}   # by the replica's request id
+        self._alter_pending: dict[Partition, SendAlterPartition] = {}
         self._alter_wake = anyio.Event()
-        self._fetchers: dict[int, object] = {}
+        self._fetchers: dict[int, ReplicaFetcher] = {}
         self._fetching_from: dict[tuple[str, int], int] = {}   # partition -> leader it fetches from
         self._task_group = None
         self._hw_unwritten = False   # the last checkpoint write failed: write again
@@ -246,6 +251,7 @@ class ReplicaManager:
         replicated = partition.replica.append_as_leader(count, acks=acks, request_id=request_id,
                                                         timeout_ms=timeout_ms)
         if replicated.pending:
+            assert request_id is not None and waiter is not None   # only acks=all waits
             self._waiters[request_id] = waiter
         return replicated, waiter
 
@@ -260,6 +266,7 @@ class ReplicaManager:
         answer = partition.replica.duplicate_as_leader(base_offset, last_offset, acks=acks,
                                                        request_id=request_id, timeout_ms=timeout_ms)
         if answer.pending:
+            assert request_id is not None and waiter is not None   # only acks=all waits
             self._waiters[request_id] = waiter
         self._execute_sync(partition)
         return answer.error, (waiter if answer.pending else None)

@@ -235,9 +235,9 @@ def rack_alternated_brokers(rack_of: Mapping[int, str]) -> list[int]:
     out: list[int] = []
     i = 0
     while len(out) < len(rack_of):
-        broker = next(iters[racks[i]], None)
-        if broker is not None:
-            out.append(broker)
+        next_broker = next(iters[racks[i]], None)
+        if next_broker is not None:
+            out.append(next_broker)
         i = (i + 1) % len(racks)
     return out
 
@@ -259,6 +259,7 @@ def assign_replicas(brokers: Sequence[Broker], partitions: int, replication_fact
     if replication_factor > len(brokers):
         raise InputError(f"replication factor {replication_factor} is larger than the "
                          f"{len(brokers)} available broker{'s' if len(brokers) != 1 else ''}")
+    rack_of: dict[int, str] | None
     if all(b.rack is None for b in brokers):
         order = [b.id for b in brokers]
         rack_of = None
@@ -267,7 +268,7 @@ def assign_replicas(brokers: Sequence[Broker], partitions: int, replication_fact
         if missing:
             raise InputError(f"not all brokers have rack information (none for "
                              f"{','.join(map(str, missing))}); use --disable-rack-aware")
-        rack_of = {b.id: b.rack for b in brokers}
+        rack_of = {b.id: b.rack for b in brokers if b.rack is not None}   # none is missing
         order = rack_alternated_brokers(rack_of)
     n = len(order)
     start = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)

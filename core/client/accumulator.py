@@ -21,6 +21,7 @@ import struct
 import time
 from collections import deque
 from dataclasses import dataclass
+from functools import partial
 from typing import Iterator
 
 from core.protocol.compression import Compression
@@ -180,7 +181,7 @@ class Accumulator:
             batch = ProducerBatch(topic, partition, self.next_seq(), self.delivery_timeout_s)
             q.append(batch)
             self.incomplete.add(batch)
-            batch.done.add_done_callback(lambda _f, b=batch: self._on_done(b))
+            batch.done.add_done_callback(partial(self._batch_done, batch))
             wake = True
         batch.records.append(record)
         batch.futures.append(fut)
@@ -190,6 +191,10 @@ class Accumulator:
             batch.full = True
             wake = True
         return batch, wake
+
+    def _batch_done(self, batch: ProducerBatch, _done: object) -> None:
+        """`batch.done` resolved (the callback of its future)."""
+        self._on_done(batch)
 
     def _on_done(self, batch: ProducerBatch) -> None:
         if batch in self.incomplete:
@@ -210,7 +215,7 @@ class Accumulator:
         for b in parts:
             self.incomplete.add(b)
             self.buffered_bytes += b.size - HEADER_SIZE
-            b.done.add_done_callback(lambda _f, bb=b: self._on_done(bb))
+            b.done.add_done_callback(partial(self._batch_done, b))
             self.requeue(b)
 
     def nonempty(self) -> Iterator[tuple[tuple[str, int], deque[ProducerBatch]]]:

@@ -26,14 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable, Mapping, TypeVar
+from typing import Any, Iterable, Mapping, TypeVar
 
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode, KafkaError
 
-from .client import KafkaClient
 from .cluster import NO_TOPIC_ID, BrokerInfo
 from .group_admin import GroupAdmin, GroupDescription, GroupListing, MemberDescription, OffsetAndMetadata
 from .offsets import OffsetAndTimestamp, list_offsets
@@ -140,61 +138,12 @@ class Admin(GroupAdmin, ReplicaAdmin):
     """Topics, configs, records, offsets and the cluster here; consumer groups in GroupAdmin;
     leader elections and reassignments in ReplicaAdmin."""
 
-    def __init__(self, client: KafkaClient, *, timeout_ms: int | None = None):
-        self.client = client
-        self.timeout_ms = client.default_api_timeout_ms if timeout_ms is None else timeout_ms
-
     async def __aenter__(self) -> "Admin":
         await self.client.start()
         return self
 
     async def __aexit__(self, *exc) -> None:
         pass  # the client belongs to the caller
-
-    # ------------------------------------------------------------------ retry core
-
-    async def _per_item(self, items: Mapping[K, Any],
-                        attempt: Callable[[dict[K, Any]], Awaitable[dict[K, Any]]],
-                        timeout_ms: float | None = None, final: frozenset = _UNKNOWN_TOPIC) -> dict[K, Any]:
-        """Run `attempt(items)` -> {item: result or KafkaError}; retry the items whose
-        error is retriable (or all of them if `attempt` raised a retriable error).
-
-        Codes in `final` are answers, not hiccups, even though Kafka marks them retriable:
-        a broker saying a topic does not exist is not retried."""
-        await self.client.start()  # idempotent: an Admin may be used before anyone started the client
-        budget = self.timeout_ms if timeout_ms is None else timeout_ms
-        deadline = time.monotonic() + budget / 1000
-        todo = dict(items)
-        results: dict[K, Any] = {}
-        tries = 0
-        while todo:
-            try:
-                outcome = await attempt(todo)
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                outcome = {k: exc for k in todo}
-            retry = {k: todo[k] for k, v in outcome.items()
-                     if isinstance(v, KafkaError) and v.retriable and v.code not in final and k in todo}
-            results.update(outcome)
-            delay = self.client.backoff_ms(tries) / 1000
-            if not retry or time.monotonic() + delay >= deadline:
-                break
-            tries += 1
-            await asyncio.sleep(delay)
-            # A moved controller shows up in fresh metadata; moved leaders are picked up by
-            # ensure_topics in the attempts that need them (the view is flagged stale).
-            self.client.request_metadata_update()
-            try:
-                await self.client.refresh_metadata([])
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-            todo = retry
-        return results
-
-    def _send_timeout(self, broker_timeout_ms: int) -> float:
-        return broker_timeout_ms + self.client.request_timeout_ms
 
     # ------------------------------------------------------------------ topics
 
@@ -259,6 +208,7 @@ class Admin(GroupAdmin, ReplicaAdmin):
             node = await self.client.any_node()
             conn = await self.client.connection(node)
             version = conn.version_for(METADATA)
+            req_topics: list[m.MetadataRequest.MetadataRequestTopic] | None
             if topics is None:
                 req_topics = [] if version == 0 else None
             else:
@@ -356,7 +306,7 @@ class Admin(GroupAdmin, ReplicaAdmin):
                                                          configuration_keys=None) for r in group],
                     include_synonyms=include_synonyms, include_documentation=False)
             resp = await conn.send(req, api_key=DESCRIBE_CONFIGS)
-            out = {}
+            out: dict[ConfigResource, KafkaError | dict[str, ConfigEntry]] = {}
             for res in resp.results:
                 key = ConfigResource(ConfigResourceType(res.resource_type), res.resource_name)
                 if res.error_code:

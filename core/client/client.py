@@ -26,6 +26,7 @@ import asyncio
 import logging
 import random
 import time
+from functools import partial
 from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
 from core.protocol import messages as m
@@ -131,10 +132,15 @@ class KafkaClient:
 
     # ------------------------------------------------------------------ connections
 
-    async def connection(self, node_id: int) -> BrokerConnection:
-        """The live connection to `node_id`, opening it if needed."""
+    async def connection(self, node_id: int | None) -> BrokerConnection:
+        """The live connection to `node_id`, opening it if needed. A node not in the cluster
+        metadata (None: no node known, as controller_node() may say) raises
+        KafkaConnectionError."""
         if self._closed:
             raise ClientClosedError("KafkaClient was closed")
+        if node_id is None:   # as a node the metadata does not list
+            self.request_metadata_update()
+            raise KafkaConnectionError(f"node {node_id} is not in the cluster metadata")
         conn = self._conns.get(node_id)
         if conn is not None and not conn.closed:
             return conn
@@ -146,7 +152,7 @@ class KafkaClient:
                 raise KafkaConnectionError(f"node {node_id} is not in the cluster metadata")
             task = asyncio.get_running_loop().create_task(self._open(node_id, broker.host, broker.port))
             self._connecting[node_id] = task
-            task.add_done_callback(lambda t, n=node_id: self._connect_done(n, t))
+            task.add_done_callback(partial(self._connect_done, node_id))
         # Shielded: one caller giving up must not abort the connect others wait for.
         return await asyncio.shield(task)
 
@@ -334,6 +340,7 @@ class KafkaClient:
                 asyncio.get_running_loop().create_task(conn.close())
 
     def _metadata_body(self, version: int, topics: frozenset[str] | None):
+        request_topics: list[m.MetadataRequest.MetadataRequestTopic] | None
         if topics is None:
             request_topics = [] if version == 0 else None
         else:

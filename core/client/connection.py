@@ -99,6 +99,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             self.filled += nbytes
             if self.filled == len(self.frame):
                 frame = self.frame
+                assert self.frame_view is not None   # set with the frame
                 self.frame_view.release()
                 self.frame = self.frame_view = None
                 self.conn._on_frame(frame)
@@ -365,8 +366,10 @@ class BrokerConnection:
             if len(self._no_reply) > _MAX_NO_REPLY:  # a Kafka broker never answers: forget the oldest
                 del self._no_reply[next(iter(self._no_reply))]
         self._transport.writelines(parts)
-        if not self._proto.can_write.is_set():
-            await self._proto.can_write.wait()
+        proto = self._proto
+        assert proto is not None   # set with the transport
+        if not proto.can_write.is_set():
+            await proto.can_write.wait()
             if self.closed and fut is None:
                 raise self.close_error
         if fut is None:

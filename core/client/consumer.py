@@ -50,6 +50,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Iterable, Mapping, Sequence
 
 from core.protocol import messages as m
@@ -386,16 +387,16 @@ class Consumer:
             return
         res = await list_offsets(self.client, need, isolation_level=self.isolation, timeout_ms=timeout_ms)
         for tp, r in res.items():
-            st = self._states.get(tp)
-            if st is None or st.position is not None or st.reset != need[tp]:
+            state = self._states.get(tp)
+            if state is None or state.position is not None or state.reset != need[tp]:
                 continue  # reassigned or sought meanwhile
             if isinstance(r, KafkaError):
                 if r.retriable:
-                    st.retry_at = time.monotonic() + self.client.retry_backoff_ms / 1000
+                    state.retry_at = time.monotonic() + self.client.retry_backoff_ms / 1000
                 else:
-                    st.error = r
+                    state.error = r
             else:
-                st.position, st.reset = r.offset, None
+                state.position, state.reset = r.offset, None
 
     # ------------------------------------------------------------------ polling
 
@@ -493,7 +494,7 @@ class Consumer:
                 continue
             task = asyncio.get_running_loop().create_task(self._fetch(node, tps))
             self._fetches[node] = task
-            task.add_done_callback(lambda t, n=node: self._fetch_done(n, t))
+            task.add_done_callback(partial(self._fetch_done, node))
         return next_retry
 
     def _fetch_done(self, node: int, task: asyncio.Task) -> None:
@@ -525,6 +526,7 @@ class Consumer:
         offsets: dict[TopicPartition, int] = {}
         for tp in tps:
             st = self._states[tp]
+            assert st.position is not None   # only partitions with a position are fetched
             offsets[tp] = st.position
             session.want(tp, (cluster.leader_epoch(*tp), st.position, self.max_partition_fetch_bytes))
         for tp in [tp for tp in session.wanted() if tp not in offsets]:
@@ -556,7 +558,9 @@ class Consumer:
                     rack_id="")
         if use_ids:
             for name, _ in tps:
-                names_by_id.setdefault(cluster.topic_id(name), name)
+                topic_id = cluster.topic_id(name)
+                assert topic_id is not None   # use_ids only when every topic id is known
+                names_by_id.setdefault(topic_id, name)
         try:
             response = await conn.send(request, api_key=FETCH, version=version,
                                        timeout_ms=self.client.request_timeout_ms + self.fetch_max_wait_ms)
@@ -628,6 +632,7 @@ class Consumer:
 
     def _decode_next_batch(self, cf: _CompletedFetch, st: _PartitionState) -> bool:
         """Decode the next batch of `cf` into cf.pending; False when none is left."""
+        assert st.position is not None   # a fetched partition has its position
         topic, partition = cf.tp
         for info in iter_batch_headers(cf.records, cf.pos):
             cf.pos = info.position + info.size

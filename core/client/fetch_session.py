@@ -44,8 +44,8 @@ def next_epoch(epoch: int) -> int:
 class FetchPlan(Generic[K, P]):
     session_id: int
     epoch: int
-    partitions: dict          # key -> params: every wanted partition (full) or the changed ones
-    forgotten: list           # keys the session is to drop (incremental requests only)
+    partitions: dict[K, P]    # key -> params: every wanted partition (full) or the changed ones
+    forgotten: list[K]        # keys the session is to drop (incremental requests only)
 
     @property
     def full(self) -> bool:
@@ -94,11 +94,12 @@ class FetchSessionHandler(Generic[K, P]):
     def __contains__(self, key: K) -> bool:
         return key in self._changed or (key in self._held and key not in self._forgotten)
 
-    def build(self, sessions: bool = True) -> FetchPlan:
+    def build(self, sessions: bool = True) -> FetchPlan[K, P]:
         """The next request. `sessions=False` (a broker older than Fetch v7): always full, no
         session."""
         if not sessions:
             self.session_id, self.epoch = NO_SESSION, FINAL_EPOCH
+        plan: FetchPlan[K, P]
         if self.in_session:
             plan = FetchPlan(self.session_id, self.epoch, self._changed, sorted(self._forgotten, key=repr))
             self._held.update(self._changed)

@@ -129,7 +129,9 @@ class GroupMembership:
         self._round_counts: dict[str, int] | None = None
         self._next_metadata_check = 0.0
         self._closed = False
-        self._on_assign = self._on_revoke = self._on_lost = None
+        self._on_assign: RebalanceListener | None = None
+        self._on_revoke: RebalanceListener | None = None
+        self._on_lost: RebalanceListener | None = None
         self._listener_error: Exception | None = None
 
     # ------------------------------------------------------------------ state
@@ -336,7 +338,9 @@ class GroupMembership:
             if step is Step.OK:
                 return assignment
             if step in (Step.FAIL, Step.FATAL):
-                raise self.core.take_error()
+                error = self.core.take_error()
+                assert error is not None   # FAIL and FATAL come with their error
+                raise error
             if step is Step.REJOIN:
                 if self.core.generation == NO_GENERATION and self.target.owned_partitions():
                     return None  # reset while owning partitions: they are lost now

@@ -31,6 +31,7 @@ from core.protocol import messages as m
 from core.protocol.consumer_protocol import PROTOCOL_TYPE, decode_assignment
 from core.protocol.errors import DecodeError, ErrorCode, KafkaError
 
+from .admin_core import AdminCore
 from .cluster import BrokerInfo
 from .errors import UnsupportedVersionError
 
@@ -111,8 +112,8 @@ def _decode_assignment(protocol_type: str, blob: bytes) -> dict[str, list[int]] 
         return None
 
 
-class GroupAdmin:
-    """Mixed into Admin; uses its client, timeout and `_per_item` retry core."""
+class GroupAdmin(AdminCore):
+    """Mixed into Admin; uses its client, timeout and `_per_item` retry core (AdminCore)."""
 
     # ------------------------------------------------------------------ coordinators
 

@@ -63,8 +63,8 @@ async def list_offsets(client: KafkaClient, specs: Mapping[TopicPartition, str |
             leader = client.leader_for(*tp)
             if leader is None:
                 code = client.cluster.topic_error(tp[0]) or ErrorCode.LEADER_NOT_AVAILABLE
-                if client.cluster.partitions_for(tp[0]) is not None \
-                        and tp[1] not in client.cluster.partitions_for(tp[0]):
+                known = client.cluster.partitions_for(tp[0])
+                if known is not None and tp[1] not in known:
                     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 retry[tp] = ts
                 last_error[tp] = KafkaError(code, f"no leader for {tp[0]}-{tp[1]}")

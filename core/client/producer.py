@@ -371,7 +371,8 @@ class Producer:
             self._refresh_metadata_soon()
         sent = False
         for node, batches in by_node.items():
-            chosen, total = [], 0
+            chosen: list[ProducerBatch] = []
+            total = 0
             for b in batches:
                 tp = (b.topic, b.partition)
                 if idem is not None and b.base_seq is None:

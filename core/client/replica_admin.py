@@ -23,6 +23,7 @@ from typing import Iterable, Mapping, Sequence
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode, KafkaError
 
+from .admin_core import AdminCore
 from .errors import UnsupportedVersionError
 
 __all__ = ["ReplicaAdmin", "ElectionType", "PartitionReassignment"]
@@ -66,8 +67,8 @@ def _fill_missing(out: dict, todo: Iterable[TopicPartition], what: str) -> dict:
     return out
 
 
-class ReplicaAdmin:
-    """Mixed into Admin; uses its client, timeout and `_per_item` retry core."""
+class ReplicaAdmin(AdminCore):
+    """Mixed into Admin; uses its client, timeout and `_per_item` retry core (AdminCore)."""
 
     async def elect_leaders(self, election_type: ElectionType | int | str = ElectionType.PREFERRED,
                             partitions: Iterable[TopicPartition] | None = None, *,

@@ -47,7 +47,7 @@ def parse_listeners(key: str, value: list[str], protocol_map: dict[str, str]) ->
         protocol = protocol_map.get(name, name if name in SECURITY_PROTOCOLS else None)
         if protocol is None:
             raise ConfigError(f"{key}: listener {name} has no entry in listener.security.protocol.map")
-        if any(l.name == name for l in out):
+        if any(li.name == name for li in out):
             raise ConfigError(f"{key}: listener {name} is listed twice")
         out.append(Listener(name, host, port, protocol))
     return out
@@ -314,15 +314,15 @@ class BrokerConfig:
             raise ConfigError("listeners: at least one listener is required")
         if v["advertised.listeners"]:
             self.advertised_listeners = parse_listeners("advertised.listeners", v["advertised.listeners"], pmap)
-            names = {l.name for l in self.listeners}
+            names = {li.name for li in self.listeners}
             for adv in self.advertised_listeners:
                 if adv.name not in names:
                     raise ConfigError(f"advertised.listeners: {adv.name} is not one of listeners")
         else:
             self.advertised_listeners = [
-                Listener(l.name, l.host or "127.0.0.1", l.port, l.security_protocol) if l.host not in ("", "0.0.0.0", "::")
-                else Listener(l.name, "127.0.0.1", l.port, l.security_protocol)
-                for l in self.listeners]
+                Listener(li.name, li.host or "127.0.0.1", li.port, li.security_protocol) if li.host not in ("", "0.0.0.0", "::")
+                else Listener(li.name, "127.0.0.1", li.port, li.security_protocol)
+                for li in self.listeners]
         self._derive_quorum()
         if v["message.max.bytes"] > v["socket.request.max.bytes"]:
             log.warning("message.max.bytes is larger than socket.request.max.bytes")
@@ -348,7 +348,7 @@ class BrokerConfig:
             if self.roles != {"broker", "controller"}:
                 raise ConfigError(f"process.roles: {','.join(roles)} needs controller.quorum.voters; "
                                   f"a node without voters is a one-node cluster with both roles")
-            names = {l.name for l in self.listeners}
+            names = {li.name for li in self.listeners}
             name = next(n for n in ("CONTROLLER", "CONTROLLER_LOCAL", "SEAWAY_CONTROLLER") if n not in names)
             self.listeners = [*self.listeners, Listener(name, "127.0.0.1", 0, "PLAINTEXT")]
             self.controller_listener_names = [name]
@@ -356,7 +356,7 @@ class BrokerConfig:
             return
         if not self.controller_listener_names:
             raise ConfigError("controller.listener.names: required when controller.quorum.voters is set")
-        names = {l.name for l in self.listeners}
+        names = {li.name for li in self.listeners}
         if "controller" in self.roles:
             if self.node_id not in self.quorum_voters:
                 raise ConfigError(f"controller.quorum.voters: node.id {self.node_id} has the controller "
@@ -377,8 +377,8 @@ class BrokerConfig:
             if names - set(self.controller_listener_names):
                 raise ConfigError("listeners: a controller-only node may listen only on controller.listener.names")
         # Clients are never told about controller listeners.
-        self.advertised_listeners = [l for l in self.advertised_listeners
-                                     if l.name not in self.controller_listener_names] \
+        self.advertised_listeners = [li for li in self.advertised_listeners
+                                     if li.name not in self.controller_listener_names] \
             or self.advertised_listeners
 
     def is_controller_listener(self, name: str) -> bool:
@@ -405,9 +405,9 @@ class BrokerConfig:
         return {t.name: self.values[t.synonym] for t in TOPIC_CONFIG_LIST if t.synonym in self.explicit}
 
     def advertised(self, listener_name: str) -> Listener:
-        for l in self.advertised_listeners:
-            if l.name == listener_name:
-                return l
+        for li in self.advertised_listeners:
+            if li.name == listener_name:
+                return li
         return self.advertised_listeners[0]
 
     @classmethod

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, overload
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -91,8 +91,12 @@ class ConfigDef:
         if self.validator is not None:
             self.validator(value)
 
+    @overload
+    def render(self, value: None) -> None: ...
+    @overload
+    def render(self, value: bool | int | float | str | list[str] | tuple[str, ...]) -> str: ...
     def render(self, value: Any) -> str | None:
-        """The string DescribeConfigs shows."""
+        """The string DescribeConfigs shows (None for a null value)."""
         if value is None:
             return None
         if self.type == ConfigType.BOOLEAN:

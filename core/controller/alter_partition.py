@@ -66,13 +66,14 @@ NO_EPOCH = -1   # BrokerState.BrokerEpoch: not checked
 _ROUTINE = (ErrorCode.NOT_CONTROLLER, ErrorCode.FENCED_LEADER_EPOCH)
 
 
-def _topic(image: MetadataImage, t, version: int) -> TopicImage | None:
+def _topic(image: MetadataImage, t: m.AlterPartitionRequest.TopicData,
+           version: int) -> TopicImage | None:
     if version >= 2:
         return image.topics.get(bytes(t.topic_id))
     return image.topic(t.topic_name)
 
 
-def _members(p, version: int) -> list[tuple[int, int]]:
+def _members(p: m.AlterPartitionRequest.PartitionData, version: int) -> list[tuple[int, int]]:
     """(broker id, broker epoch) of each proposed ISR member."""
     if version >= 3:
         return [(b.broker_id, b.broker_epoch) for b in p.new_isr_with_epochs]
@@ -92,8 +93,8 @@ def _ineligible(image: MetadataImage, broker_id: int, epoch: int) -> str | None:
     return None
 
 
-def _validate(image: MetadataImage, requester: int, part: PartitionRegistration | None, p,
-              version: int) -> list[int]:
+def _validate(image: MetadataImage, requester: int, part: PartitionRegistration | None,
+              p: m.AlterPartitionRequest.PartitionData, version: int) -> list[int]:
     """The new ISR, or ApiError with the partition's error."""
     if part is None:
         raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "unknown partition")
@@ -128,7 +129,8 @@ def _validate(image: MetadataImage, requester: int, part: PartitionRegistration 
     return isr
 
 
-def alter_partition(w: Working, request, version: int) -> Message:
+def alter_partition(w: Working, request: m.AlterPartitionRequest,
+                    version: int) -> m.AlterPartitionResponse:
     """Answer an AlterPartition; adds its PartitionChangeRecords to `w`."""
     check_broker_epoch(w, request.broker_id, request.broker_epoch)
     image = w.image
@@ -136,8 +138,8 @@ def alter_partition(w: Working, request, version: int) -> Message:
     # an earlier entry of the same request changed them (one image rebuild per request, not
     # per partition: a leader may send thousands after a follower dies).
     changed: dict[tuple[bytes, int], PartitionRegistration] = {}
-    records = []
-    topics = []
+    records: list[Message] = []
+    topics: list[m.AlterPartitionResponse.TopicData] = []
     for t in request.topics:
         out = R.TopicData(topic_name=t.topic_name, topic_id=t.topic_id, partitions=[])
         topics.append(out)
@@ -165,6 +167,7 @@ def alter_partition(w: Working, request, version: int) -> Message:
                 out.partitions.append(R.PartitionData(partition_index=p.partition_index,
                                                       error_code=exc.code))
                 continue
+            assert part is not None   # _validate refuses a partition that is not there
             record = partition_change(topic.id, p.partition_index, part,
                                       lambda r: is_active(image, r), target_isr=isr,
                                       target_recovery_state=p.leader_recovery_state)
@@ -195,6 +198,6 @@ def alter_partition(w: Working, request, version: int) -> Message:
     return R(throttle_time_ms=0, error_code=0, topics=topics)
 
 
-def error_response(code: ErrorCode) -> Message:
+def error_response(code: ErrorCode) -> m.AlterPartitionResponse:
     """The whole request failed (Kafka's AlterPartitionRequest.getErrorResponse: no topics)."""
     return R(throttle_time_ms=0, error_code=code, topics=[])

@@ -166,7 +166,8 @@ class ClusterControl:
 
     # ------------------------------------------------------------------ BrokerRegistration
 
-    def register(self, w: Working, request, version: int, epoch: int) -> Message:
+    def register(self, w: Working, request: m.BrokerRegistrationRequest, version: int,
+                 epoch: int) -> m.BrokerRegistrationResponse:
         broker_id = request.broker_id
         if request.cluster_id != self.cluster_id:
             raise ApiError(ErrorCode.INCONSISTENT_CLUSTER_ID,
@@ -192,7 +193,7 @@ class ClusterControl:
                                f"version {level} of {f.name}. The broker wants a version between "
                                f"{f.min_supported_version} and {f.max_supported_version}, "
                                "inclusive.")
-        if same:
+        if same and existing is not None:
             epoch, fenced, shutdown = existing.epoch, existing.fenced, existing.in_controlled_shutdown
         else:
             fenced, shutdown = True, False
@@ -201,9 +202,9 @@ class ClusterControl:
         R = m.RegisterBrokerRecord
         w.add([R(broker_id=broker_id, is_migrating_zk_broker=False, incarnation_id=incarnation,
                  broker_epoch=epoch,
-                 end_points=[R.BrokerEndpoint(name=l.name, host=l.host, port=l.port,
-                                              security_protocol=l.security_protocol)
-                             for l in request.listeners],
+                 end_points=[R.BrokerEndpoint(name=li.name, host=li.host, port=li.port,
+                                              security_protocol=li.security_protocol)
+                             for li in request.listeners],
                  features=[R.BrokerFeature(name=f.name,
                                            min_supported_version=f.min_supported_version,
                                            max_supported_version=f.max_supported_version)
@@ -220,7 +221,8 @@ class ClusterControl:
     # ------------------------------------------------------------------ BrokerHeartbeat
 
     def _next_state(self, image: MetadataImage, broker_id: int, current: BrokerState,
-                    session: Session, request, register_offset: int) -> BrokerState:
+                    session: Session, request: m.BrokerHeartbeatRequest,
+                    register_offset: int) -> BrokerState:
         if current is BrokerState.FENCED:
             if request.want_shut_down:
                 return BrokerState.SHUTDOWN_NOW
@@ -242,8 +244,8 @@ class ClusterControl:
             return BrokerState.CONTROLLED_SHUTDOWN
         return BrokerState.SHUTDOWN_NOW
 
-    def heartbeat(self, w: Working, request, register_offset: int | None,
-                  next_offset: int) -> Message:
+    def heartbeat(self, w: Working, request: m.BrokerHeartbeatRequest, register_offset: int | None,
+                  next_offset: int) -> m.BrokerHeartbeatResponse:
         """`register_offset`: where the broker's RegisterBrokerRecord is (or will be) in the log;
         `next_offset`: the offset the first record this heartbeat writes will get."""
         broker_id = request.broker_id
@@ -282,7 +284,7 @@ class ClusterControl:
 
     # ------------------------------------------------------------------ UnregisterBroker
 
-    def unregister(self, w: Working, request) -> Message:
+    def unregister(self, w: Working, request: m.UnregisterBrokerRequest) -> m.UnregisterBrokerResponse:
         broker_id = request.broker_id
         reg = w.image.brokers.get(broker_id)
         if reg is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterable
+from typing import Callable, Hashable, Iterable, Protocol, TypeVar
 
 from core.protocol.codegen import Message
 from core.protocol.errors import ErrorCode
@@ -41,9 +41,18 @@ class ApiError(Exception):
         self.message = message
 
 
-def answer_each(items: Iterable, key: Callable[[Any], Hashable], duplicate: str,
-                result: Callable[[Any], Message],
-                act: Callable[[Any, Message], None]) -> list[Message]:
+class ItemResult(Protocol):
+    """A per-item result of a response: every one carries an error code and message."""
+    error_code: int
+    error_message: str | None
+
+
+Item = TypeVar("Item")
+R = TypeVar("R", bound=ItemResult)
+
+
+def answer_each(items: Iterable[Item], key: Callable[[Item], Hashable], duplicate: str,
+                result: Callable[[Item], R], act: Callable[[Item, R], None]) -> list[R]:
     """One result per request item, in request order. An item whose key appears more than
     once fails with INVALID_REQUEST (`duplicate` is the message); otherwise `act(item,
     result)` fills in the result or raises ApiError, whose code and message the result gets."""

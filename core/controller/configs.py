@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Mapping
 
-from core.config import ConfigError, ConfigType, TopicConfigs
+from core.config import ConfigDef, ConfigError, ConfigType, TopicConfigs
 from core.config.broker import BROKER_CONFIGS
 from core.config.topic import TOPIC_CONFIG_LIST, TOPIC_CONFIGS, check_policy_combination
 from core.protocol import messages as m
@@ -97,8 +97,9 @@ def unclean_enabled(image: MetadataImage, config: ControllerConfig, node_id: int
 # --------------------------------------------------------------------------- validation
 
 
-def check_topic_configs(values: Mapping[str, str | None]) -> None:
-    """The whole config of a topic, as it would be stored; ApiError(INVALID_CONFIG)."""
+def check_topic_configs(values: Mapping[str, str | None]) -> dict[str, str]:
+    """The whole config of a topic, as it would be stored; ApiError(INVALID_CONFIG). Returns
+    the values, which are then known not to be null."""
     nulls = [k for k, v in values.items() if v is None]
     if nulls:
         raise ApiError(ErrorCode.INVALID_CONFIG,
@@ -107,6 +108,7 @@ def check_topic_configs(values: Mapping[str, str | None]) -> None:
         check_policy_combination(TopicConfigs.validate(dict(values)))
     except ConfigError as exc:
         raise ApiError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def _check_broker_configs(values: Mapping[str, str | None]) -> None:
@@ -171,21 +173,21 @@ def _no_duplicate_names(names: list[str]) -> None:
 # --------------------------------------------------------------------------- changes
 
 
-def _definition(rtype: int, name: str):
+def _definition(rtype: int, name: str) -> ConfigDef | None:
     if rtype == TOPIC_RESOURCE:
         return TOPIC_CONFIGS.get(name)
     return BROKER_CONFIGS.get(name) or _TOPIC_BY_SYNONYM.get(name)
 
 
-def _list_items(value: str | None, rtype: int, name: str) -> list[str]:
+def _list_items(value: str | None, definition: ConfigDef) -> list[str]:
     if value is None:
         # Kafka appends to (or subtracts from) the default when nothing is set.
-        definition = _definition(rtype, name)
         value = definition.render(definition.default)
     return [part for part in (value or "").split(",") if part]
 
 
-def _incremental(rtype: int, current: Stored, configs) -> dict[str, str | None]:
+def _incremental(rtype: int, current: Stored,
+                 configs: list[m.IncrementalAlterConfigsRequest.AlterableConfig]) -> dict[str, str | None]:
     """key -> new value (None: delete) for one resource's operations."""
     changes: dict[str, str | None] = {}
     for c in configs:
@@ -203,7 +205,7 @@ def _incremental(rtype: int, current: Stored, configs) -> dict[str, str | None]:
             if definition is None or definition.type != ConfigType.LIST:
                 raise ApiError(ErrorCode.INVALID_CONFIG, f"Can't {_OP_NAMES[op]} to key "
                                                          f"{c.name} because its type is not LIST.")
-            items = _list_items(current.get(c.name), rtype, c.name)
+            items = _list_items(current.get(c.name), definition)
             given = [part for part in (c.value or "").split(",") if part]
             if op == APPEND:
                 items += [part for part in given if part not in items]
@@ -242,51 +244,82 @@ def _apply_resource(w: Working, config: ControllerConfig, node_id: int, rtype: i
     w.add(records)
 
 
-def _alter(request, response_cls, image: MetadataImage, config: ControllerConfig, node_id: int,
-           incremental: bool) -> ControllerResult:
-    w = Working(image)
+# IncrementalAlterConfigs and AlterConfigs share their checks; each has its own classes.
+_IncrementalResource = m.IncrementalAlterConfigsRequest.AlterConfigsResource
+_Resource = m.AlterConfigsRequest.AlterConfigsResource
 
-    def alter(res, _) -> None:
-        _check_resource_type(res.resource_type)
-        _check_resource_name(res.resource_type, res.resource_name)
-        _no_duplicate_names([c.name for c in res.configs])
+
+def _check_resource(res: _IncrementalResource | _Resource) -> None:
+    """The checks of a resource before its changes are worked out."""
+    _check_resource_type(res.resource_type)
+    _check_resource_name(res.resource_type, res.resource_name)
+    _no_duplicate_names([c.name for c in res.configs])
+
+
+def _resource_key(res: _IncrementalResource | _Resource) -> tuple[int, str]:
+    return res.resource_type, res.resource_name
+
+
+def incremental_alter_configs(request: m.IncrementalAlterConfigsRequest, version: int, *,
+                              image: MetadataImage, config: ControllerConfig,
+                              node_id: int) -> ControllerResult:
+    w = Working(image)
+    R = m.IncrementalAlterConfigsResponse
+
+    def alter(res: _IncrementalResource,
+              _: m.IncrementalAlterConfigsResponse.AlterConfigsResourceResponse) -> None:
+        _check_resource(res)
         current = w.image.configs.get((res.resource_type, res.resource_name), {})
-        if incremental:
-            changes = _incremental(res.resource_type, current, res.configs)
-        else:
-            changes = {c.name: c.value for c in res.configs}
-            nulls = [k for k, v in changes.items() if v is None]
-            if nulls:
-                kind = "topic" if res.resource_type == TOPIC_RESOURCE else "broker"
-                raise ApiError(ErrorCode.INVALID_CONFIG,
-                               f"Null value not supported for {kind} configs: {','.join(nulls)}")
+        changes = _incremental(res.resource_type, current, res.configs)
         _apply_resource(w, config, node_id, res.resource_type, res.resource_name, changes,
-                        replace=not incremental)
+                        replace=False)
 
     results = answer_each(
-        request.resources, lambda r: (r.resource_type, r.resource_name), "Duplicate resource.",
-        lambda r: response_cls.AlterConfigsResourceResponse(
+        request.resources, _resource_key, "Duplicate resource.",
+        lambda r: R.AlterConfigsResourceResponse(
             error_code=0, error_message=None, resource_type=r.resource_type,
             resource_name=r.resource_name),
         alter)
-    records = [] if request.validate_only else w.records
-    return ControllerResult(records, response_cls(throttle_time_ms=0, responses=results))
+    records: list[Message] = [] if request.validate_only else w.records
+    return ControllerResult(records, R(throttle_time_ms=0, responses=results))
 
 
-def incremental_alter_configs(request, version: int, *, image: MetadataImage,
-                              config: ControllerConfig, node_id: int) -> ControllerResult:
-    return _alter(request, m.IncrementalAlterConfigsResponse, image, config, node_id, True)
+def alter_configs(request: m.AlterConfigsRequest, version: int, *, image: MetadataImage,
+                  config: ControllerConfig, node_id: int) -> ControllerResult:
+    w = Working(image)
+    R = m.AlterConfigsResponse
+
+    def alter(res: _Resource, _: m.AlterConfigsResponse.AlterConfigsResourceResponse) -> None:
+        _check_resource(res)
+        changes = {c.name: c.value for c in res.configs}
+        nulls = [k for k, v in changes.items() if v is None]
+        if nulls:
+            kind = "topic" if res.resource_type == TOPIC_RESOURCE else "broker"
+            raise ApiError(ErrorCode.INVALID_CONFIG,
+                           f"Null value not supported for {kind} configs: {','.join(nulls)}")
+        _apply_resource(w, config, node_id, res.resource_type, res.resource_name, changes,
+                        replace=True)
+
+    results = answer_each(
+        request.resources, _resource_key, "Duplicate resource.",
+        lambda r: R.AlterConfigsResourceResponse(
+            error_code=0, error_message=None, resource_type=r.resource_type,
+            resource_name=r.resource_name),
+        alter)
+    records: list[Message] = [] if request.validate_only else w.records
+    return ControllerResult(records, R(throttle_time_ms=0, responses=results))
 
 
-def alter_configs(request, version: int, *, image: MetadataImage, config: ControllerConfig,
-                  node_id: int) -> ControllerResult:
-    return _alter(request, m.AlterConfigsResponse, image, config, node_id, False)
-
-
-def error_response(api_key: int, request, code: ErrorCode, message: str | None) -> Message:
-    response_cls = (m.IncrementalAlterConfigsResponse if api_key == m.ApiKey.INCREMENTAL_ALTER_CONFIGS
-                    else m.AlterConfigsResponse)
-    return response_cls(throttle_time_ms=0, responses=[
-        response_cls.AlterConfigsResourceResponse(
+def error_response(api_key: int, request: m.IncrementalAlterConfigsRequest | m.AlterConfigsRequest,
+                   code: ErrorCode, message: str | None) -> Message:
+    if api_key == m.ApiKey.INCREMENTAL_ALTER_CONFIGS:
+        IR = m.IncrementalAlterConfigsResponse
+        return IR(throttle_time_ms=0, responses=[
+            IR.AlterConfigsResourceResponse(
+                error_code=code, error_message=message, resource_type=r.resource_type,
+                resource_name=r.resource_name) for r in request.resources])
+    R = m.AlterConfigsResponse
+    return R(throttle_time_ms=0, responses=[
+        R.AlterConfigsResourceResponse(
             error_code=code, error_message=message, resource_type=r.resource_type,
             resource_name=r.resource_name) for r in request.resources])

@@ -94,7 +94,7 @@ import logging
 import random
 import uuid
 from collections import deque
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from core.protocol import messages as m
 from core.protocol.codegen import Message
@@ -127,7 +127,8 @@ def _message(record: Message | MetadataRecord) -> Message:
     return record.message if isinstance(record, MetadataRecord) else record
 
 
-def _track_registrations(offsets: dict[int, int], records: list, first_offset: int) -> None:
+def _track_registrations(offsets: dict[int, int], records: Sequence[Message | MetadataRecord],
+                         first_offset: int) -> None:
     for i, record in enumerate(records):
         msg = _message(record)
         if isinstance(msg, m.RegisterBrokerRecord):
@@ -216,7 +217,7 @@ class QuorumController:
         else:
             self._reset_pending()
 
-    def _settle(self, records: list, first: int) -> None:
+    def _settle(self, records: Sequence[Message | MetadataRecord], first: int) -> None:
         rebase = shifted = False
         for i, record in enumerate(records):
             offset = first + i
@@ -304,7 +305,7 @@ class QuorumController:
 
     # ------------------------------------------------------------------ requests
 
-    def _run(self, api_key: int, request, version: int,
+    def _run(self, api_key: int, request: Message, version: int,
              generate: Callable[[Working], ControllerResult]) -> ControllerResult:
         if not self._active:
             return ControllerResult([], self._error_response(
@@ -324,23 +325,30 @@ class QuorumController:
         return result
 
     @staticmethod
-    def _error_response(api_key: int, request, version: int, code: ErrorCode,
+    def _error_response(api_key: int, request: Message, version: int, code: ErrorCode,
                         message: str | None) -> Message:
+        # `request` is the request of `api_key`: the asserts only tell the type checker.
         if api_key in (m.ApiKey.BROKER_REGISTRATION, m.ApiKey.BROKER_HEARTBEAT, m.ApiKey.UNREGISTER_BROKER):
             return brokers.error_response(api_key, code, message)
         if api_key in (m.ApiKey.ALTER_CONFIGS, m.ApiKey.INCREMENTAL_ALTER_CONFIGS):
+            assert isinstance(request, (m.AlterConfigsRequest, m.IncrementalAlterConfigsRequest))
             return configs.error_response(api_key, request, code, message)
         if api_key == m.ApiKey.ALLOCATE_PRODUCER_IDS:
             return producer_ids.error_response(code)
         if api_key == m.ApiKey.ALTER_PARTITION:
             return alter_partition.error_response(code)
         if api_key == m.ApiKey.ELECT_LEADERS:
+            assert isinstance(request, m.ElectLeadersRequest)
             return elect_leaders.error_response(request, code, message)
         if api_key in (m.ApiKey.ALTER_PARTITION_REASSIGNMENTS, m.ApiKey.LIST_PARTITION_REASSIGNMENTS):
+            assert isinstance(request, (m.AlterPartitionReassignmentsRequest,
+                                        m.ListPartitionReassignmentsRequest))
             return reassignment.error_response(api_key, request, code, message)
+        assert isinstance(request, (m.CreateTopicsRequest, m.DeleteTopicsRequest,
+                                    m.CreatePartitionsRequest))
         return topics.error_response(api_key, request, version, code, message)
 
-    def broker_registration(self, request, version: int,
+    def broker_registration(self, request: m.BrokerRegistrationRequest, version: int,
                             next_offset: int | None = None) -> ControllerResult:
         """BrokerRegistration (62). The broker epoch is the offset the batch's first record
         gets: `next_offset` when given (and the controller's count follows it), else the
@@ -353,7 +361,7 @@ class QuorumController:
             return ControllerResult(w.records, response)
         return self._run(m.ApiKey.BROKER_REGISTRATION, request, version, generate)
 
-    def broker_heartbeat(self, request, version: int) -> ControllerResult:
+    def broker_heartbeat(self, request: m.BrokerHeartbeatRequest, version: int) -> ControllerResult:
         """BrokerHeartbeat (63)."""
         def generate(w: Working) -> ControllerResult:
             response = self._cluster.heartbeat(
@@ -361,58 +369,61 @@ class QuorumController:
             return ControllerResult(w.records, response)
         return self._run(m.ApiKey.BROKER_HEARTBEAT, request, version, generate)
 
-    def unregister_broker(self, request, version: int) -> ControllerResult:
+    def unregister_broker(self, request: m.UnregisterBrokerRequest, version: int) -> ControllerResult:
         """UnregisterBroker (64)."""
         def generate(w: Working) -> ControllerResult:
             return ControllerResult(w.records, self._cluster.unregister(w, request))
         return self._run(m.ApiKey.UNREGISTER_BROKER, request, version, generate)
 
-    def create_topics(self, request, version: int) -> ControllerResult:
+    def create_topics(self, request: m.CreateTopicsRequest, version: int) -> ControllerResult:
         """CreateTopics (19)."""
         return self._run(m.ApiKey.CREATE_TOPICS, request, version, lambda w: topics.create_topics(
             request, version, image=w.image, config=self.config, node_id=self.node_id,
             placer=self._placer, new_topic_id=self._new_topic_id))
 
-    def delete_topics(self, request, version: int) -> ControllerResult:
+    def delete_topics(self, request: m.DeleteTopicsRequest, version: int) -> ControllerResult:
         """DeleteTopics (20), by name or (v6) by id."""
         return self._run(m.ApiKey.DELETE_TOPICS, request, version, lambda w: topics.delete_topics(
             request, version, image=w.image, config=self.config))
 
-    def create_partitions(self, request, version: int) -> ControllerResult:
+    def create_partitions(self, request: m.CreatePartitionsRequest, version: int) -> ControllerResult:
         """CreatePartitions (37)."""
         return self._run(m.ApiKey.CREATE_PARTITIONS, request, version, lambda w: topics.create_partitions(
             request, version, image=w.image, placer=self._placer))
 
-    def incremental_alter_configs(self, request, version: int) -> ControllerResult:
+    def incremental_alter_configs(self, request: m.IncrementalAlterConfigsRequest,
+                                  version: int) -> ControllerResult:
         """IncrementalAlterConfigs (44) for TOPIC and BROKER resources."""
         return self._run(m.ApiKey.INCREMENTAL_ALTER_CONFIGS, request, version,
                          lambda w: configs.incremental_alter_configs(
             request, version, image=w.image, config=self.config, node_id=self.node_id))
 
-    def alter_configs(self, request, version: int) -> ControllerResult:
+    def alter_configs(self, request: m.AlterConfigsRequest, version: int) -> ControllerResult:
         """AlterConfigs (33): replaces each resource's whole config."""
         return self._run(m.ApiKey.ALTER_CONFIGS, request, version, lambda w: configs.alter_configs(
             request, version, image=w.image, config=self.config, node_id=self.node_id))
 
-    def allocate_producer_ids(self, request, version: int) -> ControllerResult:
+    def allocate_producer_ids(self, request: m.AllocateProducerIdsRequest,
+                              version: int) -> ControllerResult:
         """AllocateProducerIds (67): the next block of producer ids for a broker."""
         def generate(w: Working) -> ControllerResult:
             return ControllerResult(w.records, producer_ids.allocate_producer_ids(w, request))
         return self._run(m.ApiKey.ALLOCATE_PRODUCER_IDS, request, version, generate)
 
-    def alter_partition(self, request, version: int) -> ControllerResult:
+    def alter_partition(self, request: m.AlterPartitionRequest, version: int) -> ControllerResult:
         """AlterPartition (56): a partition leader's ISR change."""
         def generate(w: Working) -> ControllerResult:
             return ControllerResult(w.records, alter_partition.alter_partition(w, request, version))
         return self._run(m.ApiKey.ALTER_PARTITION, request, version, generate)
 
-    def elect_leaders(self, request, version: int) -> ControllerResult:
+    def elect_leaders(self, request: m.ElectLeadersRequest, version: int) -> ControllerResult:
         """ElectLeaders (43): preferred or unclean leader elections."""
         def generate(w: Working) -> ControllerResult:
             return ControllerResult(w.records, elect_leaders.elect_leaders(w, request, version))
         return self._run(m.ApiKey.ELECT_LEADERS, request, version, generate)
 
-    def alter_partition_reassignments(self, request, version: int) -> ControllerResult:
+    def alter_partition_reassignments(self, request: m.AlterPartitionReassignmentsRequest,
+                                      version: int) -> ControllerResult:
         """AlterPartitionReassignments (45): start or cancel partition reassignments."""
         def generate(w: Working) -> ControllerResult:
             image = w.image
@@ -420,14 +431,16 @@ class QuorumController:
                 w, request, version, unclean=lambda name: self._unclean(image, name)))
         return self._run(m.ApiKey.ALTER_PARTITION_REASSIGNMENTS, request, version, generate)
 
-    def list_partition_reassignments(self, request, version: int) -> ControllerResult:
+    def list_partition_reassignments(self, request: m.ListPartitionReassignmentsRequest,
+                                     version: int) -> ControllerResult:
         """ListPartitionReassignments (46): the reassignments in progress (no records)."""
         return self._run(m.ApiKey.LIST_PARTITION_REASSIGNMENTS, request, version, lambda w: ControllerResult(
             [], reassignment.list_partition_reassignments(w.image, request, version)))
 
-    def handle(self, api_key: int, request, version: int) -> ControllerResult:
+    def handle(self, api_key: int, request: Message, version: int) -> ControllerResult:
         """Dispatch by API key (one of HANDLED_APIS)."""
-        handler = {m.ApiKey.CREATE_TOPICS: self.create_topics, m.ApiKey.DELETE_TOPICS: self.delete_topics,
+        # Each handler takes the request class of its key, which the table cannot say.
+        handlers: dict[int, Callable[[Any, int], ControllerResult]] = {m.ApiKey.CREATE_TOPICS: self.create_topics, m.ApiKey.DELETE_TOPICS: self.delete_topics,
                    m.ApiKey.ALTER_CONFIGS: self.alter_configs,
                    m.ApiKey.CREATE_PARTITIONS: self.create_partitions, m.ApiKey.ELECT_LEADERS: self.elect_leaders,
                    m.ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
@@ -437,7 +450,8 @@ class QuorumController:
                    m.ApiKey.BROKER_REGISTRATION: self.broker_registration,
                    m.ApiKey.BROKER_HEARTBEAT: self.broker_heartbeat,
                    m.ApiKey.UNREGISTER_BROKER: self.unregister_broker,
-                   m.ApiKey.ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids}.get(api_key)
+                   m.ApiKey.ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids}
+        handler = handlers.get(api_key)
         if handler is None:
             raise KeyError(f"the controller does not handle API {api_key}")
         return handler(request, version)

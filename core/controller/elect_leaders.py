@@ -82,14 +82,14 @@ class _Elections:
         return None
 
 
-def _result(partition_id: int, error: ApiError | None) -> Message:
+def _result(partition_id: int, error: ApiError | None) -> m.ElectLeadersResponse.PartitionResult:
     if error is None:
         return R.PartitionResult(partition_id=partition_id, error_code=0, error_message=None)
     return R.PartitionResult(partition_id=partition_id, error_code=error.code,
                              error_message=error.message)
 
 
-def elect_leaders(w: Working, request, version: int) -> Message:
+def elect_leaders(w: Working, request: m.ElectLeadersRequest, version: int) -> m.ElectLeadersResponse:
     """Answer an ElectLeaders; adds its PartitionChangeRecords to `w`."""
     election_type = PREFERRED if version == 0 else request.election_type
     if election_type not in (PREFERRED, UNCLEAN):
@@ -98,9 +98,9 @@ def elect_leaders(w: Working, request, version: int) -> Message:
     elections = _Elections(image, election_type)
     results = []
     if request.topic_partitions is None:
-        for name in sorted(image.topic_ids):
+        for name, topic_id in sorted(image.topic_ids.items()):
             parts = []
-            for partition_id in sorted(image.topic(name).partitions):
+            for partition_id in sorted(image.topics[topic_id].partitions):
                 error = elections.elect(name, partition_id)
                 if error is None or error.code != ErrorCode.ELECTION_NOT_NEEDED:
                     parts.append(_result(partition_id, error))
@@ -115,7 +115,8 @@ def elect_leaders(w: Working, request, version: int) -> Message:
     return R(throttle_time_ms=0, error_code=0, replica_election_results=results)
 
 
-def error_response(request, code: ErrorCode, message: str | None) -> Message:
+def error_response(request: m.ElectLeadersRequest, code: ErrorCode,
+                   message: str | None) -> m.ElectLeadersResponse:
     """The whole request failed: the top-level error (v1+) and each partition listed (Kafka's
     ElectLeadersRequest.getErrorResponse)."""
     return R(throttle_time_ms=0, error_code=code, replica_election_results=[

@@ -124,7 +124,7 @@ def partition_change(topic_id: bytes, partition_id: int, part: PartitionRegistra
                      target_recovery_state: int | None = None,
                      target_replicas: list[int] | None = None,
                      target_adding: list[int] | None = None,
-                     target_removing: list[int] | None = None) -> Message | None:
+                     target_removing: list[int] | None = None) -> m.PartitionChangeRecord | None:
     """The PartitionChangeRecord that takes `part` to `target_isr`, `target_replicas`,
     `target_adding`, `target_removing` (each default: unchanged), completes a reassignment in
     progress if that state allows it, elects a leader, and sets `target_recovery_state`
@@ -175,7 +175,7 @@ def leader_and_isr_updates(image: MetadataImage, partitions: Iterator[TopicParti
     def acceptable(replica: int) -> bool:
         return replica != remove and (replica == add or is_active(image, replica))
 
-    records = []
+    records: list[Message] = []
     allowed: dict[str, bool] = {}
     for topic, partition_id, part in partitions:
         if topic.name not in allowed:
@@ -206,7 +206,7 @@ def leads_any(image: MetadataImage, broker_id: int) -> bool:
 def preferred_leader_changes(image: MetadataImage, limit: int) -> list[Message]:
     """Up to `limit` elections that hand partitions back to their preferred replica (Kafka's
     maybeBalancePartitionLeaders)."""
-    records = []
+    records: list[Message] = []
     for topic, partition_id, part in all_partitions(image):
         if len(records) >= limit:
             break
@@ -222,7 +222,7 @@ def unclean_elections(image: MetadataImage, limit: int,
                       unclean: Callable[[str], bool]) -> list[Message]:
     """Up to `limit` unclean elections for leaderless partitions of topics that allow them
     (Kafka's maybeElectUncleanLeaders)."""
-    records = []
+    records: list[Message] = []
     allowed: dict[str, bool] = {}
     for topic, partition_id, part in leaderless(image):
         if len(records) >= limit:

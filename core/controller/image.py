@@ -43,7 +43,7 @@ from __future__ import annotations
 import uuid as _uuid
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from core.protocol import messages as m
 from core.protocol.codegen import Message
@@ -62,7 +62,7 @@ FENCING_FENCE, FENCING_NONE, FENCING_UNFENCE = 1, 0, -1
 SHUTDOWN_NONE, SHUTDOWN_IN_CONTROLLED_SHUTDOWN = 0, 1
 
 ZERO_UUID = bytes(16)
-_EMPTY: Mapping = MappingProxyType({})
+_EMPTY: Mapping[Any, Any] = MappingProxyType({})   # the empty default of every mapping
 
 
 class MetadataImageError(ValueError):
@@ -116,9 +116,9 @@ class PartitionRegistration:
     elr: tuple[int, ...] = ()
     last_known_elr: tuple[int, ...] = ()
 
-    def merge(self, rec) -> "PartitionRegistration":
+    def merge(self, rec: m.PartitionChangeRecord) -> "PartitionRegistration":
         """Kafka's PartitionRegistration.merge(PartitionChangeRecord)."""
-        def pick(new, old):
+        def pick(new: Sequence[int] | None, old: tuple[int, ...]) -> tuple[int, ...]:
             return old if new is None else tuple(new)
         if rec.leader == NO_LEADER_CHANGE:
             leader, leader_epoch = self.leader, self.leader_epoch
@@ -203,47 +203,53 @@ class MetadataDelta:
 
     def __init__(self, base: MetadataImage):
         self._base = base
-        self._brokers: dict | None = None
-        self._topics: dict | None = None
-        self._topic_ids: dict | None = None
-        self._configs: dict | None = None
-        self._features: dict | None = None
-        self._partitions: dict[bytes, dict] = {}   # topic id -> writable partitions dict
-        self._config_copies: set = set()           # config keys already copied
+        self._brokers: dict[int, BrokerRegistration] | None = None
+        self._topics: dict[bytes, TopicImage] | None = None
+        self._topic_ids: dict[str, bytes] | None = None
+        self._configs: dict[tuple[int, str], Mapping[str, str]] | None = None
+        self._features: dict[str, int] | None = None
+        # topic id -> writable partitions dict
+        self._partitions: dict[bytes, dict[int, PartitionRegistration]] = {}
+        self._config_copies: set[tuple[int, str]] = set()   # config keys already copied
         self._next_producer_id = base.next_producer_id
 
     # -- writable copies
-    def _w_brokers(self) -> dict:
+    def _w_brokers(self) -> dict[int, BrokerRegistration]:
         if self._brokers is None:
             self._brokers = dict(self._base.brokers)
         return self._brokers
 
-    def _w_topics(self) -> dict:
+    def _w_topics(self) -> dict[bytes, TopicImage]:
         if self._topics is None:
             self._topics = dict(self._base.topics)
             self._topic_ids = dict(self._base.topic_ids)
         return self._topics
 
-    def _w_configs(self) -> dict:
+    def _w_topic_ids(self) -> dict[str, bytes]:
+        self._w_topics()   # copies both
+        assert self._topic_ids is not None
+        return self._topic_ids
+
+    def _w_configs(self) -> dict[tuple[int, str], Mapping[str, str]]:
         if self._configs is None:
             self._configs = dict(self._base.configs)
         return self._configs
 
-    def _w_features(self) -> dict:
+    def _w_features(self) -> dict[str, int]:
         if self._features is None:
             self._features = dict(self._base.features)
         return self._features
 
-    def _brokers_r(self):
+    def _brokers_r(self) -> Mapping[int, BrokerRegistration]:
         return self._base.brokers if self._brokers is None else self._brokers
 
-    def _topics_r(self):
+    def _topics_r(self) -> Mapping[bytes, TopicImage]:
         return self._base.topics if self._topics is None else self._topics
 
-    def _topic_ids_r(self):
+    def _topic_ids_r(self) -> Mapping[str, bytes]:
         return self._base.topic_ids if self._topic_ids is None else self._topic_ids
 
-    def _configs_r(self):
+    def _configs_r(self) -> Mapping[tuple[int, str], Mapping[str, str]]:
         return self._base.configs if self._configs is None else self._configs
 
     # -- replay
@@ -264,7 +270,7 @@ class MetadataDelta:
                                      f"its registration has epoch {reg.epoch}")
         return reg
 
-    def _register_broker(self, r) -> None:
+    def _register_broker(self, r: m.RegisterBrokerRecord) -> None:
         self._w_brokers()[r.broker_id] = BrokerRegistration(
             id=r.broker_id, epoch=r.broker_epoch, incarnation_id=bytes(r.incarnation_id),
             endpoints=tuple(BrokerEndpoint(e.name, e.host, e.port, e.security_protocol)
@@ -276,19 +282,19 @@ class MetadataDelta:
             log_dirs=tuple(bytes(d) for d in r.log_dirs),
             is_migrating_zk_broker=bool(r.is_migrating_zk_broker))
 
-    def _unregister_broker(self, r) -> None:
+    def _unregister_broker(self, r: m.UnregisterBrokerRecord) -> None:
         self._broker(r.broker_id, r.broker_epoch, "unregister")
         del self._w_brokers()[r.broker_id]
 
-    def _fence(self, r) -> None:
+    def _fence(self, r: m.FenceBrokerRecord) -> None:
         reg = self._broker(r.id, r.epoch, "fence")
         self._w_brokers()[r.id] = replace(reg, fenced=True)
 
-    def _unfence(self, r) -> None:
+    def _unfence(self, r: m.UnfenceBrokerRecord) -> None:
         reg = self._broker(r.id, r.epoch, "unfence")
         self._w_brokers()[r.id] = replace(reg, fenced=False)
 
-    def _registration_change(self, r) -> None:
+    def _registration_change(self, r: m.BrokerRegistrationChangeRecord) -> None:
         reg = self._broker(r.broker_id, r.broker_epoch, "change the registration of")
         fenced = {FENCING_FENCE: True, FENCING_NONE: reg.fenced, FENCING_UNFENCE: False}.get(r.fenced)
         if fenced is None:
@@ -305,7 +311,7 @@ class MetadataDelta:
         self._w_brokers()[r.broker_id] = replace(
             reg, fenced=fenced, in_controlled_shutdown=shutdown, log_dirs=log_dirs)
 
-    def _topic(self, r) -> None:
+    def _topic(self, r: m.TopicRecord) -> None:
         tid = bytes(r.topic_id)
         if tid == ZERO_UUID:
             raise MetadataImageError(f"TopicRecord for {r.name!r} has the zero topic id")
@@ -317,23 +323,23 @@ class MetadataDelta:
             raise MetadataImageError(f"TopicRecord: topic id {uuid_str(tid)} already belongs to "
                                      f"topic {self._topics_r()[tid].name!r}")
         self._w_topics()[tid] = TopicImage(r.name, tid)
-        self._topic_ids[r.name] = tid
+        self._w_topic_ids()[r.name] = tid
 
-    def _existing_topic(self, raw_id, what: str) -> TopicImage:
+    def _existing_topic(self, raw_id: bytes, what: str) -> TopicImage:
         tid = bytes(raw_id)
         topic = self._topics_r().get(tid)
         if topic is None:
             raise MetadataImageError(f"{what} refers to unknown topic id {uuid_str(tid)}")
         return topic
 
-    def _w_partitions(self, topic: TopicImage) -> dict:
+    def _w_partitions(self, topic: TopicImage) -> dict[int, PartitionRegistration]:
         parts = self._partitions.get(topic.id)
         if parts is None:
             parts = self._partitions[topic.id] = dict(topic.partitions)
             self._w_topics()[topic.id] = replace(topic, partitions=MappingProxyType(parts))
         return parts
 
-    def _partition(self, r) -> None:
+    def _partition(self, r: m.PartitionRecord) -> None:
         topic = self._existing_topic(r.topic_id, f"PartitionRecord {r.partition_id}")
         if r.partition_id < 0:
             raise MetadataImageError(f"PartitionRecord for {topic.name!r} has invalid "
@@ -347,7 +353,7 @@ class MetadataDelta:
             elr=tuple(r.eligible_leader_replicas or ()),
             last_known_elr=tuple(r.last_known_elr or ()))
 
-    def _partition_change(self, r) -> None:
+    def _partition_change(self, r: m.PartitionChangeRecord) -> None:
         topic = self._existing_topic(r.topic_id, f"PartitionChangeRecord {r.partition_id}")
         current = topic.partitions.get(r.partition_id)
         if current is None:
@@ -355,17 +361,17 @@ class MetadataDelta:
                                      f"{topic.name}-{r.partition_id}")
         self._w_partitions(topic)[r.partition_id] = current.merge(r)
 
-    def _remove_topic(self, r) -> None:
+    def _remove_topic(self, r: m.RemoveTopicRecord) -> None:
         topic = self._existing_topic(r.topic_id, "RemoveTopicRecord")
         del self._w_topics()[topic.id]
-        del self._topic_ids[topic.name]
+        del self._w_topic_ids()[topic.name]
         self._partitions.pop(topic.id, None)
         key = (TOPIC_RESOURCE, topic.name)
         if key in self._configs_r():
             del self._w_configs()[key]
             self._config_copies.discard(key)
 
-    def _config(self, r) -> None:
+    def _config(self, r: m.ConfigRecord) -> None:
         key = (r.resource_type, r.resource_name)
         if r.resource_type == TOPIC_RESOURCE and r.resource_name not in self._topic_ids_r():
             raise MetadataImageError(f"ConfigRecord {r.name!r} refers to unknown topic "
@@ -379,18 +385,19 @@ class MetadataDelta:
             configs[key] = dict(configs.get(key, {}))
             self._config_copies.add(key)
         entry = configs[key]
+        assert isinstance(entry, dict)   # copied above, or by an earlier record of this delta
         if r.value is None:
             entry.pop(r.name, None)
         else:
             entry[r.name] = r.value
 
-    def _producer_ids(self, r) -> None:
+    def _producer_ids(self, r: m.ProducerIdsRecord) -> None:
         if r.next_producer_id <= self._next_producer_id:
             raise MetadataImageError(f"ProducerIdsRecord next producer id {r.next_producer_id} "
                                      f"is not greater than the current {self._next_producer_id}")
         self._next_producer_id = r.next_producer_id
 
-    def _feature_level(self, r) -> None:
+    def _feature_level(self, r: m.FeatureLevelRecord) -> None:
         if r.feature_level < 0:
             raise MetadataImageError(f"FeatureLevelRecord {r.name!r} has negative level "
                                      f"{r.feature_level}")
@@ -400,7 +407,7 @@ class MetadataDelta:
         else:
             features[r.name] = r.feature_level
 
-    def _noop(self, r) -> None:
+    def _noop(self, r: m.NoOpRecord) -> None:
         pass
 
     # -- result
@@ -426,7 +433,8 @@ class MetadataDelta:
         )
 
 
-_HANDLERS = {
+# By record class, the replay of that class (whose argument type the table cannot say, hence Any).
+_HANDLERS: dict[type[Message], Callable[[MetadataDelta, Any], None]] = {
     m.RegisterBrokerRecord: MetadataDelta._register_broker,
     m.UnregisterBrokerRecord: MetadataDelta._unregister_broker,
     m.FenceBrokerRecord: MetadataDelta._fence,

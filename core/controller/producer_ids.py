@@ -31,7 +31,8 @@ PRODUCER_ID_BLOCK_SIZE = 1000   # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZ
 MAX_PRODUCER_ID = 2**63 - 1     # Long.MAX_VALUE
 
 
-def allocate_producer_ids(w: Working, request) -> Message:
+def allocate_producer_ids(w: Working,
+                          request: m.AllocateProducerIdsRequest) -> m.AllocateProducerIdsResponse:
     """Grant the requesting broker the next block; adds its ProducerIdsRecord to `w`."""
     check_broker_epoch(w, request.broker_id, request.broker_epoch)
     first = w.image.next_producer_id

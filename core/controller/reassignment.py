@@ -156,12 +156,13 @@ class _Reassignments:
                  after.leader)
 
 
-def alter_partition_reassignments(w: Working, request, version: int, *,
-                                  unclean: Callable[[str], bool]) -> Message:
+def alter_partition_reassignments(w: Working, request: m.AlterPartitionReassignmentsRequest,
+                                  version: int, *,
+                                  unclean: Callable[[str], bool]) -> m.AlterPartitionReassignmentsResponse:
     """Answer an AlterPartitionReassignments; adds its PartitionChangeRecords to `w`.
     `unclean(topic name)` says whether the topic allows unclean leader elections."""
     work = _Reassignments(w.image, unclean, w.room())
-    responses = []
+    responses: list[m.AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = []
     for t in request.topics:
         out = RA.ReassignableTopicResponse(name=t.name, partitions=[])
         responses.append(out)
@@ -180,20 +181,22 @@ def alter_partition_reassignments(w: Working, request, version: int, *,
     return RA(throttle_time_ms=0, error_code=0, error_message=None, responses=responses)
 
 
-def _ongoing(partition_id: int, part: PartitionRegistration) -> Message:
+def _ongoing(partition_id: int,
+             part: PartitionRegistration) -> m.ListPartitionReassignmentsResponse.OngoingPartitionReassignment:
     return RL.OngoingPartitionReassignment(
         partition_index=partition_id, replicas=list(part.replicas),
         adding_replicas=list(part.adding_replicas),
         removing_replicas=list(part.removing_replicas))
 
 
-def list_partition_reassignments(image: MetadataImage, request, version: int) -> Message:
+def list_partition_reassignments(image: MetadataImage, request: m.ListPartitionReassignmentsRequest,
+                                 version: int) -> m.ListPartitionReassignmentsResponse:
     """Answer a ListPartitionReassignments from `image`."""
-    topics = []
+    topics: list[m.ListPartitionReassignmentsResponse.OngoingTopicReassignment] = []
     if request.topics is None:
-        for name in sorted(image.topic_ids):
-            topic = image.topic(name)
-            parts = [_ongoing(pid, part) for pid, part in sorted(topic.partitions.items())
+        for name, topic_id in sorted(image.topic_ids.items()):
+            parts = [_ongoing(pid, part)
+                     for pid, part in sorted(image.topics[topic_id].partitions.items())
                      if in_progress(part)]
             if parts:
                 topics.append(RL.OngoingTopicReassignment(name=name, partitions=parts))
@@ -212,17 +215,21 @@ def list_partition_reassignments(image: MetadataImage, request, version: int) ->
     return RL(throttle_time_ms=0, error_code=0, error_message=None, topics=topics)
 
 
-def error_response(api_key: int, request, code: ErrorCode, message: str | None) -> Message:
+def error_response(api_key: int,
+                   request: m.AlterPartitionReassignmentsRequest | m.ListPartitionReassignmentsRequest,
+                   code: ErrorCode, message: str | None) -> Message:
     """The whole request failed (Kafka's AlterPartitionReassignmentsRequest /
     ListPartitionReassignmentsRequest.getErrorResponse): the top-level error, and for 45
     every partition listed with it, for 46 every partition listed with empty lists."""
     if api_key == m.ApiKey.ALTER_PARTITION_REASSIGNMENTS:
+        assert isinstance(request, m.AlterPartitionReassignmentsRequest)   # the request of 45
         return RA(throttle_time_ms=0, error_code=code, error_message=message, responses=[
             RA.ReassignableTopicResponse(name=t.name, partitions=[
                 RA.ReassignablePartitionResponse(partition_index=p.partition_index,
                                                  error_code=code, error_message=message)
                 for p in t.partitions])
             for t in request.topics])
+    assert isinstance(request, m.ListPartitionReassignmentsRequest)   # the request of 46
     return RL(throttle_time_ms=0, error_code=code, error_message=message, topics=[
         RL.OngoingTopicReassignment(name=t.name, partitions=[
             RL.OngoingPartitionReassignment(partition_index=i, replicas=[], adding_replicas=[],

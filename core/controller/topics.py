@@ -132,7 +132,8 @@ def _placed_partitions(image: MetadataImage, placer: StripedReplicaPlacer, count
 # --------------------------------------------------------------------------- CreateTopics
 
 
-def _create_topic(w: Working, ct, config: ControllerConfig, placer: StripedReplicaPlacer,
+def _create_topic(w: Working, ct: m.CreateTopicsRequest.CreatableTopic, config: ControllerConfig,
+                  placer: StripedReplicaPlacer,
                   new_topic_id: NewTopicId) -> tuple[bytes, int, int, dict[str, str]]:
     image = w.image
     if ct.name == CLUSTER_METADATA_TOPIC:
@@ -148,8 +149,7 @@ def _create_topic(w: Working, ct, config: ControllerConfig, placer: StripedRepli
         raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                        f"Topic '{ct.name}' collides with existing topic: {other}")
     # Kafka reads the configs into a map: a key given twice keeps its last value.
-    configs = {c.name: c.value for c in ct.configs}
-    check_topic_configs(configs)
+    configs = check_topic_configs({c.name: c.value for c in ct.configs})
 
     if ct.assignments:
         if ct.replication_factor != -1:
@@ -186,7 +186,7 @@ def _create_topic(w: Working, ct, config: ControllerConfig, placer: StripedRepli
         partitions = _placed_partitions(image, placer, count, rf, wrap=True)
 
     topic_id = new_topic_id(image)
-    records = [m.TopicRecord(name=ct.name, topic_id=topic_id)]
+    records: list[Message] = [m.TopicRecord(name=ct.name, topic_id=topic_id)]
     records += [m.ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name=ct.name, name=k, value=v)
                 for k, v in configs.items()]
     records += [_partition_record(topic_id, i, replicas, isr)
@@ -195,13 +195,15 @@ def _create_topic(w: Working, ct, config: ControllerConfig, placer: StripedRepli
     return topic_id, count, len(partitions[0][0]), configs
 
 
-def create_topics(request, version: int, *, image: MetadataImage, config: ControllerConfig,
+def create_topics(request: m.CreateTopicsRequest, version: int, *, image: MetadataImage,
+                  config: ControllerConfig,
                   node_id: int, placer: StripedReplicaPlacer,
                   new_topic_id: NewTopicId) -> ControllerResult:
     R = m.CreateTopicsResponse
     w = Working(image)
 
-    def create(ct, res) -> None:
+    def create(ct: m.CreateTopicsRequest.CreatableTopic,
+               res: m.CreateTopicsResponse.CreatableTopicResult) -> None:
         topic_id, count, rf, overrides = _create_topic(w, ct, config, placer, new_topic_id)
         # A validate-only request names no id: the topic does not exist.
         res.topic_id = ZERO_UUID if request.validate_only else topic_id
@@ -214,16 +216,17 @@ def create_topics(request, version: int, *, image: MetadataImage, config: Contro
     results = answer_each(
         request.topics, lambda ct: ct.name, "Duplicate topic name.",
         lambda ct: R.CreatableTopicResult(name=ct.name, error_code=0, error_message=None), create)
-    records = [] if request.validate_only else w.records
+    records: list[Message] = [] if request.validate_only else w.records
     return ControllerResult(records, R(throttle_time_ms=0, topics=results))
 
 
 # --------------------------------------------------------------------------- DeleteTopics
 
 
-def delete_topics(request, version: int, *, image: MetadataImage,
+def delete_topics(request: m.DeleteTopicsRequest, version: int, *, image: MetadataImage,
                   config: ControllerConfig) -> ControllerResult:
     R = m.DeleteTopicsResponse
+    wanted: list[tuple[str | None, bytes]]
     if version >= 6:
         wanted = [(t.name, bytes(t.topic_id)) for t in request.topics]
     else:
@@ -231,7 +234,7 @@ def delete_topics(request, version: int, *, image: MetadataImage,
     names = Counter(n for n, tid in wanted if n is not None and tid == ZERO_UUID)
     ids = Counter(tid for n, tid in wanted if n is None and tid != ZERO_UUID)
     w = Working(image)
-    results = []
+    results: list[m.DeleteTopicsResponse.DeletableTopicResult] = []
     for name, tid in wanted:
         res = R.DeletableTopicResult(name=name, topic_id=tid, error_code=0, error_message=None)
         try:
@@ -247,7 +250,7 @@ def delete_topics(request, version: int, *, image: MetadataImage,
 
 
 def _topic_to_delete(image: MetadataImage, config: ControllerConfig, version: int,
-                     name: str | None, tid: bytes, names: Counter, ids: Counter) -> TopicImage:
+                     name: str | None, tid: bytes, names: Counter[str], ids: Counter[bytes]) -> TopicImage:
     topic = _resolve_topic_to_delete(image, config, version, name, tid, names, ids)
     if topic.name in INTERNAL_TOPICS:
         # Deleting __consumer_offsets would silently lose every group's committed offsets
@@ -258,7 +261,8 @@ def _topic_to_delete(image: MetadataImage, config: ControllerConfig, version: in
 
 
 def _resolve_topic_to_delete(image: MetadataImage, config: ControllerConfig, version: int,
-                             name: str | None, tid: bytes, names: Counter, ids: Counter) -> TopicImage:
+                             name: str | None, tid: bytes, names: Counter[str],
+                             ids: Counter[bytes]) -> TopicImage:
     if not config.delete_topic_enable:
         if version < 3:
             raise ApiError(ErrorCode.INVALID_REQUEST, "Topic deletion is disabled.")
@@ -289,7 +293,8 @@ def _resolve_topic_to_delete(image: MetadataImage, config: ControllerConfig, ver
 # --------------------------------------------------------------------------- CreatePartitions
 
 
-def _create_partitions(w: Working, t, placer: StripedReplicaPlacer) -> None:
+def _create_partitions(w: Working, t: m.CreatePartitionsRequest.CreatePartitionsTopic,
+                       placer: StripedReplicaPlacer) -> None:
     image = w.image
     topic = image.topic(t.name)
     if topic is None:
@@ -321,7 +326,7 @@ def _create_partitions(w: Working, t, placer: StripedReplicaPlacer) -> None:
            for i, (replicas, isr) in enumerate(partitions)])
 
 
-def create_partitions(request, version: int, *, image: MetadataImage,
+def create_partitions(request: m.CreatePartitionsRequest, version: int, *, image: MetadataImage,
                       placer: StripedReplicaPlacer) -> ControllerResult:
     R = m.CreatePartitionsResponse
     w = Working(image)
@@ -329,29 +334,34 @@ def create_partitions(request, version: int, *, image: MetadataImage,
         request.topics, lambda t: t.name, "Duplicate topic name.",
         lambda t: R.CreatePartitionsTopicResult(name=t.name, error_code=0, error_message=None),
         lambda t, res: _create_partitions(w, t, placer))
-    records = [] if request.validate_only else w.records
+    records: list[Message] = [] if request.validate_only else w.records
     return ControllerResult(records, R(throttle_time_ms=0, results=results))
 
 
 # --------------------------------------------------------------------------- blanket errors
 
 
-def error_response(api_key: int, request, version: int, code: ErrorCode,
-                   message: str | None) -> Message:
+def error_response(api_key: int,
+                   request: m.CreateTopicsRequest | m.DeleteTopicsRequest | m.CreatePartitionsRequest,
+                   version: int, code: ErrorCode, message: str | None) -> Message:
     """Every item of the request failed with `code` (e.g. NOT_CONTROLLER)."""
     if api_key == m.ApiKey.CREATE_TOPICS:
-        R = m.CreateTopicsResponse
-        return R(throttle_time_ms=0, topics=[
-            R.CreatableTopicResult(name=ct.name, error_code=code, error_message=message)
+        assert isinstance(request, m.CreateTopicsRequest)   # the request of that key
+        CR = m.CreateTopicsResponse
+        return CR(throttle_time_ms=0, topics=[
+            CR.CreatableTopicResult(name=ct.name, error_code=code, error_message=message)
             for ct in request.topics])
     if api_key == m.ApiKey.DELETE_TOPICS:
-        R = m.DeleteTopicsResponse
-        wanted = [(t.name, bytes(t.topic_id)) for t in request.topics] if version >= 6 \
-            else [(name, ZERO_UUID) for name in request.topic_names]
-        return R(throttle_time_ms=0, responses=[
-            R.DeletableTopicResult(name=n, topic_id=tid, error_code=code, error_message=message)
+        assert isinstance(request, m.DeleteTopicsRequest)
+        DR = m.DeleteTopicsResponse
+        wanted: list[tuple[str | None, bytes]] = (
+            [(t.name, bytes(t.topic_id)) for t in request.topics] if version >= 6
+            else [(name, ZERO_UUID) for name in request.topic_names])
+        return DR(throttle_time_ms=0, responses=[
+            DR.DeletableTopicResult(name=n, topic_id=tid, error_code=code, error_message=message)
             for n, tid in wanted])
-    R = m.CreatePartitionsResponse
-    return R(throttle_time_ms=0, results=[
-        R.CreatePartitionsTopicResult(name=t.name, error_code=code, error_message=message)
+    assert isinstance(request, m.CreatePartitionsRequest)
+    PR = m.CreatePartitionsResponse
+    return PR(throttle_time_ms=0, results=[
+        PR.CreatePartitionsTopicResult(name=t.name, error_code=code, error_message=message)
         for t in request.topics])

@@ -76,7 +76,7 @@ import struct
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator
+from typing import Callable, ContextManager, Iterator, Literal, overload
 
 from crc32c import crc32c
 
@@ -211,7 +211,7 @@ def needs_cleaning(log: Log, now_ms: int) -> bool:
 # ----------------------------------------------------------------------- clean
 
 
-def clean(log: Log, now_ms: int, *, lock: ContextManager | None = None,
+def clean(log: Log, now_ms: int, *, lock: ContextManager[object] | None = None,
           dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE,
           upper_bound_offset: int | None = None,
           hook: Callable[[str], None] | None = None) -> CleanResult:
@@ -291,8 +291,10 @@ def prepare(log: Log, now_ms: int, *, dedupe_buffer_size: int = DEFAULT_DEDUPE_B
                 end = info.base_offset + info.last_offset_delta + 1
         res.map_full = full
         if full and end == first_dirty:
-            log.warning("%s: offset map of %d entries cannot hold one batch; "
-                        "raise the dedupe buffer", log.directory, limit)
+            # `log` is the Log here, which shadows the module's logger.
+            logging.getLogger(__name__).warning(
+                "%s: offset map of %d entries cannot hold one batch; raise the dedupe buffer",
+                log.directory, limit)
         res.end_offset = end
 
         # 3. rewrite the closed segments below the end of the map, in groups
@@ -395,6 +397,12 @@ def _last_batches(scans: list[_SegScan], active: Segment) -> dict[int, int]:
     return last
 
 
+@overload
+def _iter_batches(fd: int, size: int, with_data: Literal[True] = True
+                  ) -> Iterator[tuple[int, BatchInfo, memoryview]]: ...
+@overload
+def _iter_batches(fd: int, size: int, with_data: bool
+                  ) -> Iterator[tuple[int, BatchInfo, memoryview | None]]: ...
 def _iter_batches(fd: int, size: int, with_data: bool = True
                   ) -> Iterator[tuple[int, BatchInfo, memoryview | None]]:
     """(position, header, whole batch bytes) of each well-framed batch up to `size`."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from typing import Any
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -66,7 +67,7 @@ class LogConfig:
         Keys this module does not own (min.insync.replicas, ...) are ignored so callers can
         pass a topic's whole config. A bad value raises ValueError naming the key.
         """
-        changes: dict[str, object] = {}
+        changes: dict[str, Any] = {}   # field -> value: dataclasses.replace's keywords
         for key, raw in props.items():
             if key in _NUMERIC:
                 name, low, high = _NUMERIC[key]

@@ -64,8 +64,14 @@ class _SparseIndex:
     def dirty(self) -> bool:
         return self._dirty
 
+    def _entries(self) -> bytearray:
+        """The loaded entries: the segment loads (or resets) an index before it uses it."""
+        buf = self._buf
+        assert buf is not None, f"{self.path.name} is used before it is loaded"
+        return buf
+
     def __len__(self) -> int:
-        return len(self._buf) // self.ENTRY.size
+        return len(self._entries()) // self.ENTRY.size
 
     def load(self, max_position: int) -> None:
         """Read and check the file (FileNotFoundError and IndexCorrupt propagate)."""
@@ -98,14 +104,14 @@ class _SparseIndex:
                 self._write(fd, raw)
 
     def entry(self, i: int) -> tuple[int, int]:
-        return self.ENTRY.unpack_from(self._buf, i * self.ENTRY.size)
+        return self.ENTRY.unpack_from(self._entries(), i * self.ENTRY.size)
 
     def last_entry(self) -> tuple[int, int] | None:
         n = len(self)
         return self.entry(n - 1) if n else None
 
     def is_full(self, max_bytes: int) -> bool:
-        return len(self._buf) + self.ENTRY.size > max_bytes
+        return len(self._entries()) + self.ENTRY.size > max_bytes
 
     def truncate_before_offset(self, rel_offset: int) -> None:
         """Drop entries whose relative offset is >= rel_offset."""
@@ -117,7 +123,7 @@ class _SparseIndex:
         """Keep only the first `count` entries."""
         with self._writing() as fd:
             os.ftruncate(fd, count * self.ENTRY.size)
-            del self._buf[count * self.ENTRY.size:]
+            del self._entries()[count * self.ENTRY.size:]
             self._dirty = True
 
     def flush(self) -> None:
@@ -170,16 +176,17 @@ class _SparseIndex:
                 if fd != self._fd:
                     os.close(fd)
 
-    def _write(self, fd: int, raw) -> None:
+    def _write(self, fd: int, raw: bytes | bytearray) -> None:
+        buf = self._entries()
         try:
             write_all(fd, raw)
         except OSError:
             try:
-                os.ftruncate(fd, len(self._buf))   # no partial entry left behind
+                os.ftruncate(fd, len(buf))   # no partial entry left behind
             except OSError:
                 pass   # a torn tail fails load's check and the index is rebuilt
             raise
-        self._buf += raw
+        buf += raw
         self._dirty = True
 
     def _valid_prefix(self, data: bytearray, n: int, max_position: int) -> int:
@@ -195,17 +202,17 @@ class OffsetIndex(_SparseIndex):
 
     def lookup(self, rel_offset: int) -> tuple[int, int] | None:
         """The entry with the largest relative offset <= rel_offset, or None."""
-        buf = self._buf
+        buf = self._entries()
         i = bisect.bisect_right(range(len(buf) // 8), rel_offset,
                                 key=lambda j: _I32.unpack_from(buf, j * 8)[0])
         return self.entry(i - 1) if i else None
 
     def _count_below(self, rel_offset: int) -> int:
-        buf = self._buf
+        buf = self._entries()
         return bisect.bisect_left(range(len(buf) // 8), rel_offset,
                                   key=lambda j: _I32.unpack_from(buf, j * 8)[0])
 
-    def _valid_prefix(self, data, n, max_position):
+    def _valid_prefix(self, data: bytearray, n: int, max_position: int) -> int:
         prev_rel = prev_pos = -1
         for i, (rel, pos) in enumerate(self.ENTRY.iter_unpack(memoryview(data)[:n * 8])):
             if rel <= prev_rel or pos <= prev_pos or pos >= max_position:
@@ -224,17 +231,17 @@ class TimeIndex(_SparseIndex):
         Every batch up to and including that entry's batch has max timestamp < `timestamp`,
         so a search for the first batch at or after `timestamp` may start there.
         """
-        buf = self._buf
+        buf = self._entries()
         i = bisect.bisect_left(range(len(buf) // 12), timestamp,
                                key=lambda j: _I64.unpack_from(buf, j * 12)[0])
         return self.entry(i - 1) if i else None
 
     def _count_below(self, rel_offset: int) -> int:
-        buf = self._buf
+        buf = self._entries()
         return bisect.bisect_left(range(len(buf) // 12), rel_offset,
                                   key=lambda j: _I32.unpack_from(buf, j * 12 + 8)[0])
 
-    def _valid_prefix(self, data, n, max_position):
+    def _valid_prefix(self, data: bytearray, n: int, max_position: int) -> int:
         prev_ts = prev_rel = -1
         for i, (ts, rel) in enumerate(self.ENTRY.iter_unpack(memoryview(data)[:n * 12])):
             if ts <= prev_ts or rel < prev_rel:
@@ -248,7 +255,7 @@ def datasync(fd: int) -> None:
     (getattr(os, "fdatasync", None) or os.fsync)(fd)
 
 
-def write_all(fd: int, data) -> None:
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     view = memoryview(data)
     while view.nbytes:
         view = view[os.write(fd, view):]

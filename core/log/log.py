@@ -385,6 +385,7 @@ class Log:
         """Whether flush.messages or flush.ms asks for an fsync now (no I/O)."""
         if not self._unflushed_records or self.failed:
             return False
+        assert self._first_unflushed_ms is not None   # set with the first unflushed record
         return (self._unflushed_records >= self.config.flush_messages
                 or self._clock() - self._first_unflushed_ms >= self.config.flush_ms)
 

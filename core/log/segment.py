@@ -146,8 +146,7 @@ class Segment:
 
     @property
     def next_offset(self) -> int:
-        self.ensure_state()
-        return self._next_offset
+        return self.ensure_state()
 
     @property
     def max_timestamp(self) -> int:
@@ -163,10 +162,14 @@ class Segment:
         return SegmentInfo(self.base_offset, self.next_offset, self.size, self.max_timestamp,
                            self.log_path)
 
-    def ensure_state(self) -> None:
+    def ensure_state(self) -> int:
+        """Load the state (indexes, next offset, max timestamp) if it is not yet; returns the
+        next offset."""
         if self._next_offset is None and not self.load_state():
             log.warning("%s: index does not match the log; rebuilding it", self.log_path)
             self.rebuild(verify_crc=False)
+        assert self._next_offset is not None   # set by load_state or rebuild
+        return self._next_offset
 
     def load_state(self) -> bool:
         """Load the indexes and walk the batches after the last index entry.
@@ -251,21 +254,21 @@ class Segment:
 
     # ----------------------------------------------------------------- writes
 
-    def append(self, data, batches: Sequence[BatchInfo], first_offset: int | None, now: int,
-               append_time: int | None) -> None:
+    def append(self, data: bytes | bytearray | memoryview, batches: Sequence[BatchInfo],
+               first_offset: int | None, now: int, append_time: int | None) -> None:
         """Write `data` (exactly `batches`, back to back) and index it.
 
         first_offset: the offset assigned to the first batch, the rest following on; None
         keeps each batch's own base offset. append_time overrides max timestamps
         (LogAppendTime). Data goes to the file before any index entry that points into it.
         """
-        self.ensure_state()
+        next_offset = self.ensure_state()
         last_time = self.time_index.last_entry()
         tracker = _Tracker(self.base_offset, self.index_interval, self._bytes_since_index,
                            self._max_ts, self._offset_of_max, last_time[0] if last_time else -1)
         start = self.size
         offset = first_offset
-        last = self._next_offset - 1
+        last = next_offset - 1
         for b in batches:
             last = (b.base_offset if offset is None else offset) + b.last_offset_delta
             tracker.add(start + b.position, last,
@@ -291,9 +294,11 @@ class Segment:
         """Best effort: cut the files back to where a failed append found them, so nothing
         of it survives to be recovered. The in-memory state was not touched yet; the caller
         checks with `on_disk_matches` whether the cut worked."""
-        for undo in (lambda: os.ftruncate(self.fd, size),
-                     lambda: self.index.truncate_entries(index_entries),
-                     lambda: self.time_index.truncate_entries(time_entries)):
+        undos: tuple[Callable[[], None], ...] = (
+            lambda: os.ftruncate(self.fd, size),
+            lambda: self.index.truncate_entries(index_entries),
+            lambda: self.time_index.truncate_entries(time_entries))
+        for undo in undos:
             try:
                 undo()
             except OSError as exc:
@@ -393,8 +398,7 @@ class Segment:
 
     def find_batch(self, offset: int) -> tuple[int, BatchInfo] | None:
         """Position and header of the first batch whose last offset is >= offset."""
-        self.ensure_state()
-        if offset >= self._next_offset:
+        if offset >= self.ensure_state():
             return None
         base = self.base_offset
         return self._indexed_seek(
@@ -408,12 +412,12 @@ class Segment:
 
     def find_by_timestamp(self, timestamp: int, min_offset: int) -> tuple[int, BatchInfo] | None:
         """The first batch with max timestamp >= timestamp and last offset >= min_offset."""
-        self.ensure_state()
-        if self._max_ts < timestamp or self._next_offset <= min_offset:
+        next_offset = self.ensure_state()
+        if self._max_ts < timestamp or next_offset <= min_offset:
             return None
         base = self.base_offset
 
-        def locate():
+        def locate() -> tuple[int, int] | None:
             by_time = self.time_index.lookup_before(timestamp)
             candidates = [self.index.lookup(min_offset - base)]
             if by_time is not None:
@@ -427,7 +431,8 @@ class Segment:
     def read(self, position: int, size: int) -> bytes:
         return os.pread(self.fd, size, position)
 
-    def _indexed_seek(self, locate: Callable, match: Callable) -> tuple[int, BatchInfo] | None:
+    def _indexed_seek(self, locate: Callable[[], tuple[int, int] | None],
+                      match: Callable[[BatchInfo], bool]) -> tuple[int, BatchInfo] | None:
         try:
             return self._seek(locate(), match)
         except _StaleIndex:
@@ -438,7 +443,8 @@ class Segment:
         except _StaleIndex:
             raise LogCorrupted(self.log_path, 0) from None
 
-    def _seek(self, entry: tuple[int, int] | None, match: Callable) -> tuple[int, BatchInfo] | None:
+    def _seek(self, entry: tuple[int, int] | None,
+              match: Callable[[BatchInfo], bool]) -> tuple[int, BatchInfo] | None:
         start = entry[1] if entry else 0
         end = start
         for pos, info in self._walk(start):

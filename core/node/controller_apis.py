@@ -37,7 +37,7 @@ def _raft_handler(api_key: int):
         else:
             response = await ctx.controller.driver.handle_request(data)
         return wire.to_wire(response, ctx.api_version)[1]
-    handle.VERSIONS = wire.VERSIONS[api_key]
+    setattr(handle, "VERSIONS", wire.VERSIONS[api_key])   # read by api_versions_response
     return handle
 
 
@@ -63,7 +63,7 @@ async def _describe_cluster(ctx, request):
                       for node_id, (host, port) in sorted(server.config.quorum_voters.items())])
 
 
-_describe_cluster.VERSIONS = range(0, 2)
+setattr(_describe_cluster, "VERSIONS", range(0, 2))   # read by api_versions_response
 CONTROLLER_ENDPOINTS = 2
 
 def _controller_handler(api_key: int):
@@ -76,5 +76,5 @@ CONTROLLER_HANDLERS: dict = {m.ApiKey.API_VERSIONS: _api_versions, m.ApiKey.DESC
 # The QuorumController's APIs (HANDLED_APIS): those brokers forward here, and the brokers' own.
 for _key in HANDLED_APIS:
     CONTROLLER_HANDLERS[_key] = _controller_handler(_key)
-for _key in _REQUEST_OF:
-    CONTROLLER_HANDLERS[_key] = _raft_handler(_key)
+for _raft_key in _REQUEST_OF:
+    CONTROLLER_HANDLERS[_raft_key] = _raft_handler(_raft_key)

@@ -30,6 +30,7 @@ from core.config import BrokerConfig
 from core.config.defs import ConfigError
 from core.controller.image import TOPIC_RESOURCE
 from core.protocol import messages as m
+from core.protocol.codegen import Message
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def _topic_records(obj: dict, node_id: int) -> list:
     count = int(obj["partitions"])
     if not isinstance(name, str) or len(topic_id) != 16 or count <= 0:
         raise ValueError(f"topic {name!r} is malformed")
-    records = [m.TopicRecord(name=name, topic_id=topic_id)]
+    records: list[Message] = [m.TopicRecord(name=name, topic_id=topic_id)]
     records += [m.ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name=name, name=str(k), value=str(v))
                 for k, v in dict(obj.get("configs", {})).items()]
     records += [m.PartitionRecord(partition_id=i, topic_id=topic_id, replicas=[node_id], isr=[node_id],

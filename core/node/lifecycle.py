@@ -122,9 +122,9 @@ class BrokerLifecycle:
         request = R(
             broker_id=self.config.node_id, cluster_id=self.quorum.cluster_id,
             incarnation_id=self.incarnation_id,
-            listeners=[R.Listener(name=l.name, host=l.host, port=l.port,
-                                  security_protocol=SECURITY_PROTOCOL_IDS[l.security_protocol])
-                       for l in self.listeners],
+            listeners=[R.Listener(name=li.name, host=li.host, port=li.port,
+                                  security_protocol=SECURITY_PROTOCOL_IDS[li.security_protocol])
+                       for li in self.listeners],
             features=[], rack=self.config["broker.rack"], log_dirs=[],
             previous_broker_epoch=-1)
         response = await conn.send(request, m.ApiKey.BROKER_REGISTRATION)

@@ -17,9 +17,11 @@ from __future__ import annotations
 import logging
 import socket
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Callable, Coroutine
 
 import anyio
-from anyio.abc import SocketAttribute, TaskStatus
+from anyio.abc import SocketAttribute, TaskGroup, TaskStatus
 
 from core.broker.broker import Broker
 from core.broker.connection import Connection
@@ -42,7 +44,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class NodeHandle:
     broker: Broker | None                     # the broker role (None on a controller-only node)
-    config: BrokerConfig | None = None
+    config: BrokerConfig
     controller: ControllerServer | None = None   # the controller role
     quorum: QuorumMember | None = None        # this node's raft driver and image
     lifecycle: BrokerLifecycle | None = None  # the broker role: registration and heartbeats
@@ -70,6 +72,7 @@ class NodeHandle:
             # node is the active controller) it is the one that must grant it.
             granted = await self.lifecycle.shutdown(timeout_s=self.config["shutdown.timeout.ms"] / 2000)
             log.info("controlled shutdown %s", "granted" if granted else "not granted in time; stopping anyway")
+        assert self.quorum is not None   # every node is in a quorum (run_node)
         on_raft_thread = self.quorum.driver.call_soon
         if self.controller is not None:
             self.controller.draining = True
@@ -160,12 +163,19 @@ def _fix_advertised(config: BrokerConfig, bound: dict[str, tuple[str, int]]) -> 
     config.advertised_listeners = fixed
 
 
+# A listener's accept loop, ready to start in a task group.
+_Serve = Callable[[], Coroutine[Any, Any, None]]
+
+
 async def run_node(config: BrokerConfig, *, clock=None,
-                   task_status: TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
+                   task_status: TaskStatus[NodeHandle] = anyio.TASK_STATUS_IGNORED) -> None:
     """Run the roles of `process.roles` (both, on a one-node cluster). `clock` (epoch ms) is
     the broker's, for tests that move time by hand (retention, offset expiry)."""
     metrics = BrokerMetrics()
-    broker = controller = lifecycle = None
+    broker: Broker | None = None
+    controller: ControllerServer | None = None
+    lifecycle: BrokerLifecycle | None = None
+    kraft: KRaftLink | None = None
     cluster_id = await anyio.to_thread.run_sync(_storage_identity, config)
     bootstrap = await anyio.to_thread.run_sync(legacy_catalog.bootstrap_records, config)
     quorum = QuorumMember(config, cluster_id)
@@ -177,7 +187,7 @@ async def run_node(config: BrokerConfig, *, clock=None,
         broker.cluster_id = cluster_id
         await anyio.to_thread.run_sync(broker.open)
         lifecycle = BrokerLifecycle(config, quorum, listeners=config.advertised_listeners)
-        broker.kraft = KRaftLink(broker, quorum, lifecycle)
+        broker.kraft = kraft = KRaftLink(broker, quorum, lifecycle)
     authorizer = AllowAll()
     handle = NodeHandle(broker, config=config, controller=controller, quorum=quorum, lifecycle=lifecycle)
     if config["metrics.port"] is not None:
@@ -194,35 +204,38 @@ async def run_node(config: BrokerConfig, *, clock=None,
             tg.start_soon(quorum.run_snapshots)
             if controller is not None:
                 raft_thread.start_soon(controller.runner.run)
-            broker_listeners = []
+            broker_listeners: list[_Serve] = []
             for lc in config.listeners:
-                bind = dict(local_host=lc.host or None, local_port=lc.port, reuse_port=False)
                 scope = anyio.CancelScope()
                 controller_listener = config.is_controller_listener(lc.name)
                 if controller_listener:
                     if controller is None:
                         continue
                     # Made on the raft thread: an anyio listener belongs to the loop it was made on.
-                    tcp = await raft_thread.call(anyio.create_tcp_listener, **bind)
+                    tcp = await raft_thread.call(anyio.create_tcp_listener, local_host=lc.host or None,
+                                                 local_port=lc.port, reuse_port=False)
                     handle.controller_scopes.append(scope)
-                    serve = (_serve_listener, lc, tcp, controller, authorizer, scope, CONTROLLER_HANDLERS,
-                             controller)
+                    serve = partial(_serve_listener, lc, tcp, controller, authorizer, scope,
+                                    CONTROLLER_HANDLERS, controller)
                 else:
-                    tcp = await anyio.create_tcp_listener(**bind)
+                    tcp = await anyio.create_tcp_listener(local_host=lc.host or None, local_port=lc.port,
+                                                          reuse_port=False)
                     handle.listener_scopes.append(scope)
-                    serve = (_serve_listener, lc, tcp, broker, authorizer, scope, None, controller)
+                    serve = partial(_serve_listener, lc, tcp, broker, authorizer, scope, None, controller)
                 addr = tcp.extra(SocketAttribute.local_address)
+                assert isinstance(addr, tuple)   # a TCP listener's (host, port, ...)
                 handle.bound[lc.name] = (addr[0], addr[1])
                 if controller_listener:
-                    raft_thread.start_soon(*serve)
+                    raft_thread.start_soon(serve)
                 else:
                     broker_listeners.append(serve)
             _fix_advertised(config, handle.bound)
             if broker is not None:
+                assert lifecycle is not None and kraft is not None   # made with the broker role
                 lifecycle.listeners = config.advertised_listeners
-                tg.start_soon(broker.kraft.sync.run)
-                tg.start_soon(broker.kraft.sync.heap.run)
-                tg.start_soon(broker.kraft.replicas.run)
+                tg.start_soon(kraft.sync.run)
+                tg.start_soon(kraft.sync.heap.run)
+                tg.start_soon(kraft.replicas.run)
                 tg.start_soon(broker.groups.run_topic_creator)
                 raft_thread.start_soon(lifecycle.run)
                 tg.start_soon(_serve_when_caught_up, tg, broker, lifecycle, broker_listeners, handle.serving)
@@ -243,24 +256,27 @@ async def run_node(config: BrokerConfig, *, clock=None,
         with anyio.CancelScope(shield=True):
             if broker is not None:
                 await anyio.to_thread.run_sync(broker.close)
-                await anyio.to_thread.run_sync(broker.kraft.replicas.close)
+                assert kraft is not None   # made with the broker role
+                await anyio.to_thread.run_sync(kraft.replicas.close)
             log.info("node %d stopped; logs flushed and closed", config.node_id)
             handle.stopped.set()
 
 
-async def _serve_when_caught_up(tg, broker: Broker, lifecycle: BrokerLifecycle, listeners: list,
-                                serving: anyio.Event) -> None:
+async def _serve_when_caught_up(tg: TaskGroup, broker: Broker, lifecycle: BrokerLifecycle,
+                                listeners: list[_Serve], serving: anyio.Event) -> None:
     """A KRaft broker's client listeners are bound at once (their ports go into the broker's
     registration) but accept only once the broker has caught up with the metadata log and the
     controller has unfenced it, as Kafka enables request processing only then: a client that
     connects earlier waits in the accept backlog instead of being told the cluster is empty."""
     log.info("broker %d: waiting to catch up with the metadata log and be unfenced", broker.node_id)
     await lifecycle.unfenced.wait()
-    sync = broker.kraft.sync
-    target = broker.kraft.quorum.loader.next_offset
+    kraft = broker.kraft
+    assert kraft is not None   # set by run_node before this starts
+    sync = kraft.sync
+    target = kraft.quorum.loader.next_offset
     await sync.wait_synced(lambda: sync.synced_offset >= target, timeout_s=float("inf"))
     for serve in listeners:
-        tg.start_soon(*serve)
+        tg.start_soon(serve)
     lifecycle.serving = True
     serving.set()
     log.info("broker %d is serving clients", broker.node_id)

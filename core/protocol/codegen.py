@@ -16,8 +16,9 @@ anything is allocated, so a hostile frame can never make us allocate more than i
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable
+from typing import Any, Callable, Literal, Sequence, TypeAlias, cast, overload
 
+from .buffers import Buffer
 from .dsl import Field, MessageSpec, Struct
 from .errors import DecodeError, EncodeError
 from .varint import read_uvarint, uvarint_bytes
@@ -48,11 +49,11 @@ class Writer:
 
     __slots__ = ("buf", "parts")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.buf = bytearray()
-        self.parts: list = []
+        self.parts: list[Buffer] = []
 
-    def add_large(self, data) -> None:
+    def add_large(self, data: Buffer) -> None:
         # Hand over the bytearray itself rather than a copy; encoders always reach the
         # buffer through `w.buf`, so replacing it here is safe.
         if self.buf:
@@ -60,7 +61,7 @@ class Writer:
             self.buf = bytearray()
         self.parts.append(data)
 
-    def finish(self) -> list:
+    def finish(self) -> list[Buffer]:
         if self.buf:
             self.parts.append(self.buf)
             self.buf = bytearray()
@@ -75,19 +76,20 @@ class Message:
 
     __slots__ = ()
     _fields: tuple[str, ...] = ()
+    unknown_tags: dict[int, bytes] | None   # a slot of every generated class
 
-    def __eq__(self, other):
-        if type(other) is not type(self):
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message) or type(other) is not type(self):
             return NotImplemented
         return (all(getattr(self, f) == getattr(other, f) for f in self._fields)
                 and (self.unknown_tags or None) == (other.unknown_tags or None))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         inner = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
         return f"{type(self).__name__}({inner})"
 
     def to_dict(self) -> dict[str, Any]:
-        def conv(v):
+        def conv(v: object) -> object:
             if isinstance(v, Message):
                 return v.to_dict()
             if isinstance(v, list):
@@ -102,34 +104,40 @@ class Message:
 # These take (buffer, position) and return (value, new position).
 
 
-def _short(what: str):
+def _short(what: str) -> DecodeError:
     return DecodeError(f"{what} runs past the end of the frame")
 
 
-def _r_len16(b, p):
+def _r_len16(b: memoryview, p: int) -> tuple[int, int]:
     (n,) = _I16.unpack_from(b, p)
     return n, p + 2
 
 
-def _r_len32(b, p):
+def _r_len32(b: memoryview, p: int) -> tuple[int, int]:
     (n,) = _I32.unpack_from(b, p)
     return n, p + 4
 
 
-def _r_clen(b, p):
+def _r_clen(b: memoryview, p: int) -> tuple[int, int]:
     n, p = read_uvarint(b, p)
     return n - 1, p
 
 
-def _take(b, p, n, what):
+def _take(b: memoryview, p: int, n: int, what: str) -> tuple[memoryview, int]:
     end = p + n
     if end > len(b):
         raise _short(what)
     return b[p:end], end
 
 
-def _mk_reader(length_reader, convert, max_len=None):
-    def read(b, p, nullable, what):
+# The generated decoders' readers of variable-length fields: (buffer, position, nullable, what)
+# -> (value, new position).
+_Reader: TypeAlias = Callable[[memoryview, int, bool, str], tuple[object, int]]
+
+
+def _mk_reader(length_reader: Callable[[memoryview, int], tuple[int, int]],
+               convert: Callable[[memoryview], object], max_len: int | None = None) -> _Reader:
+    def read(b: memoryview, p: int, nullable: bool, what: str) -> tuple[object, int]:
         n, p = length_reader(b, p)
         if n < 0:
             if nullable:
@@ -142,14 +150,14 @@ def _mk_reader(length_reader, convert, max_len=None):
     return read
 
 
-def _utf8(raw):
+def _utf8(raw: memoryview) -> str:
     try:
         return str(raw, "utf-8")
     except UnicodeDecodeError:
         raise DecodeError("string is not valid UTF-8") from None
 
 
-def _identity(raw):
+def _identity(raw: memoryview) -> memoryview:
     return raw
 
 
@@ -163,18 +171,18 @@ _READERS = {
 }
 
 
-def _r_uuid(b, p, nullable, what):
+def _r_uuid(b: memoryview, p: int, nullable: bool, what: str) -> tuple[bytes, int]:
     raw, p = _take(b, p, 16, what)
     return bytes(raw), p
 
 
-def _r_bool(b, p, nullable, what):
+def _r_bool(b: memoryview, p: int, nullable: bool, what: str) -> tuple[bool, int]:
     if p >= len(b):
         raise _short(what)
     return b[p] != 0, p + 1
 
 
-def _r_array_len(b, p, flexible, nullable, what):
+def _r_array_len(b: memoryview, p: int, flexible: bool, nullable: bool, what: str) -> tuple[int, int]:
     n, p = _r_clen(b, p) if flexible else _r_len32(b, p)
     if n < 0:
         if not nullable:
@@ -185,14 +193,15 @@ def _r_array_len(b, p, flexible, nullable, what):
     return n, p
 
 
-def _r_int_array(b, p, n, fmt, size, what):
+def _r_int_array(b: memoryview, p: int, n: int, fmt: str, size: int,
+                 what: str) -> tuple[list[int | float], int]:
     end = p + n * size
     if end > len(b):
         raise _short(what)
     return list(struct.unpack_from(f">{n}{fmt}", b, p)), end
 
 
-def _r_tag_header(b, p):
+def _r_tag_header(b: memoryview, p: int) -> tuple[int, int, int]:
     tag, p = read_uvarint(b, p)
     size, p = read_uvarint(b, p)
     if p + size > len(b):
@@ -203,7 +212,7 @@ def _r_tag_header(b, p):
 # --------------------------------------------------------------------------- write helpers
 
 
-def _w_len(buf, n, flexible, width):
+def _w_len(buf: bytearray, n: int, flexible: bool, width: int) -> None:
     if flexible:
         buf += uvarint_bytes(n + 1)
     elif width == 2:
@@ -212,14 +221,14 @@ def _w_len(buf, n, flexible, width):
         buf += _I32.pack(n)
 
 
-def _null(buf, flexible, width):
+def _null(buf: bytearray, flexible: bool, width: int) -> None:
     if flexible:
         buf += b"\x00"
     else:
         buf += b"\xff\xff" if width == 2 else b"\xff\xff\xff\xff"
 
 
-def _w_string(w, v, flexible, nullable, what):
+def _w_string(w: Writer, v: str | None, flexible: bool, nullable: bool, what: str) -> None:
     buf = w.buf
     if v is None:
         if not nullable:
@@ -233,7 +242,7 @@ def _w_string(w, v, flexible, nullable, what):
     buf += data
 
 
-def _w_bytes(w, v, flexible, nullable, what):
+def _w_bytes(w: Writer, v: Buffer | None, flexible: bool, nullable: bool, what: str) -> None:
     buf = w.buf
     if v is None:
         if not nullable:
@@ -244,7 +253,8 @@ def _w_bytes(w, v, flexible, nullable, what):
     buf += v
 
 
-def _w_records(w, v, flexible, nullable, what):
+def _w_records(w: Writer, v: Buffer | list[Buffer] | tuple[Buffer, ...] | None, flexible: bool,
+               nullable: bool, what: str) -> None:
     """Records may be one buffer or a list of buffers (file chunks) sent back to back."""
     if v is None:
         if not nullable:
@@ -263,13 +273,13 @@ def _w_records(w, v, flexible, nullable, what):
             w.buf += c
 
 
-def _w_uuid(w, v, flexible, nullable, what):
+def _w_uuid(w: Writer, v: Buffer | None, flexible: bool, nullable: bool, what: str) -> None:
     if v is None or len(v) != 16:
         raise EncodeError(f"{what} must be 16 bytes")
     w.buf += v
 
 
-def _w_bool(w, v, flexible, nullable, what):
+def _w_bool(w: Writer, v: object, flexible: bool, nullable: bool, what: str) -> None:
     w.buf += b"\x01" if v else b"\x00"
 
 
@@ -277,7 +287,8 @@ _WRITERS = {"string": _w_string, "bytes": _w_bytes, "records": _w_records,
             "uuid": _w_uuid, "bool": _w_bool}
 
 
-def _w_array_len(buf, v, flexible, nullable, what):
+def _w_array_len(buf: bytearray, v: Sequence[object] | None, flexible: bool, nullable: bool,
+                 what: str) -> bool:
     if v is None:
         if not nullable:
             raise EncodeError(f"{what} may not be null in this version")
@@ -287,7 +298,7 @@ def _w_array_len(buf, v, flexible, nullable, what):
     return True
 
 
-def _w_tags(buf, tags):
+def _w_tags(buf: bytearray, tags: list[tuple[int, bytes]]) -> None:
     buf += uvarint_bytes(len(tags))
     for tag, data in sorted(tags, key=lambda t: t[0]):
         buf += uvarint_bytes(tag)
@@ -298,13 +309,15 @@ def _w_tags(buf, tags):
 # --------------------------------------------------------------------------- classes
 
 
-def build_classes(spec: MessageSpec) -> type:
+def build_classes(spec: MessageSpec) -> type[Message]:
     """Create one class per struct; nested struct classes hang off the root class."""
     structs = spec.root.walk()
     for s in structs:
         attrs = tuple(f.attr for f in s.fields)
-        s.cls = type(s.name, (Message,), {"__slots__": attrs + ("unknown_tags",), "_fields": attrs,
-                                           "__module__": "core.protocol.messages"})
+        # type() makes a Message subclass, which its signature cannot say.
+        s.cls = cast("type[Message]", type(
+            s.name, (Message,), {"__slots__": attrs + ("unknown_tags",), "_fields": attrs,
+                                 "__module__": "core.protocol.messages"}))
     for s in structs:
         ns: dict[str, Any] = {"_MISSING": _MISSING}
         params, body = [], []
@@ -317,7 +330,7 @@ def build_classes(spec: MessageSpec) -> type:
         src = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body) + "\n"
         exec(src, ns)
         s.cls.__init__ = ns["__init__"]
-    root = spec.root.cls
+    root: type[Message] = spec.root.cls
     for s in structs:
         if s is not spec.root:
             setattr(root, s.name, s.cls)
@@ -325,6 +338,11 @@ def build_classes(spec: MessageSpec) -> type:
 
 
 _MISSING = object()
+
+# What _Gen compiles for one (message, version): decode(buffer, position) -> (object, end) and
+# encode(object, writer).
+_Decoder: TypeAlias = Callable[[memoryview, int], tuple[Message, int]]
+_Encoder: TypeAlias = Callable[[Message, Writer], None]
 
 
 # --------------------------------------------------------------------------- code generation
@@ -359,7 +377,7 @@ class _Gen:
             stack.extend(f.struct for f in self.present(s) if f.struct is not None)
         return list(seen.values())
 
-    def const(self, value) -> str:
+    def const(self, value: object) -> str:
         self.counter += 1
         name = f"_k{self.counter}"
         self.ns[name] = value
@@ -520,7 +538,7 @@ class _Gen:
         L.append("    pass")
         L.append("")
 
-    def compile(self) -> tuple[Callable, Callable]:
+    def compile(self) -> tuple[_Decoder, _Encoder]:
         for s in self.structs():
             self.gen_decoder(s)
             self.gen_encoder(s)
@@ -528,18 +546,25 @@ class _Gen:
         code = compile(src, f"<codec {self.spec.name} v{self.version}>", "exec")
         exec(code, self.ns)
         root = self.spec.root.name
-        return self.ns[f"d_{root}"], self.ns[f"e_{root}"]
+        decoder: _Decoder = self.ns[f"d_{root}"]
+        encoder: _Encoder = self.ns[f"e_{root}"]
+        return decoder, encoder
 
 
 class MessageCodec:
-    """Encoder and decoder of one message across its versions, compiled on first use."""
+    """Encoder and decoder of one message across its versions, compiled on first use.
+
+    What it decodes is an instance of `cls`, typed as a Message: the registries (messages.API,
+    DATA, ...) hold codecs of many classes, so a caller that needs the fields narrows the result
+    to the class it expects (messages.pyi has them all).
+    """
 
     def __init__(self, spec: MessageSpec):
         self.spec = spec
         self.cls = build_classes(spec)
-        self._compiled: dict[int, tuple[Callable, Callable]] = {}
+        self._compiled: dict[int, tuple[_Decoder, _Encoder]] = {}
 
-    def _get(self, version: int) -> tuple[Callable, Callable]:
+    def _get(self, version: int) -> tuple[_Decoder, _Encoder]:
         fns = self._compiled.get(version)
         if fns is None:
             if version not in self.spec.versions:
@@ -547,7 +572,17 @@ class MessageCodec:
             fns = self._compiled[version] = _Gen(self.spec, version).compile()
         return fns
 
-    def decode(self, version: int, buf, pos: int = 0, *, whole: bool = True):
+    @overload
+    def decode(self, version: int, buf: Buffer, pos: int = 0, *,
+               whole: Literal[True] = True) -> Message: ...
+    @overload
+    def decode(self, version: int, buf: Buffer, pos: int = 0, *,
+               whole: Literal[False]) -> tuple[Message, int]: ...
+    @overload
+    def decode(self, version: int, buf: Buffer, pos: int = 0, *,
+               whole: bool) -> Message | tuple[Message, int]: ...
+    def decode(self, version: int, buf: Buffer, pos: int = 0, *,
+               whole: bool = True) -> Message | tuple[Message, int]:
         """Decode from `buf` at `pos`. With `whole`, trailing bytes are an error and the
         object is returned; without, (object, end position) is returned."""
         decoder = self._get(version)[0]
@@ -564,7 +599,7 @@ class MessageCodec:
             raise DecodeError(f"{self.spec.name} v{version} has {len(view) - end} unexpected trailing bytes")
         return obj
 
-    def encode_into(self, version: int, obj, w: Writer) -> None:
+    def encode_into(self, version: int, obj: Message, w: Writer) -> None:
         encoder = self._get(version)[1]
         try:
             encoder(obj, w)
@@ -573,7 +608,7 @@ class MessageCodec:
         except (struct.error, AttributeError, TypeError) as exc:
             raise EncodeError(f"cannot encode {self.spec.name} v{version}: {exc}") from None
 
-    def encode(self, version: int, obj) -> bytes:
+    def encode(self, version: int, obj: Message) -> bytes:
         w = Writer()
         self.encode_into(version, obj, w)
         return w.getvalue()

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import enum
 import struct
+from typing import Callable
 
 import cramjam
 
+from .buffers import Buffer
 from .errors import DecodeError
 
 
@@ -44,7 +46,8 @@ _XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024
 
 
-def compress(codec: Compression, data: bytes) -> bytes:
+def compress(codec: int, data: Buffer) -> bytes:
+    """Compress with the codec a Compression (or a batch's attributes) names."""
     if codec == Compression.NONE:
         return bytes(data)
     if codec == Compression.GZIP:
@@ -68,7 +71,7 @@ def compress(codec: Compression, data: bytes) -> bytes:
     raise ValueError(f"unsupported compression codec {codec}")
 
 
-def decompress(codec: int, data, max_size: int = 1 << 30) -> bytes | bytearray:
+def decompress(codec: int, data: Buffer, max_size: int = 1 << 30) -> bytes | bytearray:
     """Decompress into a buffer never larger than max_size + 1 bytes.
 
     Codecs write into a preallocated buffer: sized from the size the format declares when it
@@ -76,6 +79,7 @@ def decompress(codec: int, data, max_size: int = 1 << 30) -> bytes | bytearray:
     that grows fourfold. A batch that claims or needs more than `max_size` fails with
     DecodeError before more than that is allocated.
     """
+    out: bytes | bytearray
     try:
         if codec == Compression.NONE:
             out = bytes(data)
@@ -102,7 +106,8 @@ _OUTPUT_TOO_SMALL = ("failed to write whole buffer", "smaller than required")
 _MIN_GUESS = 64 * 1024
 
 
-def _bounded(decompress_into, data, max_size: int, hint: int | None) -> bytearray:
+def _bounded(decompress_into: Callable[[Buffer, bytearray], int], data: Buffer, max_size: int,
+             hint: int | None) -> bytearray:
     if hint is not None and hint > max_size:
         raise DecodeError(f"declared decompressed size {hint} exceeds the limit of {max_size}")
     size = min(hint + 1 if hint is not None else max(4 * len(data), _MIN_GUESS), max_size + 1)
@@ -123,21 +128,21 @@ def _bounded(decompress_into, data, max_size: int, hint: int | None) -> bytearra
         return out
 
 
-def _gzip_size_hint(data) -> int | None:
+def _gzip_size_hint(data: Buffer) -> int | None:
     # ISIZE, the last member's size mod 2**32: right for the single-member gzip Kafka writes.
     if len(data) < 18:
         return None
     return int.from_bytes(bytes(data[-4:]), "little")
 
 
-def _lz4_size_hint(data) -> int | None:
+def _lz4_size_hint(data: Buffer) -> int | None:
     view = memoryview(data)
     if len(view) < 15 or bytes(view[:4]) != b"\x04\x22\x4d\x18" or not view[4] & 0x08:
         return None
     return int.from_bytes(view[6:14], "little")
 
 
-def _zstd_size_hint(data) -> int | None:
+def _zstd_size_hint(data: Buffer) -> int | None:
     """Frame_Content_Size from the first frame header, when present (RFC 8878 3.1.1.1)."""
     view = memoryview(data)
     if len(view) < 6 or bytes(view[:4]) != b"\x28\xb5\x2f\xfd":
@@ -152,7 +157,7 @@ def _zstd_size_hint(data) -> int | None:
     return value + 256 if width == 2 else value
 
 
-def _snappy_decompress(data, max_size: int) -> bytearray:
+def _snappy_decompress(data: Buffer, max_size: int) -> bytearray:
     view = memoryview(data)
     if bytes(view[:8]) != _XERIAL_MAGIC:
         return _bounded(cramjam.snappy.decompress_raw_into, data, max_size,

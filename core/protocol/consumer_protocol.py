@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, TypeVar
 
-from .codegen import DecodeError
-from .messages import DATA
+from .buffers import Buffer
+from .codegen import Message, MessageCodec
+from .errors import DecodeError
+from .messages import DATA, ConsumerProtocolAssignment, ConsumerProtocolSubscription
+
+M = TypeVar("M", bound=Message)
 
 _SUBSCRIPTION = DATA["ConsumerProtocolSubscription"]
 _ASSIGNMENT = DATA["ConsumerProtocolAssignment"]
@@ -38,20 +42,21 @@ class Assignment:
     version: int = ASSIGNMENT_VERSION
 
 
-def _split(codec, blob, what: str):
+def _split(codec: MessageCodec, cls: type[M], blob: Buffer, what: str) -> tuple[int, M]:
     view = memoryview(blob)
     if len(view) < 2:
         raise DecodeError(f"{what} is {len(view)} bytes; it needs at least a 2-byte version")
     (version,) = struct.unpack_from(">h", view, 0)
     if version < 0:
         raise DecodeError(f"{what} has negative version {version}")
-    readable = min(version, codec.spec.versions.high)
+    readable = min(version, codec.spec.max_version)
     obj, _ = codec.decode(readable, view, 2, whole=False)
+    assert isinstance(obj, cls), obj   # codec.cls is cls
     return version, obj
 
 
-def decode_subscription(blob) -> Subscription:
-    version, s = _split(_SUBSCRIPTION, blob, "consumer subscription")
+def decode_subscription(blob: Buffer) -> Subscription:
+    version, s = _split(_SUBSCRIPTION, ConsumerProtocolSubscription, blob, "consumer subscription")
     owned = {tp.topic: list(tp.partitions) for tp in (s.owned_partitions or [])}
     return Subscription(list(s.topics), None if s.user_data is None else bytes(s.user_data),
                         owned, s.generation_id, s.rack_id, version)
@@ -59,7 +64,7 @@ def decode_subscription(blob) -> Subscription:
 
 def encode_subscription(sub: Subscription) -> bytes:
     version = min(sub.version, SUBSCRIPTION_VERSION)
-    cls = _SUBSCRIPTION.cls
+    cls = ConsumerProtocolSubscription
     obj = cls(topics=list(sub.topics), user_data=sub.user_data,
               owned_partitions=[cls.TopicPartition(topic=t, partitions=list(p))
                                 for t, p in sub.owned_partitions.items()],
@@ -67,19 +72,19 @@ def encode_subscription(sub: Subscription) -> bytes:
     return struct.pack(">h", version) + _SUBSCRIPTION.encode(version, obj)
 
 
-def decode_assignment(blob) -> Assignment:
+def decode_assignment(blob: Buffer) -> Assignment:
     """An empty blob is an empty assignment: the coordinator answers members the leader left
     out with no bytes at all."""
     if len(blob) == 0:
         return Assignment({}, version=0)
-    version, a = _split(_ASSIGNMENT, blob, "consumer assignment")
+    version, a = _split(_ASSIGNMENT, ConsumerProtocolAssignment, blob, "consumer assignment")
     return Assignment({tp.topic: list(tp.partitions) for tp in a.assigned_partitions},
                       None if a.user_data is None else bytes(a.user_data), version)
 
 
 def encode_assignment(assignment: Assignment) -> bytes:
     version = min(assignment.version, ASSIGNMENT_VERSION)
-    cls = _ASSIGNMENT.cls
+    cls = ConsumerProtocolAssignment
     obj = cls(assigned_partitions=[cls.TopicPartition(topic=t, partitions=list(p))
                                    for t, p in assignment.partitions.items()],
               user_data=assignment.user_data)

@@ -114,7 +114,7 @@ class Field:
     def nullable_in(self, version: int) -> bool:
         return self.nullable is not None and version in self.nullable
 
-    def default_value(self):
+    def default_value(self) -> object:
         """A fresh default, as Kafka's generated code would construct it."""
         if self.is_array:
             return None if self.has_default and self.default is None else []
@@ -135,7 +135,7 @@ class Struct:
     fields: list[Field] = field(default_factory=list)
     cls: Any = None  # set by codegen
 
-    def walk(self):
+    def walk(self) -> list[Struct]:
         """This struct and every struct nested in it, each once."""
         seen: dict[str, Struct] = {}
         stack = [self]
@@ -161,6 +161,13 @@ class MessageSpec:
     def is_flexible(self, version: int) -> bool:
         return self.flexible is not None and version in self.flexible
 
+    @property
+    def max_version(self) -> int:
+        """The newest version we declare: a message's versions are a closed range."""
+        if self.versions.high is None:
+            raise SchemaError(f"{self.name} declares open-ended versions {self.versions}")
+        return self.versions.high
+
 
 @dataclass
 class ApiSchema:
@@ -172,7 +179,7 @@ class ApiSchema:
     response: MessageSpec
 
 
-def _parse_default(type_: str, text: str):
+def _parse_default(type_: str, text: str) -> int | bool | float | str | None:
     if text == "null":
         return None
     if type_ in INT_TYPES:
@@ -195,14 +202,15 @@ def _parse_field(tokens: list[str], line: int, where: str) -> Field:
     is_array = type_text.startswith("[]")
     type_ = type_text[2:] if is_array else type_text
     fld = Field(name=name, type=type_, is_array=is_array, versions=ALL_VERSIONS, line=line)
+    nullable_in_all = False   # a bare `nullable`: in every version of the field, known below
     for tok in rest:
         if tok.startswith("v") and tok[1:2].isdigit():
             fld.versions = VersionRange.parse(tok)
         elif tok == "nullable":
-            fld.nullable = fld.versions  # resolved again below once versions are known
-            fld.nullable = "same"  # type: ignore[assignment]
+            nullable_in_all = True
         elif tok.startswith("nullable="):
             fld.nullable = VersionRange.parse(tok.split("=", 1)[1])
+            nullable_in_all = False
         elif tok.startswith("tag="):
             fld.tag = int(tok.split("=", 1)[1])
         elif tok.startswith("default="):
@@ -212,7 +220,7 @@ def _parse_field(tokens: list[str], line: int, where: str) -> Field:
             fld.never_flexible = True
         else:
             raise SchemaError(f"{where}:{line}: unknown field attribute {tok!r}")
-    if fld.nullable == "same":
+    if nullable_in_all:
         fld.nullable = fld.versions
     return fld
 
@@ -344,6 +352,7 @@ def load_all(directory: Path = SCHEMA_DIR) -> tuple[dict[int, ApiSchema], dict[s
         if parsed.name in others:
             raise SchemaError(f"{path.name}: {parsed.name} is declared twice")
         if parsed.kind == "record":
+            assert parsed.api_key is not None   # a record declares its type
             if parsed.api_key in record_types:
                 raise SchemaError(f"{path.name}: record type {parsed.api_key} is already "
                                   f"{record_types[parsed.api_key]}")

@@ -8,6 +8,8 @@ can patch record batch offsets in place.
 """
 from __future__ import annotations
 
+from .buffers import Buffer
+
 
 class FrameTooLarge(ValueError):
     def __init__(self, size: int, limit: int):
@@ -28,7 +30,7 @@ class FrameReader:
         """Bytes of an incomplete frame (or size prefix) held back."""
         return len(self._head) + (len(self._frame) if self._frame is not None else 0)
 
-    def feed(self, data) -> list[bytearray]:
+    def feed(self, data: Buffer) -> list[bytearray]:
         frames: list[bytearray] = []
         view = memoryview(data)
         i, n = 0, len(view)

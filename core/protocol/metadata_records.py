@@ -38,9 +38,13 @@ import enum
 import struct
 from dataclasses import dataclass
 
+from typing import TypeAlias
+
+from .buffers import Buffer
 from .codegen import Message, MessageCodec
 from .errors import DecodeError, EncodeError
-from .messages import DATA, METADATA_RECORDS
+from .messages import (DATA, METADATA_RECORDS, KRaftVersionRecord, LeaderChangeMessage,
+                       SnapshotFooterRecord, SnapshotHeaderRecord, VotersRecord)
 from .varint import read_uvarint, uvarint_bytes
 
 FRAME_VERSION = 1
@@ -95,7 +99,7 @@ def encode_record(record: Message | MetadataRecord, version: int | None = None) 
     rtype = record_type_of(message)
     codec = METADATA_RECORDS[rtype]
     if version is None:
-        version = codec.spec.versions.high
+        version = codec.spec.max_version
     if version not in codec.spec.versions:
         raise EncodeError(f"{codec.spec.name} has no version {version} "
                           f"(we declare {codec.spec.versions})")
@@ -103,7 +107,7 @@ def encode_record(record: Message | MetadataRecord, version: int | None = None) 
         + codec.encode(version, message)
 
 
-def _read_int16_uvarint(view, pos: int, what: str) -> tuple[int, int]:
+def _read_int16_uvarint(view: memoryview, pos: int, what: str) -> tuple[int, int]:
     try:
         value, pos = read_uvarint(view, pos)
     except DecodeError as exc:
@@ -113,7 +117,7 @@ def _read_int16_uvarint(view, pos: int, what: str) -> tuple[int, int]:
     return value, pos
 
 
-def decode_record(buf) -> MetadataRecord:
+def decode_record(buf: Buffer) -> MetadataRecord:
     """Decode one framed metadata record value (the whole of `buf`)."""
     view = buf if isinstance(buf, memoryview) else memoryview(buf)
     if len(view) == 0:
@@ -152,7 +156,7 @@ CONTROL_KEY_SIZE = 4
 CONTROL_RECORD_VERSION = 0  # the schema version of every KRaft control record value
 _CONTROL_KEY = struct.Struct(">hh")
 
-CONTROL_RECORDS: dict[ControlRecordType, MessageCodec] = {
+CONTROL_RECORDS: dict[int, MessageCodec] = {   # by ControlRecordType
     ControlRecordType.LEADER_CHANGE: DATA["LeaderChangeMessage"],
     ControlRecordType.SNAPSHOT_HEADER: DATA["SnapshotHeaderRecord"],
     ControlRecordType.SNAPSHOT_FOOTER: DATA["SnapshotFooterRecord"],
@@ -160,13 +164,18 @@ CONTROL_RECORDS: dict[ControlRecordType, MessageCodec] = {
     ControlRecordType.KRAFT_VOTERS: DATA["VotersRecord"],
 }
 _CONTROL_TYPE_OF_CLASS = {codec.cls: ctype for ctype, codec in CONTROL_RECORDS.items()}
+# The classes of CONTROL_RECORDS, each with its application-level `version`.
+ControlMessage: TypeAlias = (LeaderChangeMessage | SnapshotHeaderRecord | SnapshotFooterRecord
+                             | KRaftVersionRecord | VotersRecord)
+_CONTROL_MESSAGE_TYPES = (LeaderChangeMessage, SnapshotHeaderRecord, SnapshotFooterRecord,
+                          KRaftVersionRecord, VotersRecord)
 
 
 @dataclass(frozen=True, slots=True)
 class ControlRecord:
     """One decoded KRaft control record."""
     type: ControlRecordType
-    message: Message
+    message: ControlMessage
 
     @property
     def version(self) -> int:
@@ -178,11 +187,13 @@ def encode_control_key(ctype: int) -> bytes:
     return _CONTROL_KEY.pack(CONTROL_KEY_VERSION, int(ctype))
 
 
-def decode_control_key(key) -> int:
+def decode_control_key(key: Buffer | None) -> int:
     """The type a control record key names (any int16; unknown types are the caller's call)."""
     if key is None or len(key) < CONTROL_KEY_SIZE:
         size = "null" if key is None else f"{len(key)} bytes"
         raise DecodeError(f"control record key is {size}; it needs {CONTROL_KEY_SIZE}")
+    version: int
+    ctype: int
     version, ctype = _CONTROL_KEY.unpack_from(key, 0)
     if version < 0:
         raise DecodeError(f"control record key has negative version {version}")
@@ -198,9 +209,9 @@ def encode_control_record(message: Message) -> tuple[bytes, bytes]:
     return encode_control_key(ctype), value
 
 
-def decode_control_record(key, value) -> ControlRecord:
+def decode_control_record(key: Buffer | None, value: Buffer | None) -> ControlRecord:
     ctype = decode_control_key(key)
-    codec = CONTROL_RECORDS.get(ctype)  # type: ignore[call-overload]
+    codec = CONTROL_RECORDS.get(ctype)
     if codec is None:
         if ctype in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
             raise UnknownRecordType(f"control record type {ctype} is a transaction marker, "
@@ -208,4 +219,6 @@ def decode_control_record(key, value) -> ControlRecord:
         raise UnknownRecordType(f"unknown control record type {ctype}", ctype)
     if value is None or len(value) == 0:
         raise DecodeError(f"{ControlRecordType(ctype).name} control record has no value")
-    return ControlRecord(ControlRecordType(ctype), codec.decode(CONTROL_RECORD_VERSION, value))
+    message = codec.decode(CONTROL_RECORD_VERSION, value)
+    assert isinstance(message, _CONTROL_MESSAGE_TYPES), message   # the classes of CONTROL_RECORDS
+    return ControlRecord(ControlRecordType(ctype), message)

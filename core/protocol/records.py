@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, NamedTuple, Sequence
+from typing import Iterable, Iterator, Literal, NamedTuple, Sequence, TypeAlias, overload
 
 from crc32c import crc32c
 
+from .buffers import Buffer
 from .compression import Compression, compress, decompress
 from .errors import DecodeError, ErrorCode
 from .varint import read_varint, read_varlong, write_varint
@@ -106,14 +107,14 @@ class BatchInfo(NamedTuple):
         return bool(self.attributes & ATTR_TRANSACTIONAL)
 
 
-def read_batch_header(buf, pos: int = 0) -> BatchInfo:
+def read_batch_header(buf: Buffer, pos: int = 0) -> BatchInfo:
     """Parse one header; the caller has checked that HEADER_SIZE bytes are there."""
     fields = _HEADER.unpack_from(buf, pos)
     length = fields[1]
     return BatchInfo(pos, length + LOG_OVERHEAD, fields[0], *fields[2:])
 
 
-def scan_batches(buf, *, verify_crc: bool = True, max_batch_size: int | None = None,
+def scan_batches(buf: Buffer, *, verify_crc: bool = True, max_batch_size: int | None = None,
                  from_client: bool = False) -> list[BatchInfo]:
     """Check the framing (and CRC) of every batch in `buf`; return their headers.
 
@@ -200,7 +201,7 @@ def set_log_append_time(buf: bytearray | memoryview, batches: Sequence[BatchInfo
         _CRC.pack_into(view, info.position + 17, crc)
 
 
-def iter_batch_headers(buf, pos: int = 0) -> Iterator[BatchInfo]:
+def iter_batch_headers(buf: Buffer, pos: int = 0) -> Iterator[BatchInfo]:
     """Walk headers without checking CRCs; stops at the first incomplete batch.
 
     Fetch responses may end in a partial batch (Kafka cuts at max bytes); clients
@@ -236,7 +237,13 @@ class ControlRecord:
     producer_id: int
 
 
-def encode_records(records: Iterable, base_timestamp: int) -> tuple[bytearray, int, int]:
+# What encode_records and build_batch take: (key, value, headers, timestamp_ms); header keys and
+# values may be str (encoded as UTF-8) or bytes.
+RecordTuple: TypeAlias = tuple[Buffer | None, Buffer | None,
+                               Sequence[tuple[str | Buffer, str | Buffer | None]] | None, int]
+
+
+def encode_records(records: Iterable[RecordTuple], base_timestamp: int) -> tuple[bytearray, int, int]:
     """Encode (key, value, headers, timestamp) tuples; returns (bytes, count, max_timestamp)."""
     out = bytearray()
     count = 0
@@ -279,7 +286,7 @@ def encode_records(records: Iterable, base_timestamp: int) -> tuple[bytearray, i
     return out, count, max_ts
 
 
-def build_batch(records: Sequence[tuple], *, base_offset: int = 0,
+def build_batch(records: Sequence[RecordTuple], *, base_offset: int = 0,
                 compression: Compression = Compression.NONE,
                 producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
                 base_sequence: int = NO_SEQUENCE, partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
@@ -304,7 +311,7 @@ def build_batch(records: Sequence[tuple], *, base_offset: int = 0,
     return bytes(batch)
 
 
-def decode_batch(buf, info: BatchInfo, *, verify_crc: bool = True,
+def decode_batch(buf: Buffer, info: BatchInfo, *, verify_crc: bool = True,
                  max_decompressed: int = 1 << 30) -> list[Record | ControlRecord]:
     """Decode every record of one batch (client side)."""
     view = memoryview(buf)
@@ -317,7 +324,7 @@ def decode_batch(buf, info: BatchInfo, *, verify_crc: bool = True,
     if info.records_count < 0 or info.records_count > len(payload):
         raise DecodeError(f"batch claims {info.records_count} records in {len(payload)} bytes")
     ts_type = 1 if info.attributes & ATTR_LOG_APPEND_TIME else 0
-    out: list = []
+    out: list[Record | ControlRecord] = []
     pos = 0
     end = len(payload)
     base_offset = info.base_offset
@@ -377,7 +384,14 @@ def decode_batch(buf, info: BatchInfo, *, verify_crc: bool = True,
     return out
 
 
-def iter_records(buf, *, skip_control: bool = True, verify_crc: bool = True) -> Iterator[Record]:
+@overload
+def iter_records(buf: Buffer, *, skip_control: Literal[True] = True,
+                 verify_crc: bool = True) -> Iterator[Record]: ...
+@overload
+def iter_records(buf: Buffer, *, skip_control: bool,
+                 verify_crc: bool = True) -> Iterator[Record | ControlRecord]: ...
+def iter_records(buf: Buffer, *, skip_control: bool = True,
+                 verify_crc: bool = True) -> Iterator[Record | ControlRecord]:
     """Every record of every complete batch in `buf`, in order."""
     for info in iter_batch_headers(buf):
         for rec in decode_batch(buf, info, verify_crc=verify_crc):

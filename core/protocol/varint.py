@@ -6,10 +6,11 @@ varints carry the fields inside a record. Both are bounded to 5 bytes (int32) or
 """
 from __future__ import annotations
 
+from .buffers import Buffer
 from .errors import DecodeError
 
 
-def read_uvarint(buf, pos: int) -> tuple[int, int]:
+def read_uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
     """An unsigned int32 varint; returns (value, new position)."""
     result = 0
     shift = 0
@@ -27,7 +28,7 @@ def read_uvarint(buf, pos: int) -> tuple[int, int]:
             raise DecodeError("varint longer than 5 bytes")
 
 
-def read_uvarlong(buf, pos: int) -> tuple[int, int]:
+def read_uvarlong(buf: Buffer, pos: int) -> tuple[int, int]:
     result = 0
     shift = 0
     end = len(buf)
@@ -44,13 +45,13 @@ def read_uvarlong(buf, pos: int) -> tuple[int, int]:
             raise DecodeError("varlong longer than 10 bytes")
 
 
-def read_varint(buf, pos: int) -> tuple[int, int]:
+def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
     """A zig-zag signed int32 varint."""
     v, pos = read_uvarint(buf, pos)
     return (v >> 1) ^ -(v & 1), pos
 
 
-def read_varlong(buf, pos: int) -> tuple[int, int]:
+def read_varlong(buf: Buffer, pos: int) -> tuple[int, int]:
     v, pos = read_uvarlong(buf, pos)
     return (v >> 1) ^ -(v & 1), pos
 

@@ -65,7 +65,7 @@ def handle_vote_request(node: RaftNode, message: RaftMessage, request: VoteReque
             node.become_unattached(request.candidate_epoch)
         candidate_log = OffsetAndEpoch(request.last_offset, request.last_offset_epoch)
         up_to_date = log_is_up_to_date(candidate_log, node.log.end_offset_and_epoch())
-        granted = node.state.can_grant_vote(  # type: ignore[attr-defined]
+        granted = node.state.can_grant_vote(
             node, request.candidate_id, up_to_date, request.pre_vote)
         if granted and not request.pre_vote and node.quorum_state.voted_id == NO_LEADER:
             # Bind ourselves: the Ready that carries this answer persists the vote first.

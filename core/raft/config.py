@@ -67,6 +67,7 @@ class QuorumConfig:
         for name, field_name in PROPERTY_NAMES.items():
             if name in properties:
                 try:
+                    # Any object: int() raises TypeError for those it cannot take, answered below.
                     values[field_name] = int(properties[name])  # type: ignore[call-overload]
                 except (TypeError, ValueError):
                     raise ValueError(f"{name} must be an integer, got {properties[name]!r}") \

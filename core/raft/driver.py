@@ -39,9 +39,10 @@ import logging
 import random
 import time
 from pathlib import Path
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence, TypeVar
 
 import anyio
+from anyio.abc import TaskGroup, TaskStatus
 
 from core.client.connection import BrokerConnection
 from core.client.errors import KafkaError, RequestTimedOutError
@@ -49,18 +50,20 @@ from core.protocol.errors import EncodeError, ErrorCode
 from core.raft import wire
 from core.raft.config import QuorumConfig
 from core.raft.entries import NO_LEADER, Entry, OffsetAndEpoch, SnapshotId
-from core.raft.messages import (BeginQuorumEpochRequest, BeginQuorumEpochResponse,
+from core.raft.messages import (REQUEST_TYPES, BeginQuorumEpochRequest, BeginQuorumEpochResponse,
                                 DescribeQuorumRequest, DescribeQuorumResponse, EndQuorumEpochRequest,
                                 EndQuorumEpochResponse, FetchRequest, FetchResponse,
                                 FetchSnapshotRequest, FetchSnapshotResponse, LeaderIdAndEpoch,
-                                RaftMessage, VoteRequest, VoteResponse)
+                                RaftMessage, RaftRequest, RaftResponse, VoteRequest, VoteResponse)
 from core.raft.node import RaftNode
 from core.raft.ready import Ready, Snapshot
 from core.raft.storage import RaftStorage
 
 log = logging.getLogger(__name__)
 
-RESPONSE_OF = {
+T = TypeVar("T")
+
+RESPONSE_OF: dict[type[RaftRequest], type[RaftResponse]] = {
     VoteRequest: VoteResponse,
     BeginQuorumEpochRequest: BeginQuorumEpochResponse,
     EndQuorumEpochRequest: EndQuorumEpochResponse,
@@ -81,7 +84,7 @@ class NotRunning(Exception):
     """The driver has not started or has stopped: nothing can be asked of the node."""
 
 
-def source_of(data) -> int:
+def source_of(data: RaftRequest) -> int:
     """Who sent an inbound request, by the field Kafka's raft client reads it from."""
     if isinstance(data, VoteRequest):
         return data.candidate_id
@@ -117,14 +120,16 @@ class RaftDriver:
         self.storage: RaftStorage | None = None
         self.leader = LeaderIdAndEpoch(NO_LEADER, 0)
         self.high_watermark = 0
-        self._inbox: list = []
+        # Inbound messages and calls (run with the node, between Readies), in arrival order.
+        self._inbox: list[RaftMessage | Callable[[RaftNode], None]] = []
         self._wakeup = anyio.Event()
-        self._waiting: dict[int, Callable] = {}       # inbound correlation id -> answer callback
+        # inbound correlation id -> answer callback (None: no answer, the driver stopped)
+        self._waiting: dict[int, Callable[[RaftResponse | None], None]] = {}
         self._next_inbound_id = 0
         self._connections: dict[int, BrokerConnection] = {}
         self._connect_locks: dict[int, anyio.Lock] = {}
         self._refused_until: dict[int, float] = {}
-        self._task_group = None
+        self._task_group: TaskGroup | None = None
         self._stopped = False
         self._sending = 0
 
@@ -146,7 +151,7 @@ class RaftDriver:
         if loaded.snapshot is not None:
             self.listener.handle_snapshot(loaded.snapshot)
 
-    async def run(self, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: TaskStatus[RaftDriver] = anyio.TASK_STATUS_IGNORED) -> None:
         if self.node is None:
             await anyio.to_thread.run_sync(self.open)
         try:
@@ -169,27 +174,27 @@ class RaftDriver:
 
     # ------------------------------------------------------------------ calls into the loop
 
-    async def _call(self, fn: Callable[[RaftNode], object]):
+    async def _call(self, fn: Callable[[RaftNode], T]) -> T:
         """Run fn(node) inside the loop (between Readies) and return its result."""
         if self._stopped or self._task_group is None:
             raise NotRunning("the raft driver is not running")
         done = anyio.Event()
-        outcome: list = []
+        result: list[T] = []
+        error: list[Exception] = []
 
         def run(node: RaftNode) -> None:
             try:
-                outcome.append((True, fn(node)))
+                result.append(fn(node))
             except Exception as exc:   # delivered to the caller, not the loop
-                outcome.append((False, exc))
+                error.append(exc)
             done.set()
 
         self._inbox.append(run)
         self._wakeup.set()
         await done.wait()
-        ok, value = outcome[0]
-        if not ok:
-            raise value
-        return value
+        if error:
+            raise error[0]
+        return result[0]
 
     async def propose(self, payloads: Sequence[bytes]) -> OffsetAndEpoch:
         """Append as the leader; raises NotLeaderError otherwise. Returns the offset after the
@@ -216,22 +221,23 @@ class RaftDriver:
         Committed entries are never truncated, so nothing can move between the two steps."""
         snapshot_id = await self._call(
             lambda node: SnapshotId(end_offset, node.log.epoch_of(end_offset - 1) if end_offset else 0))
+        assert self.storage is not None   # opened with the node, which _call found running
         await anyio.to_thread.run_sync(self.storage.log.write_snapshot, Snapshot(snapshot_id, data))
         return await self._call(lambda node: node.snapshot_created(end_offset, data))
 
     async def log_end_offset(self) -> int:
         return await self._call(lambda node: node.log.end_offset)
 
-    async def handle_request(self, data):
+    async def handle_request(self, data: RaftRequest) -> RaftResponse:
         """An inbound Raft request from the network; returns the node's response data."""
         if self._stopped or self._task_group is None:
             return RESPONSE_OF[type(data)](error_code=ErrorCode.BROKER_NOT_AVAILABLE)
         correlation_id = self._next_inbound_id
         self._next_inbound_id = (correlation_id + 1) & 0x7FFFFFFF
         done = anyio.Event()
-        answer: list = []
+        answer: list[RaftResponse | None] = []
 
-        def respond(response) -> None:
+        def respond(response: RaftResponse | None) -> None:
             answer.append(response)
             done.set()
 
@@ -240,18 +246,21 @@ class RaftDriver:
         self._wakeup.set()
         # The node answers every request (a parked Fetch within its max wait); the bound only
         # guards against a driver that stopped under us.
-        timeout = (getattr(data, "max_wait_ms", 0) + self.config.request_timeout_ms) / 1000
+        max_wait_ms = data.max_wait_ms if isinstance(data, FetchRequest) else 0
+        timeout = (max_wait_ms + self.config.request_timeout_ms) / 1000
         with anyio.move_on_after(timeout):
             await done.wait()
         self._waiting.pop(correlation_id, None)
-        if not answer or answer[0] is None:
+        response = answer[0] if answer else None
+        if response is None:
             return RESPONSE_OF[type(data)](error_code=ErrorCode.REQUEST_TIMED_OUT)
-        return answer[0]
+        return response
 
     # ------------------------------------------------------------------ the loop
 
     async def _loop(self) -> None:
         node = self.node
+        assert node is not None   # run() opened it
         while True:
             await self._drain()
             deadline = node.next_deadline_ms()
@@ -272,11 +281,12 @@ class RaftDriver:
                 node.tick()
 
     async def _drain(self) -> None:
-        node = self.node
+        node, storage = self.node, self.storage
+        assert node is not None and storage is not None   # run() opened them
         while node.has_ready():
             ready = node.ready()
             if _needs_disk(ready):
-                await anyio.to_thread.run_sync(self.storage.persist, ready)
+                await anyio.to_thread.run_sync(storage.persist, ready)
             for message in ready.messages:
                 self._dispatch(message)
             if ready.snapshot is not None:
@@ -293,18 +303,21 @@ class RaftDriver:
             node.advance(ready)
 
     def _dispatch(self, message: RaftMessage) -> None:
-        if not message.is_request:
+        data = message.data
+        if not isinstance(data, REQUEST_TYPES):   # the node's answer to an inbound request
             answer = self._waiting.pop(message.correlation_id, None)
             if answer is not None:
-                answer(message.data)
+                answer(data)
             return
-        self._task_group.start_soon(self._send, message)
+        assert self._task_group is not None   # the node runs inside run()'s task group
+        self._task_group.start_soon(self._send, message, data)
 
     # ------------------------------------------------------------------ outbound
 
-    async def _send(self, message: RaftMessage) -> None:
-        data = message.data
+    async def _send(self, message: RaftMessage, data: RaftRequest) -> None:
+        """Send `message`, whose data is the request `data`, and queue the answer."""
         destination = message.destination_id
+        response: RaftRequest | RaftResponse
         self._sending += 1
         try:
             response = await self._roundtrip(destination, data)
@@ -327,7 +340,7 @@ class RaftDriver:
         self._inbox.append(RaftMessage(destination, self.node_id, message.correlation_id, response))
         self._wakeup.set()
 
-    async def _roundtrip(self, destination: int, data):
+    async def _roundtrip(self, destination: int, data: RaftRequest) -> RaftRequest | RaftResponse:
         conn = await self._connection(destination)
         api_key = type(data).api_key
         supported = wire.VERSIONS[api_key]

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
-from core.protocol.messages import DATA
+from core.protocol.messages import DATA, LeaderChangeMessage
 
 NO_LEADER = -1       # Kafka's sentinel for "no known leader" / "no vote" / "unknown replica"
 UNKNOWN_OFFSET = -1  # Kafka's sentinel for an offset nobody knows yet (e.g. an unset HW)
@@ -50,9 +50,8 @@ def leader_change_payload(leader_id: int, voters: Iterable[int], granting_voters
     """The body of the control entry that opens a leader's epoch: Kafka's LeaderChangeMessage
     (written at schema version 0, as Kafka writes it), naming the leader, the voters and those
     that voted for it. The epoch is the entry's own (its batch's partition leader epoch)."""
-    codec = DATA["LeaderChangeMessage"]
-    Voter = codec.cls.Voter
-    return codec.encode(0, codec.cls(
+    Voter = LeaderChangeMessage.Voter
+    return DATA["LeaderChangeMessage"].encode(0, LeaderChangeMessage(
         version=0, leader_id=leader_id,
         voters=[Voter(voter_id=v) for v in sorted(voters)],
         granting_voters=[Voter(voter_id=v) for v in sorted(granting_voters)]))

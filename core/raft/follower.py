@@ -71,7 +71,7 @@ def fetch_request(node: RaftNode) -> FetchRequest:
 
 
 def send_fetch(node: RaftNode) -> None:
-    state: FollowerState = node.state  # type: ignore[assignment]
+    state = node.role_state(FollowerState)
     transfer = state.snapshot_transfer
     if transfer is None:
         request: FetchRequest | FetchSnapshotRequest = fetch_request(node)
@@ -86,7 +86,7 @@ def send_fetch(node: RaftNode) -> None:
 
 
 def heard_from_leader(node: RaftNode) -> None:
-    state: FollowerState = node.state  # type: ignore[assignment]
+    state = node.role_state(FollowerState)
     now = node.now()
     state.last_leader_contact_ms = now
     state.fetch_deadline = now + node.config.fetch_timeout_ms
@@ -95,13 +95,13 @@ def heard_from_leader(node: RaftNode) -> None:
 def leader_resigned(node: RaftNode, election_backoff_ms: int) -> None:
     """EndQuorumEpoch from our leader: campaign after our rank's backoff, and stop defending
     the leader against pre-votes, since it has gone."""
-    state: FollowerState = node.state  # type: ignore[assignment]
+    state = node.role_state(FollowerState)
     state.last_leader_contact_ms = None
     state.fetch_deadline = node.now() + election_backoff_ms
 
 
 def step(node: RaftNode, message: RaftMessage) -> None:
-    state: FollowerState = node.state  # type: ignore[assignment]
+    state = node.role_state(FollowerState)
     data = message.data
     if (not isinstance(data, (FetchResponse, FetchSnapshotResponse))
             or message.correlation_id != state.in_flight_correlation_id
@@ -162,7 +162,7 @@ def _handle_fetch_snapshot_response(node: RaftNode, state: FollowerState,
 
 
 def tick(node: RaftNode) -> None:
-    state: FollowerState = node.state  # type: ignore[assignment]
+    state = node.role_state(FollowerState)
     now = node.now()
     if now >= state.fetch_deadline:
         if node.is_voter:
@@ -179,7 +179,7 @@ def tick(node: RaftNode) -> None:
 
 
 def next_deadline(node: RaftNode) -> int | None:
-    state: FollowerState = node.state  # type: ignore[assignment]
+    state = node.role_state(FollowerState)
     if state.in_flight_correlation_id is not None:
         retry = state.in_flight_sent_at + node.config.request_timeout_ms
     else:

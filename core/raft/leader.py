@@ -12,14 +12,15 @@ neither answered it nor fetched.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from core.protocol.errors import ErrorCode
 from core.raft.entries import UNKNOWN_OFFSET, SnapshotId
 from core.raft.log import ValidationKind, ValidOffsetAndEpoch
 from core.raft.messages import (BeginQuorumEpochRequest, BeginQuorumEpochResponse,
                                 EpochEndOffset, FetchRequest, FetchResponse,
-                                FetchSnapshotRequest, FetchSnapshotResponse, RaftMessage)
+                                FetchSnapshotRequest, FetchSnapshotResponse, LeaderIdAndEpoch,
+                                RaftMessage)
 from core.raft.progress import LeaderState
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ def on_become(node: RaftNode) -> None:
 
 
 def _send_begin_quorum_epoch(node: RaftNode) -> None:
-    state: LeaderState = node.state  # type: ignore[assignment]
+    state = node.role_state(LeaderState)
     request = BeginQuorumEpochRequest(cluster_id=node.cluster_id, leader_id=node.node_id,
                                       leader_epoch=node.epoch)
     for voter_id in sorted(state.unacknowledged_voters):
@@ -44,7 +45,7 @@ def on_append(node: RaftNode) -> None:
 
 
 def on_flush(node: RaftNode) -> None:
-    state: LeaderState = node.state  # type: ignore[assignment]
+    state = node.role_state(LeaderState)
     if state.update_local_end(node.log.persisted_end_offset, node.now()):
         _publish_high_watermark(node)
 
@@ -52,16 +53,16 @@ def on_flush(node: RaftNode) -> None:
 def abandon(node: RaftNode) -> None:
     """We stop leading: parked fetches learn it now rather than after their max wait. Their
     answers carry the node's new epoch and leader, already set by the transition."""
-    state: LeaderState = node.state  # type: ignore[assignment]
+    state = node.role_state(LeaderState)
     parked, state.parked_fetches = state.parked_fetches, {}
-    for message, _ in parked.values():
+    for message, _, _ in parked.values():
         node.respond(message, FetchResponse(
             partition_error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
             current_leader=node.leader_and_epoch()))
 
 
 def _publish_high_watermark(node: RaftNode) -> None:
-    state: LeaderState = node.state  # type: ignore[assignment]
+    state = node.role_state(LeaderState)
     assert state.high_watermark is not None
     node.update_high_watermark(state.high_watermark)
     _complete_parked_fetches(node, only_expired=False)
@@ -74,13 +75,13 @@ def step(node: RaftNode, message: RaftMessage) -> None:
     elif isinstance(data, FetchSnapshotRequest):
         _handle_fetch_snapshot_request(node, message, data)
     elif not node.handle_response_header(message) and isinstance(data, BeginQuorumEpochResponse):
-        state: LeaderState = node.state  # type: ignore[assignment]
+        state = node.role_state(LeaderState)
         state.voter_heard(message.source_id, node.now())
 
 
 def _handle_fetch_request(node: RaftNode, message: RaftMessage, request: FetchRequest) -> None:
     # The node already checked the cluster id, the arguments and the epoch: this is ours to serve.
-    state: LeaderState = node.state  # type: ignore[assignment]
+    state = node.role_state(LeaderState)
     now = node.now()
     replica_id = request.replica_id
     state.voter_heard(replica_id, now)
@@ -94,17 +95,17 @@ def _handle_fetch_request(node: RaftNode, message: RaftMessage, request: FetchRe
     state.parked_fetches.pop(replica_id, None)   # superseded: the replica gave up on it
     if (validation.kind is ValidationKind.VALID and not hw_moved and request.max_wait_ms > 0
             and request.fetch_offset == node.log.end_offset and replica_id >= 0):
-        state.parked_fetches[replica_id] = (message, now + request.max_wait_ms)
+        state.parked_fetches[replica_id] = (message, request, now + request.max_wait_ms)
         return
     node.respond(message, _fetch_response(node, request, validation))
 
 
 def _fetch_response(node: RaftNode, request: FetchRequest,
                     validation: ValidOffsetAndEpoch) -> FetchResponse:
-    state: LeaderState = node.state  # type: ignore[assignment]
+    state = node.role_state(LeaderState)
     hw = state.high_watermark if state.high_watermark is not None else UNKNOWN_OFFSET
-    common = dict(high_watermark=hw, log_start_offset=node.log.start_offset,
-                  current_leader=node.leader_and_epoch())
+    common = _FetchResponseCommon(high_watermark=hw, log_start_offset=node.log.start_offset,
+                                  current_leader=node.leader_and_epoch())
     position = validation.offset_and_epoch
     if validation.kind is ValidationKind.DIVERGING:
         return FetchResponse(diverging_epoch=EpochEndOffset(position.epoch, position.offset),
@@ -115,16 +116,22 @@ def _fetch_response(node: RaftNode, request: FetchRequest,
     return FetchResponse(records=node.log.read(request.fetch_offset, max_bytes), **common)
 
 
+class _FetchResponseCommon(TypedDict):
+    """The fields every FetchResponse of the leader carries."""
+    high_watermark: int
+    log_start_offset: int
+    current_leader: LeaderIdAndEpoch
+
+
 def _complete_parked_fetches(node: RaftNode, only_expired: bool) -> None:
-    state: LeaderState = node.state  # type: ignore[assignment]
+    state = node.role_state(LeaderState)
     if not state.parked_fetches:
         return
     now = node.now()
-    for replica_id, (message, deadline) in list(state.parked_fetches.items()):
+    for replica_id, (message, request, deadline) in list(state.parked_fetches.items()):
         if only_expired and deadline > now:
             continue
         del state.parked_fetches[replica_id]
-        request: FetchRequest = message.data  # type: ignore[assignment]
         # Re-validate: a snapshot may have moved the log start past the fetch offset meanwhile.
         validation = node.log.validate_offset_and_epoch(request.fetch_offset,
                                                         request.last_fetched_epoch)
@@ -133,7 +140,7 @@ def _complete_parked_fetches(node: RaftNode, only_expired: bool) -> None:
 
 def _handle_fetch_snapshot_request(node: RaftNode, message: RaftMessage,
                                    request: FetchSnapshotRequest) -> None:
-    state: LeaderState = node.state  # type: ignore[assignment]
+    state = node.role_state(LeaderState)
     state.voter_heard(request.replica_id, node.now())
     data = node.snapshot_data(request.snapshot_id)
     current_leader = node.leader_and_epoch()
@@ -154,7 +161,7 @@ def _handle_fetch_snapshot_request(node: RaftNode, message: RaftMessage,
 
 
 def tick(node: RaftNode) -> None:
-    state: LeaderState = node.state  # type: ignore[assignment]
+    state = node.role_state(LeaderState)
     now = node.now()
     _complete_parked_fetches(node, only_expired=True)
     if state.check_quorum_expired(now):
@@ -167,11 +174,11 @@ def tick(node: RaftNode) -> None:
 
 
 def next_deadline(node: RaftNode) -> int | None:
-    state: LeaderState = node.state  # type: ignore[assignment]
+    state = node.role_state(LeaderState)
     deadline = state.check_quorum_deadline if len(node.voters) > 1 else None
     if state.unacknowledged_voters:
         deadline = (state.begin_epoch_resend_at if deadline is None
                     else min(deadline, state.begin_epoch_resend_at))
-    for _, parked_deadline in state.parked_fetches.values():
+    for _, _, parked_deadline in state.parked_fetches.values():
         deadline = parked_deadline if deadline is None else min(deadline, parked_deadline)
     return deadline

@@ -63,6 +63,10 @@ class RaftLog:
         self._epoch_starts: list[int] = [start.end_offset]
         self._latest_snapshot = snapshot
         self._start_advanced = False
+        # What the driver has not made durable yet: entries from _dirty_from on, and a
+        # truncation to _dirty_from if it is below _persisted_end. Set by mark_persisted().
+        self._dirty_from: int
+        self._persisted_end: int
         self.append(list(entries))
         self.mark_persisted()
 

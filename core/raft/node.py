@@ -25,7 +25,9 @@ Persist-before-send is the whole durability story (see ready.py): a message neve
 the state it relies on is on disk, so a crash loses only what nobody else has seen.
 
 Roles. Each role is a state object plus a step function and a tick function that the node swaps
-in when it changes role (become_*), as etcd-raft swaps stepLeader/stepFollower/stepCandidate:
+in when it changes role (become_*), as etcd-raft swaps stepLeader/stepFollower/stepCandidate.
+node.state is typed as the union of the role states (RoleState); a role's functions read theirs
+with node.role_state(FollowerState) and the like, which refuses any other role's state:
 
     Unattached   knows an epoch but no leader; may have voted. Voters campaign when the
                  election timeout (1000 ms + jitter) passes; observers look for the leader by
@@ -82,7 +84,7 @@ timeouts, backoffs).
 from __future__ import annotations
 
 import random
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Protocol, Sequence, TypeVar
 
 from core.protocol.errors import ErrorCode
 from core.raft import common, follower, leader, nominee, resigned, unattached
@@ -91,10 +93,11 @@ from core.raft.election import random_election_timeout_ms
 from core.raft.entries import NO_LEADER, OffsetAndEpoch, SnapshotId, leader_change_payload
 from core.raft.errors import NotLeaderError, RaftStateError
 from core.raft.log import RaftLog
-from core.raft.messages import (BeginQuorumEpochRequest, DescribeQuorumRequest,
+from core.raft.messages import (REQUEST_TYPES, BeginQuorumEpochRequest, DescribeQuorumRequest,
                                 DescribeQuorumResponse, EndQuorumEpochRequest, FetchRequest,
                                 FetchResponse, FetchSnapshotRequest, FetchSnapshotResponse,
-                                LeaderIdAndEpoch, RaftMessage, VoteRequest)
+                                LeaderIdAndEpoch, RaftMessage, RaftRequest, RaftResponse,
+                                VoteRequest)
 from core.raft.progress import LeaderState
 from core.raft.ready import Ready, Snapshot
 from core.raft.roles import Role
@@ -102,6 +105,21 @@ from core.raft.state import QuorumState
 
 Clock = Callable[[], int]
 RETAINED_SNAPSHOTS = 2   # keep the previous snapshot too, so a transfer under way can finish
+
+# The state of each role; RaftNode.state is always the one of its role.
+RoleState = (unattached.UnattachedState | nominee.ProspectiveState | nominee.CandidateState
+             | LeaderState | follower.FollowerState | resigned.ResignedState)
+S = TypeVar("S", bound=RoleState)
+
+
+class RoleModule(Protocol):
+    """What each role module (unattached, nominee, leader, follower, resigned) provides."""
+
+    def step(self, node: RaftNode, message: RaftMessage) -> None: ...
+
+    def tick(self, node: RaftNode) -> None: ...
+
+    def next_deadline(self, node: RaftNode) -> int | None: ...
 
 
 class RaftNode:
@@ -141,7 +159,7 @@ class RaftNode:
         self._next_correlation_id = rng.getrandbits(30)
         self._unadvanced: Ready | None = None
         self.role = Role.UNATTACHED
-        self.state: object = None
+        self.state: RoleState   # set by _initialize_role, like every role change, by _set_role
         self._step_role: Callable[[RaftNode, RaftMessage], None] = unattached.step
         self._tick_role: Callable[[RaftNode], None] = unattached.tick
         self._deadline_role: Callable[[RaftNode], int | None] = unattached.next_deadline
@@ -196,6 +214,13 @@ class RaftNode:
     def leader_and_epoch(self) -> LeaderIdAndEpoch:
         return LeaderIdAndEpoch(leader_id=self.leader_id, leader_epoch=self.epoch)
 
+    def role_state(self, kind: type[S]) -> S:
+        """The state of the current role, which the caller knows to be a `kind`."""
+        state = self.state
+        if not isinstance(state, kind):
+            raise RaftStateError(f"a {self.role.value} node has no {kind.__name__}")
+        return state
+
     def snapshot_data(self, snapshot_id: SnapshotId) -> bytes | None:
         return self._snapshots.get(snapshot_id)
 
@@ -247,8 +272,7 @@ class RaftNode:
         """Graceful shutdown of a leader: hand leadership over before going away."""
         self._check_not_awaiting_advance()
         if self.role is Role.LEADER:
-            state: LeaderState = self.state  # type: ignore[assignment]
-            self.become_resigned(state.successors_by_progress())
+            self.become_resigned(self.role_state(LeaderState).successors_by_progress())
 
     def snapshot_created(self, end_offset: int, data: bytes,
                          advance_log_start: bool = True) -> SnapshotId:
@@ -277,8 +301,7 @@ class RaftNode:
         if self.role is not Role.LEADER:
             return DescribeQuorumResponse(partition_error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                           leader_id=self.leader_id, leader_epoch=self.epoch)
-        state: LeaderState = self.state  # type: ignore[assignment]
-        voters, observers = state.describe()
+        voters, observers = self.role_state(LeaderState).describe()
         return DescribeQuorumResponse(leader_id=self.node_id, leader_epoch=self.epoch,
                                       high_watermark=self.high_watermark,
                                       current_voters=voters, observers=observers)
@@ -339,13 +362,13 @@ class RaftNode:
 
     # --- helpers for the role modules -----------------------------------------------------------
 
-    def send(self, destination_id: int, data) -> int:
+    def send(self, destination_id: int, data: RaftRequest | RaftResponse) -> int:
         correlation_id = self._next_correlation_id
         self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
         self._outbox.append(RaftMessage(self.node_id, destination_id, correlation_id, data))
         return correlation_id
 
-    def respond(self, request: RaftMessage, data) -> None:
+    def respond(self, request: RaftMessage, data: RaftResponse) -> None:
         self._outbox.append(RaftMessage(self.node_id, request.source_id,
                                         request.correlation_id, data))
 
@@ -377,7 +400,7 @@ class RaftNode:
 
     # --- transitions ----------------------------------------------------------------------------
 
-    def _set_role(self, role: Role, state: object, module) -> None:
+    def _set_role(self, role: Role, state: RoleState, module: RoleModule) -> None:
         if self.role is Role.LEADER and role is not Role.LEADER:
             leader.abandon(self)
         self.role = role
@@ -426,7 +449,8 @@ class RaftNode:
     def become_leader(self) -> None:
         assert self.role is Role.CANDIDATE
         epoch = self.epoch
-        granting = self.state.election.granted   # the candidate's tally, before it is replaced
+        # The candidate's tally, before its state is replaced.
+        granting = self.role_state(nominee.CandidateState).election.granted
         self.quorum_state = QuorumState(epoch, self.node_id, self.node_id)
         state = LeaderState(self.node_id, epoch, self.log.end_offset, self.voters,
                             self.config, self.now())
@@ -476,6 +500,7 @@ class RaftNode:
     def handle_response_header(self, message: RaftMessage) -> bool:
         """handle_common_response for any response message."""
         data = message.data
+        assert not isinstance(data, REQUEST_TYPES), data   # requests never reach the roles' step
         if data.error_code != ErrorCode.NONE:
             return True
         if isinstance(data, (FetchResponse, FetchSnapshotResponse)):

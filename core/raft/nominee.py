@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from core.raft.election import EpochElection, binary_exponential_backoff_ms
 from core.raft.entries import NO_LEADER
+from core.raft.errors import RaftStateError
 from core.raft.messages import RaftMessage, VoteResponse
 
 if TYPE_CHECKING:
@@ -60,6 +61,13 @@ class CandidateState:
         return pre_vote and log_up_to_date
 
 
+def _state(node: RaftNode) -> ProspectiveState | CandidateState:
+    state = node.state
+    if not isinstance(state, (ProspectiveState, CandidateState)):
+        raise RaftStateError(f"a {node.role.value} node is not campaigning")
+    return state
+
+
 def on_become(node: RaftNode, pre_vote: bool) -> None:
     request = node.vote_request(pre_vote)
     for voter_id in node.other_voters():
@@ -70,7 +78,7 @@ def on_become(node: RaftNode, pre_vote: bool) -> None:
 def step(node: RaftNode, message: RaftMessage) -> None:
     if node.handle_response_header(message) or not isinstance(message.data, VoteResponse):
         return
-    state: ProspectiveState | CandidateState = node.state  # type: ignore[assignment]
+    state = _state(node)
     if isinstance(state, CandidateState) and state.backoff_until is not None:
         return   # this attempt is over; a late yes changes nothing
     state.election.record(message.source_id, message.data.vote_granted)
@@ -78,7 +86,7 @@ def step(node: RaftNode, message: RaftMessage) -> None:
 
 
 def _maybe_conclude(node: RaftNode) -> None:
-    state: ProspectiveState | CandidateState = node.state  # type: ignore[assignment]
+    state = _state(node)
     if state.election.is_vote_granted:
         if isinstance(state, ProspectiveState):
             node.become_candidate(state.retries + 1)
@@ -101,7 +109,7 @@ def _prospective_lost(node: RaftNode) -> None:
 
 
 def tick(node: RaftNode) -> None:
-    state: ProspectiveState | CandidateState = node.state  # type: ignore[assignment]
+    state = _state(node)
     now = node.now()
     if isinstance(state, CandidateState):
         if state.backoff_until is not None:
@@ -114,7 +122,7 @@ def tick(node: RaftNode) -> None:
 
 
 def next_deadline(node: RaftNode) -> int | None:
-    state: ProspectiveState | CandidateState = node.state  # type: ignore[assignment]
+    state = _state(node)
     if isinstance(state, CandidateState) and state.backoff_until is not None:
         return state.backoff_until
     return state.deadline

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from core.raft.config import QuorumConfig
 from core.raft.election import majority
 from core.raft.entries import UNKNOWN_OFFSET
-from core.raft.messages import RaftMessage, ReplicaState
+from core.raft.messages import FetchRequest, RaftMessage, ReplicaState
 
 
 @dataclass(slots=True)
@@ -60,8 +60,8 @@ class LeaderState:
         self.high_watermark: int | None = None
         self.unacknowledged_voters = set(voters) - {local_id}
         # Fetches that found nothing new wait here (Kafka's fetch purgatory): by replica id,
-        # the request message and when its max wait ends.
-        self.parked_fetches: dict[int, tuple[RaftMessage, int]] = {}
+        # the request message, its Fetch request and when its max wait ends.
+        self.parked_fetches: dict[int, tuple[RaftMessage, FetchRequest, int]] = {}
         self.begin_epoch_resend_at = now_ms
         self._config = config
         self._voters_heard = {local_id}

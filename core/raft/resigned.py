@@ -36,7 +36,7 @@ def on_become(node: RaftNode) -> None:
 
 
 def _send_end_quorum_epoch(node: RaftNode) -> None:
-    state: ResignedState = node.state  # type: ignore[assignment]
+    state = node.role_state(ResignedState)
     request = EndQuorumEpochRequest(cluster_id=node.cluster_id, leader_id=node.node_id,
                                     leader_epoch=node.epoch,
                                     preferred_successors=state.preferred_successors)
@@ -49,12 +49,12 @@ def step(node: RaftNode, message: RaftMessage) -> None:
     if node.handle_response_header(message):
         return
     if isinstance(message.data, EndQuorumEpochResponse):
-        state: ResignedState = node.state  # type: ignore[assignment]
+        state = node.role_state(ResignedState)
         state.unacknowledged_voters.discard(message.source_id)
 
 
 def tick(node: RaftNode) -> None:
-    state: ResignedState = node.state  # type: ignore[assignment]
+    state = node.role_state(ResignedState)
     now = node.now()
     if now >= state.deadline:
         node.become_candidate(retries=1)
@@ -63,7 +63,7 @@ def tick(node: RaftNode) -> None:
 
 
 def next_deadline(node: RaftNode) -> int | None:
-    state: ResignedState = node.state  # type: ignore[assignment]
+    state = node.role_state(ResignedState)
     if state.unacknowledged_voters:
         return min(state.deadline, state.resend_at)
     return state.deadline

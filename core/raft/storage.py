@@ -43,7 +43,7 @@ from typing import Callable, Sequence
 
 from core.log import Log, LogConfig, now_ms
 from core.log.checkpoint import fsync_dir, write_durably
-from core.protocol.records import ATTR_CONTROL, decode_batch, scan_batches
+from core.protocol.records import ATTR_CONTROL, BatchInfo, Record, decode_batch, scan_batches
 from core.raft.entries import NO_LEADER, Entry, SnapshotId
 from core.raft.log import RaftLog
 from core.raft.ready import Ready, Snapshot
@@ -369,11 +369,15 @@ class MetadataLog:
         return entries
 
     @staticmethod
-    def _decode(buf: bytes, info) -> list[Entry]:
+    def _decode(buf: bytes, info: BatchInfo) -> list[Entry]:
         # Control records decode to ControlRecord (no value); read them as data records.
         plain = info._replace(attributes=info.attributes & ~ATTR_CONTROL)
-        return [Entry(r.offset, info.partition_leader_epoch, r.value or b"", info.is_control)
-                for r in decode_batch(buf, plain, verify_crc=False)]
+        entries = []
+        for r in decode_batch(buf, plain, verify_crc=False):
+            assert isinstance(r, Record)   # the control bit is off in `plain`
+            entries.append(Entry(r.offset, info.partition_leader_epoch, r.value or b"",
+                                 info.is_control))
+        return entries
 
     def _file_of(self, offset: int) -> Path:
         segs = self._log.segments

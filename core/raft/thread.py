@@ -40,14 +40,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Coroutine, ParamSpec, Sequence, TypeVar, TypeVarTuple
 
 import anyio
+from anyio.abc import TaskGroup, TaskStatus
 
-from .driver import RaftDriver
-from .entries import Entry
-from .messages import LeaderIdAndEpoch
+from .driver import NotRunning, RaftDriver, RaftListener
+from .entries import Entry, OffsetAndEpoch, SnapshotId
+from .messages import LeaderIdAndEpoch, RaftRequest, RaftResponse
+from .node import RaftNode
 from .ready import Snapshot
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+# Settles a main-loop future from the raft thread: with the exception, or with None.
+_Settle = Callable[["asyncio.Future[None]", "BaseException | None"], None]
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +63,7 @@ log = logging.getLogger(__name__)
 class _ToLoop:
     """A RaftListener that runs the real listener's calls on another loop, in order."""
 
-    def __init__(self, listener, loop: asyncio.AbstractEventLoop):
+    def __init__(self, listener: RaftListener, loop: asyncio.AbstractEventLoop):
         self._listener = listener
         self._loop = loop
 
@@ -72,7 +80,7 @@ class _ToLoop:
 class _Fanout:
     """A RaftListener that tells several listeners, in order."""
 
-    def __init__(self, listeners):
+    def __init__(self, listeners: Sequence[RaftListener]):
         self._listeners = listeners
 
     def handle_snapshot(self, snapshot: Snapshot) -> None:
@@ -92,8 +100,8 @@ class RaftThread:
     def __init__(self, driver: RaftDriver, *, name: str | None = None):
         self.driver = driver
         self.listener = driver.listener
-        self._local_listeners: list = []
-        self._task_group = None
+        self._local_listeners: list[RaftListener] = []
+        self._task_group: TaskGroup | None = None
         self._name = name or f"raft-{driver.node_id}"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -113,21 +121,21 @@ class RaftThread:
         return self.driver.high_watermark
 
     @property
-    def node(self):
+    def node(self) -> RaftNode | None:
         return self.driver.node
 
-    def add_local_listener(self, listener) -> None:
+    def add_local_listener(self, listener: RaftListener) -> None:
         """Call `listener` on the raft thread itself, ahead of the main loop's (before run())."""
         self._local_listeners.append(listener)
 
-    async def run(self, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: TaskStatus[RaftThread] = anyio.TASK_STATUS_IGNORED) -> None:
         main = asyncio.get_running_loop()
         to_main = _ToLoop(self.listener, main)
         self.driver.listener = _Fanout([*self._local_listeners, to_main]) if self._local_listeners else to_main
-        started: asyncio.Future = main.create_future()
-        ended: asyncio.Future = main.create_future()
+        started: asyncio.Future[None] = main.create_future()
+        ended: asyncio.Future[None] = main.create_future()
 
-        def settle(future: asyncio.Future, exc: BaseException | None) -> None:
+        def settle(future: asyncio.Future[None], exc: BaseException | None) -> None:
             if not future.done():
                 future.set_exception(exc) if exc is not None else future.set_result(None)
 
@@ -162,7 +170,8 @@ class RaftThread:
             if not ended.done():
                 ended.cancel()
 
-    async def _serve(self, main: asyncio.AbstractEventLoop, started: asyncio.Future, settle) -> None:
+    async def _serve(self, main: asyncio.AbstractEventLoop, started: asyncio.Future[None],
+                     settle: _Settle) -> None:
         async with anyio.create_task_group() as tg:
             self._stop = tg.cancel_scope.cancel
             self._task_group = tg
@@ -172,31 +181,34 @@ class RaftThread:
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         loop = self._loop
         if loop is None or loop.is_closed():
-            from .driver import NotRunning
             raise NotRunning("the raft thread is not running")
         return loop
 
-    async def _in_thread(self, fn, *args, **kwargs) -> Any:
+    async def _in_thread(self, fn: Callable[P, Coroutine[Any, Any, T]], *args: P.args,
+                         **kwargs: P.kwargs) -> T:
         loop = self._running_loop()
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), loop))
 
-    async def call(self, fn, *args, **kwargs) -> Any:
+    async def call(self, fn: Callable[P, Coroutine[Any, Any, T]], *args: P.args,
+                   **kwargs: P.kwargs) -> T:
         """Await the coroutine function `fn` on the raft thread (after run() has started)."""
         return await self._in_thread(fn, *args, **kwargs)
 
-    def call_soon(self, fn, *args) -> None:
+    def call_soon(self, fn: Callable[[*Ts], object], *args: *Ts) -> None:
         """Run the plain function `fn` on the raft thread's loop, from any thread."""
         self._running_loop().call_soon_threadsafe(fn, *args)
 
-    def start_soon(self, fn, *args) -> None:
+    def start_soon(self, fn: Callable[[*Ts], Coroutine[Any, Any, object]], *args: *Ts) -> None:
         """Start the coroutine function `fn` as a task of the raft thread (after run() has
         started); if it raises, the thread's task group, run() and the node stop with it."""
+        if self._task_group is None:
+            raise NotRunning("the raft thread is not running")
         self.call_soon(self._task_group.start_soon, fn, *args)
 
-    async def handle_request(self, data):
+    async def handle_request(self, data: RaftRequest) -> RaftResponse:
         return await self._in_thread(self.driver.handle_request, data)
 
-    async def propose(self, payloads: Sequence[bytes]):
+    async def propose(self, payloads: Sequence[bytes]) -> OffsetAndEpoch:
         return await self._in_thread(self.driver.propose, payloads)
 
     async def resign(self) -> None:
@@ -207,7 +219,7 @@ class RaftThread:
             return
         return await self._in_thread(self.driver.resign_and_flush, timeout_s)
 
-    async def create_snapshot(self, end_offset: int, data: bytes):
+    async def create_snapshot(self, end_offset: int, data: bytes) -> SnapshotId:
         return await self._in_thread(self.driver.create_snapshot, end_offset, data)
 
     async def log_end_offset(self) -> int:
@@ -222,7 +234,7 @@ class ThreadSafeEvent:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._set = False
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     def is_set(self) -> bool:
         return self._set
@@ -258,6 +270,6 @@ class ThreadSafeEvent:
                     pass
 
 
-def _resolve(future: asyncio.Future) -> None:
+def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)

@@ -41,14 +41,14 @@ def on_become(node: RaftNode) -> None:
 
 
 def _send_discovery_fetch(node: RaftNode) -> None:
-    state: UnattachedState = node.state  # type: ignore[assignment]
+    state = node.role_state(UnattachedState)
     target = node.rng.choice(sorted(node.voters))
     state.discovery_correlation_id = node.send(target, follower.fetch_request(node))
     state.discovery_sent_at = node.now()
 
 
 def step(node: RaftNode, message: RaftMessage) -> None:
-    state: UnattachedState = node.state  # type: ignore[assignment]
+    state = node.role_state(UnattachedState)
     if (isinstance(message.data, FetchResponse)
             and message.correlation_id == state.discovery_correlation_id):
         state.discovery_correlation_id = None
@@ -59,7 +59,7 @@ def step(node: RaftNode, message: RaftMessage) -> None:
 
 
 def tick(node: RaftNode) -> None:
-    state: UnattachedState = node.state  # type: ignore[assignment]
+    state = node.role_state(UnattachedState)
     now = node.now()
     if node.is_voter:
         if state.election_deadline is not None and now >= state.election_deadline:
@@ -73,7 +73,7 @@ def tick(node: RaftNode) -> None:
 
 
 def next_deadline(node: RaftNode) -> int | None:
-    state: UnattachedState = node.state  # type: ignore[assignment]
+    state = node.role_state(UnattachedState)
     if node.is_voter:
         return state.election_deadline
     if state.discovery_correlation_id is not None:

@@ -36,19 +36,21 @@ DecodeError; a trailing partial batch (a fetch cut at max bytes) is skipped, as 
 from __future__ import annotations
 
 import struct
-from typing import Iterable
+from typing import Any, Callable, Iterable, Protocol, Sequence, TypeVar, overload
 
 from core.protocol import messages as m
+from core.protocol.buffers import Buffer
+from core.protocol.codegen import Message
 from core.protocol.errors import DecodeError, EncodeError, ErrorCode
 from core.protocol.metadata_records import ControlRecordType, encode_control_key
-from core.protocol.records import (ATTR_CONTROL, HEADER_SIZE, MAGIC, build_batch, decode_batch,
-                                   iter_batch_headers)
+from core.protocol.records import (ATTR_CONTROL, HEADER_SIZE, MAGIC, Record, build_batch,
+                                   decode_batch, iter_batch_headers)
 from core.raft.entries import NO_LEADER, Entry, SnapshotId
 from core.raft.messages import (BeginQuorumEpochRequest, BeginQuorumEpochResponse,
                                 DescribeQuorumRequest, DescribeQuorumResponse, EndQuorumEpochRequest,
                                 EndQuorumEpochResponse, EpochEndOffset, FetchRequest, FetchResponse,
                                 FetchSnapshotRequest, FetchSnapshotResponse, LeaderIdAndEpoch,
-                                ReplicaState, VoteRequest, VoteResponse)
+                                RaftRequest, RaftResponse, ReplicaState, VoteRequest, VoteResponse)
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0
@@ -119,7 +121,7 @@ def entries_to_records(entries: Iterable[Entry], *, timestamp_ms: int = 0) -> by
     return bytes(out)
 
 
-def records_to_entries(buf) -> tuple[Entry, ...]:
+def records_to_entries(buf: Buffer | None) -> tuple[Entry, ...]:
     """Entries from record batches; raises DecodeError on anything malformed."""
     if buf is None:
         return ()
@@ -144,6 +146,7 @@ def records_to_entries(buf) -> tuple[Entry, ...]:
         except (IndexError, ValueError, struct.error, OSError) as exc:
             raise DecodeError(f"batch at offset {info.base_offset} is malformed: {exc}") from None
         for i, rec in enumerate(records):
+            assert isinstance(rec, Record)   # the control bit is off in `plain`
             if rec.offset != info.base_offset + i:
                 raise DecodeError(f"record offsets in batch at {info.base_offset} are not consecutive")
             if rec.value is None:
@@ -190,7 +193,37 @@ def _mismatch_code(api_key: int) -> ErrorCode:
     return ErrorCode.INVALID_REQUEST
 
 
-def _single(api_key: int, topics, name_of, partitions_of, index_of, *, top_error: int = 0):
+T = TypeVar("T")
+P = TypeVar("P")
+P_co = TypeVar("P_co", covariant=True)
+
+
+class _IndexedPartition(Protocol):
+    @property
+    def partition_index(self) -> int: ...
+
+
+PI = TypeVar("PI", bound=_IndexedPartition)
+
+
+class _NamedTopic(Protocol[P_co]):
+    """The topic struct of Vote, BeginQuorumEpoch, EndQuorumEpoch and DescribeQuorum."""
+    @property
+    def topic_name(self) -> str: ...
+    @property
+    def partitions(self) -> Sequence[P_co]: ...
+
+
+@overload
+def _single(api_key: int, topics: Sequence[T], name_of: Callable[[T], str | bytes],
+            partitions_of: Callable[[T], Sequence[P]], index_of: Callable[[P], int]) -> P: ...
+@overload
+def _single(api_key: int, topics: Sequence[T], name_of: Callable[[T], str | bytes],
+            partitions_of: Callable[[T], Sequence[P]], index_of: Callable[[P], int], *,
+            top_error: int) -> P | None: ...
+def _single(api_key: int, topics: Sequence[T], name_of: Callable[[T], str | bytes],
+            partitions_of: Callable[[T], Sequence[P]], index_of: Callable[[P], int], *,
+            top_error: int = 0) -> P | None:
     """The one partition of a single-topic, single-partition message, or None for a
     partition-less response carrying a top-level error."""
     if not topics and top_error:
@@ -212,7 +245,11 @@ def _single(api_key: int, topics, name_of, partitions_of, index_of, *, top_error
     return parts[0]
 
 
-def _by_name(api_key, topics, top_error=0):
+@overload
+def _by_name(api_key: int, topics: Sequence[_NamedTopic[PI]]) -> PI: ...
+@overload
+def _by_name(api_key: int, topics: Sequence[_NamedTopic[PI]], top_error: int) -> PI | None: ...
+def _by_name(api_key: int, topics: Sequence[_NamedTopic[PI]], top_error: int = 0) -> PI | None:
     return _single(api_key, topics, lambda t: t.topic_name, lambda t: t.partitions,
                    lambda p: p.partition_index, top_error=top_error)
 
@@ -220,7 +257,7 @@ def _by_name(api_key, topics, top_error=0):
 # --------------------------------------------------------------------------- to the wire
 
 
-def to_wire(data, version: int):
+def to_wire(data: RaftRequest | RaftResponse, version: int) -> tuple[int, Message]:
     """(api_key, wire object) for a core.raft.messages request or response at `version`."""
     api_key = type(data).api_key
     _check_version(api_key, version)
@@ -230,7 +267,7 @@ def to_wire(data, version: int):
     return api_key, encoder(data, version)
 
 
-def _vote_request(d: VoteRequest, v: int):
+def _vote_request(d: VoteRequest, v: int) -> m.VoteRequest:
     if d.pre_vote and v < 2:
         raise NotExpressible(f"a pre-vote needs Vote v2 (KIP-996); v{v} would send a real vote")
     R = m.VoteRequest
@@ -242,7 +279,7 @@ def _vote_request(d: VoteRequest, v: int):
             last_offset=d.last_offset, pre_vote=d.pre_vote)])])
 
 
-def _vote_response(d: VoteResponse, v: int):
+def _vote_response(d: VoteResponse, v: int) -> m.VoteResponse:
     R = m.VoteResponse
     return R(error_code=int(d.error_code), topics=[R.TopicData(
         topic_name=METADATA_TOPIC, partitions=[R.PartitionData(
@@ -251,7 +288,7 @@ def _vote_response(d: VoteResponse, v: int):
         node_endpoints=[])
 
 
-def _begin_request(d: BeginQuorumEpochRequest, v: int):
+def _begin_request(d: BeginQuorumEpochRequest, v: int) -> m.BeginQuorumEpochRequest:
     R = m.BeginQuorumEpochRequest
     return R(cluster_id=d.cluster_id, voter_id=d.voter_id, topics=[R.TopicData(
         topic_name=METADATA_TOPIC, partitions=[R.PartitionData(
@@ -259,14 +296,23 @@ def _begin_request(d: BeginQuorumEpochRequest, v: int):
             leader_id=d.leader_id, leader_epoch=d.leader_epoch)])], leader_endpoints=[])
 
 
-def _leader_response(R, d, v: int):
+def _begin_response(d: BeginQuorumEpochResponse, v: int) -> m.BeginQuorumEpochResponse:
+    R = m.BeginQuorumEpochResponse
     return R(error_code=int(d.error_code), topics=[R.TopicData(
         topic_name=METADATA_TOPIC, partitions=[R.PartitionData(
             partition_index=METADATA_PARTITION, error_code=int(d.partition_error_code),
             leader_id=d.leader_id, leader_epoch=d.leader_epoch)])], node_endpoints=[])
 
 
-def _end_request(d: EndQuorumEpochRequest, v: int):
+def _end_response(d: EndQuorumEpochResponse, v: int) -> m.EndQuorumEpochResponse:
+    R = m.EndQuorumEpochResponse
+    return R(error_code=int(d.error_code), topics=[R.TopicData(
+        topic_name=METADATA_TOPIC, partitions=[R.PartitionData(
+            partition_index=METADATA_PARTITION, error_code=int(d.partition_error_code),
+            leader_id=d.leader_id, leader_epoch=d.leader_epoch)])], node_endpoints=[])
+
+
+def _end_request(d: EndQuorumEpochRequest, v: int) -> m.EndQuorumEpochRequest:
     R = m.EndQuorumEpochRequest
     return R(cluster_id=d.cluster_id, topics=[R.TopicData(
         topic_name=METADATA_TOPIC, partitions=[R.PartitionData(
@@ -277,7 +323,7 @@ def _end_request(d: EndQuorumEpochRequest, v: int):
                 for c in d.preferred_successors])])], leader_endpoints=[])
 
 
-def _fetch_request(d: FetchRequest, v: int):
+def _fetch_request(d: FetchRequest, v: int) -> m.FetchRequest:
     R = m.FetchRequest
     return R(cluster_id=d.cluster_id,
              replica_id=d.replica_id if v < 15 else -1,
@@ -296,7 +342,7 @@ def _fetch_request(d: FetchRequest, v: int):
              forgotten_topics_data=[], rack_id="")
 
 
-def _fetch_response(d: FetchResponse, v: int):
+def _fetch_response(d: FetchResponse, v: int) -> m.FetchResponse:
     R = m.FetchResponse
     div = d.diverging_epoch
     snap = d.snapshot_id
@@ -317,7 +363,7 @@ def _fetch_response(d: FetchResponse, v: int):
         node_endpoints=[])
 
 
-def _fetch_snapshot_request(d: FetchSnapshotRequest, v: int):
+def _fetch_snapshot_request(d: FetchSnapshotRequest, v: int) -> m.FetchSnapshotRequest:
     R = m.FetchSnapshotRequest
     return R(cluster_id=d.cluster_id, replica_id=d.replica_id, max_bytes=d.max_bytes, topics=[
         R.TopicSnapshot(name=METADATA_TOPIC, partitions=[R.PartitionSnapshot(
@@ -326,7 +372,7 @@ def _fetch_snapshot_request(d: FetchSnapshotRequest, v: int):
             position=d.position, replica_directory_id=ZERO_UUID)])])
 
 
-def _fetch_snapshot_response(d: FetchSnapshotResponse, v: int):
+def _fetch_snapshot_response(d: FetchSnapshotResponse, v: int) -> m.FetchSnapshotResponse:
     R = m.FetchSnapshotResponse
     return R(throttle_time_ms=0, error_code=int(d.error_code), topics=[
         R.TopicSnapshot(name=METADATA_TOPIC, partitions=[R.PartitionSnapshot(
@@ -338,16 +384,16 @@ def _fetch_snapshot_response(d: FetchSnapshotResponse, v: int):
         node_endpoints=[])
 
 
-def _describe_request(d: DescribeQuorumRequest, v: int):
+def _describe_request(d: DescribeQuorumRequest, v: int) -> m.DescribeQuorumRequest:
     R = m.DescribeQuorumRequest
     return R(topics=[R.TopicData(topic_name=METADATA_TOPIC,
                                  partitions=[R.PartitionData(partition_index=METADATA_PARTITION)])])
 
 
-def _describe_response(d: DescribeQuorumResponse, v: int):
+def _describe_response(d: DescribeQuorumResponse, v: int) -> m.DescribeQuorumResponse:
     R = m.DescribeQuorumResponse
 
-    def replicas(rs):
+    def replicas(rs: Iterable[ReplicaState]) -> list[m.DescribeQuorumResponse.ReplicaState]:
         return [R.ReplicaState(replica_id=r.replica_id, replica_directory_id=ZERO_UUID,
                                log_end_offset=r.log_end_offset,
                                last_fetch_timestamp=r.last_fetch_timestamp,
@@ -361,13 +407,15 @@ def _describe_response(d: DescribeQuorumResponse, v: int):
             observers=replicas(d.observers))])], nodes=[])
 
 
-_ENCODERS = {
+# By the class of the raft value, the function for that class (whose argument type the table
+# cannot say, hence Any).
+_ENCODERS: dict[type, Callable[[Any, int], Message]] = {
     VoteRequest: _vote_request,
     VoteResponse: _vote_response,
     BeginQuorumEpochRequest: _begin_request,
-    BeginQuorumEpochResponse: lambda d, v: _leader_response(m.BeginQuorumEpochResponse, d, v),
+    BeginQuorumEpochResponse: _begin_response,
     EndQuorumEpochRequest: _end_request,
-    EndQuorumEpochResponse: lambda d, v: _leader_response(m.EndQuorumEpochResponse, d, v),
+    EndQuorumEpochResponse: _end_response,
     FetchRequest: _fetch_request,
     FetchResponse: _fetch_response,
     FetchSnapshotRequest: _fetch_snapshot_request,
@@ -380,7 +428,8 @@ _ENCODERS = {
 # --------------------------------------------------------------------------- from the wire
 
 
-def from_wire(api_key: int, version: int, obj, *, is_request: bool):
+def from_wire(api_key: int, version: int, obj: Message, *,
+              is_request: bool) -> RaftRequest | RaftResponse:
     """The core.raft.messages value for a decoded wire request or response.
 
     Raises NotClusterMetadata (with Kafka's error code) for a message about another partition,
@@ -390,7 +439,7 @@ def from_wire(api_key: int, version: int, obj, *, is_request: bool):
     return _DECODERS[(api_key, is_request)](obj, version)
 
 
-def _vote_request_from(o, v: int) -> VoteRequest:
+def _vote_request_from(o: m.VoteRequest, v: int) -> VoteRequest:
     p = _by_name(VOTE, o.topics)
     return VoteRequest(cluster_id=o.cluster_id, candidate_epoch=p.candidate_epoch,
                        candidate_id=p.candidate_id, last_offset_epoch=p.last_offset_epoch,
@@ -398,7 +447,7 @@ def _vote_request_from(o, v: int) -> VoteRequest:
                        voter_id=o.voter_id if v >= 1 else NO_LEADER)
 
 
-def _vote_response_from(o, v: int) -> VoteResponse:
+def _vote_response_from(o: m.VoteResponse, v: int) -> VoteResponse:
     p = _by_name(VOTE, o.topics, o.error_code)
     if p is None:
         return VoteResponse(error_code=_code(o.error_code))
@@ -407,24 +456,32 @@ def _vote_response_from(o, v: int) -> VoteResponse:
                         vote_granted=bool(p.vote_granted))
 
 
-def _begin_request_from(o, v: int) -> BeginQuorumEpochRequest:
+def _begin_request_from(o: m.BeginQuorumEpochRequest, v: int) -> BeginQuorumEpochRequest:
     p = _by_name(BEGIN_QUORUM_EPOCH, o.topics)
     return BeginQuorumEpochRequest(cluster_id=o.cluster_id, leader_id=p.leader_id,
                                    leader_epoch=p.leader_epoch,
                                    voter_id=o.voter_id if v >= 1 else NO_LEADER)
 
 
-def _leader_response_from(api_key, cls):
-    def decode(o, v: int):
-        p = _by_name(api_key, o.topics, o.error_code)
-        if p is None:
-            return cls(error_code=_code(o.error_code))
-        return cls(error_code=_code(o.error_code), partition_error_code=_code(p.error_code),
-                   leader_id=p.leader_id, leader_epoch=p.leader_epoch)
-    return decode
+def _begin_response_from(o: m.BeginQuorumEpochResponse, v: int) -> BeginQuorumEpochResponse:
+    p = _by_name(BEGIN_QUORUM_EPOCH, o.topics, o.error_code)
+    if p is None:
+        return BeginQuorumEpochResponse(error_code=_code(o.error_code))
+    return BeginQuorumEpochResponse(
+        error_code=_code(o.error_code), partition_error_code=_code(p.error_code),
+        leader_id=p.leader_id, leader_epoch=p.leader_epoch)
 
 
-def _end_request_from(o, v: int) -> EndQuorumEpochRequest:
+def _end_response_from(o: m.EndQuorumEpochResponse, v: int) -> EndQuorumEpochResponse:
+    p = _by_name(END_QUORUM_EPOCH, o.topics, o.error_code)
+    if p is None:
+        return EndQuorumEpochResponse(error_code=_code(o.error_code))
+    return EndQuorumEpochResponse(
+        error_code=_code(o.error_code), partition_error_code=_code(p.error_code),
+        leader_id=p.leader_id, leader_epoch=p.leader_epoch)
+
+
+def _end_request_from(o: m.EndQuorumEpochRequest, v: int) -> EndQuorumEpochRequest:
     p = _by_name(END_QUORUM_EPOCH, o.topics)
     successors = (tuple(p.preferred_successors) if v == 0
                   else tuple(c.candidate_id for c in p.preferred_candidates))
@@ -432,11 +489,12 @@ def _end_request_from(o, v: int) -> EndQuorumEpochRequest:
                                  leader_epoch=p.leader_epoch, preferred_successors=successors)
 
 
-def _fetch_topic(t, v: int):
+def _fetch_topic(t: m.FetchRequest.FetchTopic | m.FetchResponse.FetchableTopicResponse,
+                 v: int) -> str | bytes:
     return t.topic_id if v >= 13 else t.topic
 
 
-def _fetch_request_from(o, v: int) -> FetchRequest:
+def _fetch_request_from(o: m.FetchRequest, v: int) -> FetchRequest:
     p = _single(FETCH, o.topics, lambda t: _fetch_topic(t, v), lambda t: t.partitions,
                 lambda p: p.partition)
     if v >= 15:
@@ -450,7 +508,7 @@ def _fetch_request_from(o, v: int) -> FetchRequest:
                         partition_max_bytes=p.partition_max_bytes)
 
 
-def _fetch_response_from(o, v: int) -> FetchResponse:
+def _fetch_response_from(o: m.FetchResponse, v: int) -> FetchResponse:
     p = _single(FETCH, o.responses, lambda t: _fetch_topic(t, v), lambda t: t.partitions,
                 lambda p: p.partition_index, top_error=o.error_code)
     if p is None:
@@ -464,10 +522,10 @@ def _fetch_response_from(o, v: int) -> FetchResponse:
         current_leader=LeaderIdAndEpoch(p.current_leader.leader_id, p.current_leader.leader_epoch),
         snapshot_id=(SnapshotId(snap.end_offset, snap.epoch)
                      if snap.end_offset != -1 or snap.epoch != -1 else None),
-        records=records_to_entries(p.records))
+        records=records_to_entries(_one_buffer(p.records)))
 
 
-def _fetch_snapshot_request_from(o, v: int) -> FetchSnapshotRequest:
+def _fetch_snapshot_request_from(o: m.FetchSnapshotRequest, v: int) -> FetchSnapshotRequest:
     p = _single(FETCH_SNAPSHOT, o.topics, lambda t: t.name, lambda t: t.partitions,
                 lambda p: p.partition)
     return FetchSnapshotRequest(cluster_id=o.cluster_id, replica_id=o.replica_id,
@@ -476,7 +534,7 @@ def _fetch_snapshot_request_from(o, v: int) -> FetchSnapshotRequest:
                                 position=p.position)
 
 
-def _fetch_snapshot_response_from(o, v: int) -> FetchSnapshotResponse:
+def _fetch_snapshot_response_from(o: m.FetchSnapshotResponse, v: int) -> FetchSnapshotResponse:
     p = _single(FETCH_SNAPSHOT, o.topics, lambda t: t.name, lambda t: t.partitions,
                 lambda p: p.index, top_error=o.error_code)
     if p is None:
@@ -489,17 +547,23 @@ def _fetch_snapshot_response_from(o, v: int) -> FetchSnapshotResponse:
         unaligned_records=bytes(p.unaligned_records) if p.unaligned_records is not None else b"")
 
 
-def _describe_request_from(o, v: int) -> DescribeQuorumRequest:
+def _one_buffer(records: Buffer | Sequence[Buffer] | None) -> Buffer | None:
+    """Decoded records are one buffer; only a message built for encoding has a list of them."""
+    assert records is None or isinstance(records, (bytes, bytearray, memoryview)), type(records)
+    return records
+
+
+def _describe_request_from(o: m.DescribeQuorumRequest, v: int) -> DescribeQuorumRequest:
     _by_name(DESCRIBE_QUORUM, o.topics)
     return DescribeQuorumRequest()
 
 
-def _describe_response_from(o, v: int) -> DescribeQuorumResponse:
+def _describe_response_from(o: m.DescribeQuorumResponse, v: int) -> DescribeQuorumResponse:
     p = _by_name(DESCRIBE_QUORUM, o.topics, o.error_code)
     if p is None:
         return DescribeQuorumResponse(error_code=_code(o.error_code))
 
-    def replicas(rs):
+    def replicas(rs: Iterable[m.DescribeQuorumResponse.ReplicaState]) -> tuple[ReplicaState, ...]:
         return tuple(ReplicaState(replica_id=r.replica_id, log_end_offset=r.log_end_offset,
                                   last_fetch_timestamp=r.last_fetch_timestamp if v >= 1 else -1,
                                   last_caught_up_timestamp=r.last_caught_up_timestamp if v >= 1 else -1)
@@ -511,13 +575,15 @@ def _describe_response_from(o, v: int) -> DescribeQuorumResponse:
         current_voters=replicas(p.current_voters), observers=replicas(p.observers))
 
 
-_DECODERS = {
+# By (api key, is request), the function for the wire class of that key (whose argument type the
+# table cannot say, hence Any).
+_DECODERS: dict[tuple[int, bool], Callable[[Any, int], RaftRequest | RaftResponse]] = {
     (VOTE, True): _vote_request_from,
     (VOTE, False): _vote_response_from,
     (BEGIN_QUORUM_EPOCH, True): _begin_request_from,
-    (BEGIN_QUORUM_EPOCH, False): _leader_response_from(BEGIN_QUORUM_EPOCH, BeginQuorumEpochResponse),
+    (BEGIN_QUORUM_EPOCH, False): _begin_response_from,
     (END_QUORUM_EPOCH, True): _end_request_from,
-    (END_QUORUM_EPOCH, False): _leader_response_from(END_QUORUM_EPOCH, EndQuorumEpochResponse),
+    (END_QUORUM_EPOCH, False): _end_response_from,
     (FETCH, True): _fetch_request_from,
     (FETCH, False): _fetch_response_from,
     (FETCH_SNAPSHOT, True): _fetch_snapshot_request_from,

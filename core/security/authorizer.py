@@ -6,6 +6,7 @@ on a real authorizer changes no handler.
 from __future__ import annotations
 
 import enum
+from typing import Protocol
 
 
 class Operation(enum.IntEnum):
@@ -31,6 +32,15 @@ class ResourceType(enum.IntEnum):
 
 
 ANONYMOUS = "User:ANONYMOUS"
+
+
+class Authorizer(Protocol):
+    """What a listener asks before it serves a request (AllowAll is the only one yet)."""
+
+    def authorize(self, principal: str, operation: Operation, resource_type: ResourceType,
+                  name: str) -> bool: ...
+
+    def authorized_operations(self, principal: str, resource_type: ResourceType, name: str) -> int: ...
 
 
 class AllowAll:

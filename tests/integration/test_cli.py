@@ -103,7 +103,7 @@ def test_node_bad_config_is_one_line(tmp_path, props, needle):
     cfg.write_text(props + f"log.dirs={tmp_path / 'data'}\n")
     proc = seaway("node", "--config", str(cfg), check=False, timeout=30)
     assert proc.returncode == 1
-    errors = [l for l in proc.stderr.splitlines() if l.startswith("seaway: error:")]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("seaway: error:")]
     assert len(errors) == 1 and needle in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
 

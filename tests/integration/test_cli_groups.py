@@ -87,8 +87,8 @@ def one_line_error(proc, *needles):
 
 
 def table_rows(text: str) -> list[list[str]]:
-    lines = [l for l in text.splitlines() if l.strip()]
-    return [l.split() for l in lines[1:]]
+    lines = [line for line in text.splitlines() if line.strip()]
+    return [line.split() for line in lines[1:]]
 
 
 # ---------------------------------------------------------------------------------- tests

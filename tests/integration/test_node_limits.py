@@ -115,7 +115,7 @@ def test_unusable_log_dir_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "core.cli", "node", "--config", str(cfg)], cwd=REPO,
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1
-    errors = [l for l in proc.stderr.splitlines() if l.startswith("seaway: error:")]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("seaway: error:")]
     assert len(errors) == 1 and "file-not-dir" in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
 

@@ -7,7 +7,6 @@ free ones), so the test checks the default's shape without depending on ports 19
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 

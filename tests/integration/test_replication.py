@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -184,7 +183,7 @@ def test_acks_all_reaches_every_replica_and_survives_the_leader(tmp_path):
                    "identical logs", cluster)
         assert len(log_bytes(cluster, leader, topic)) > 3000 * 10
         cluster.kill(leader)
-        new_leader = wait_until(lambda: (lambda l: l if l not in (leader, -1) else None)(layout(cluster, topic)[0]),
+        new_leader = wait_until(lambda: (lambda ldr: ldr if ldr not in (leader, -1) else None)(layout(cluster, topic)[0]),
                                 20, "a new leader", cluster)
         assert new_leader in NODES
         got = consume(cluster, topic, 3000)
@@ -283,14 +282,14 @@ def test_offset_for_leader_epoch_answers_from_the_epoch_cache(tmp_path):
         produce(cluster, topic, [b"e0-%d" % i for i in range(10)])
         leader, _, _ = layout(cluster, topic)
         cluster.kill(leader)
-        new = wait_until(lambda: (lambda l: l if l not in (leader, -1) else None)(layout(cluster, topic)[0]),
+        new = wait_until(lambda: (lambda ldr: ldr if ldr not in (leader, -1) else None)(layout(cluster, topic)[0]),
                          20, "a new leader", cluster)
         produce(cluster, topic, [b"e1-%d" % i for i in range(5)])
-        O = m.OffsetForLeaderEpochRequest
+        OLE = m.OffsetForLeaderEpochRequest
 
         def ask(epoch: int, current: int = -1):
-            request = O(replica_id=-1, topics=[O.OffsetForLeaderTopic(topic=topic, partitions=[
-                O.OffsetForLeaderPartition(partition=0, current_leader_epoch=current, leader_epoch=epoch)])])
+            request = OLE(replica_id=-1, topics=[OLE.OffsetForLeaderTopic(topic=topic, partitions=[
+                OLE.OffsetForLeaderPartition(partition=0, current_leader_epoch=current, leader_epoch=epoch)])])
             r = raw(cluster, new, 23, request, 4).topics[0].partitions[0]
             return ErrorCode(r.error_code), r.leader_epoch, r.end_offset
 
@@ -307,8 +306,8 @@ def test_offset_for_leader_epoch_answers_from_the_epoch_cache(tmp_path):
         assert ask(0, current=current + 1)[0] == ErrorCode.UNKNOWN_LEADER_EPOCH
         # A follower does not answer.
         follower = next(n for n in NODES if n not in (new, leader))
-        request = O(replica_id=-1, topics=[O.OffsetForLeaderTopic(topic=topic, partitions=[
-            O.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=0)])])
+        request = OLE(replica_id=-1, topics=[OLE.OffsetForLeaderTopic(topic=topic, partitions=[
+            OLE.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=0)])])
         r = raw(cluster, follower, 23, request, 4).topics[0].partitions[0]
         assert r.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 

@@ -15,9 +15,9 @@ def response(topics: dict[str, dict[int, int]], *, error_topics=(), controller=1
                       for n in (1, 2)],
              cluster_id="c", controller_id=controller,
              topics=[R.MetadataResponseTopic(name=t, topic_id=bytes([i + 1]) * 16, partitions=[
-                         R.MetadataResponsePartition(partition_index=p, leader_id=l, leader_epoch=3,
+                         R.MetadataResponsePartition(partition_index=p, leader_id=ldr, leader_epoch=3,
                                                      replica_nodes=[1, 2], isr_nodes=[1])
-                         for p, l in parts.items()])
+                         for p, ldr in parts.items()])
                      for i, (t, parts) in enumerate(topics.items())]
              + [R.MetadataResponseTopic(name=t, error_code=3) for t in error_topics])
 

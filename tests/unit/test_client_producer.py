@@ -30,9 +30,9 @@ def metadata(leaders: dict[int, int]):
     return R(brokers=[R.MetadataResponseBroker(node_id=n, host="h", port=n) for n in (1, 2)],
              cluster_id="c", controller_id=1,
              topics=[R.MetadataResponseTopic(name="t", topic_id=b"\x01" * 16, partitions=[
-                 R.MetadataResponsePartition(partition_index=p, leader_id=l, leader_epoch=0,
-                                             replica_nodes=[l], isr_nodes=[l])
-                 for p, l in leaders.items()])])
+                 R.MetadataResponsePartition(partition_index=p, leader_id=ldr, leader_epoch=0,
+                                             replica_nodes=[ldr], isr_nodes=[ldr])
+                 for p, ldr in leaders.items()])])
 
 
 class FakeClient:

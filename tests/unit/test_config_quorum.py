@@ -25,9 +25,9 @@ def test_a_combined_node_of_a_quorum():
     assert not c.single_node and c.roles == {"broker", "controller"}
     assert c.quorum_voters == {1: ("127.0.0.1", 9093), 2: ("127.0.0.1", 9094), 3: ("::1", 9095)}
     # A controller listener missing from the protocol map is PLAINTEXT; clients never see it.
-    assert [(l.name, l.security_protocol) for l in c.listeners] == [("PLAINTEXT", "PLAINTEXT"),
+    assert [(li.name, li.security_protocol) for li in c.listeners] == [("PLAINTEXT", "PLAINTEXT"),
                                                                       ("CONTROLLER", "PLAINTEXT")]
-    assert [l.name for l in c.advertised_listeners] == ["PLAINTEXT"]
+    assert [li.name for li in c.advertised_listeners] == ["PLAINTEXT"]
     assert c.metadata_log_dir == Path("/data/a")
     assert c.is_controller_listener("CONTROLLER") and not c.is_controller_listener("PLAINTEXT")
 
@@ -38,15 +38,15 @@ def test_without_voters_a_node_is_a_one_voter_cluster():
     c = config(node_id="4", listeners="PLAINTEXT://0.0.0.0:9092")
     assert c.single_node and c.roles == {"broker", "controller"}
     assert c.quorum_voters == {4: ("127.0.0.1", 0)}
-    assert [str(l) for l in c.listeners] == ["PLAINTEXT://0.0.0.0:9092", "CONTROLLER://127.0.0.1:0"]
+    assert [str(li) for li in c.listeners] == ["PLAINTEXT://0.0.0.0:9092", "CONTROLLER://127.0.0.1:0"]
     assert c.controller_listener_names == ["CONTROLLER"]
-    assert [l.name for l in c.advertised_listeners] == ["PLAINTEXT"]
+    assert [li.name for li in c.advertised_listeners] == ["PLAINTEXT"]
 
 
 def test_a_one_node_cluster_keeps_clear_of_a_listener_named_controller():
     c = config(listeners="CONTROLLER://127.0.0.1:9092", listener_security_protocol_map="CONTROLLER:PLAINTEXT")
     assert c.controller_listener_names == ["CONTROLLER_LOCAL"]
-    assert [l.name for l in c.advertised_listeners] == ["CONTROLLER"]
+    assert [li.name for li in c.advertised_listeners] == ["CONTROLLER"]
 
 
 @pytest.mark.parametrize("roles", ["broker", "controller"])

@@ -16,7 +16,7 @@ from tests.support.controller_harness import CONTROLLER_ID, Harness
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 TOPIC, BROKER = 2, 4
-I = m.IncrementalAlterConfigsRequest
+IAC = m.IncrementalAlterConfigsRequest
 A = m.AlterConfigsRequest
 
 
@@ -29,9 +29,9 @@ def h():
 
 
 def incremental(h, *resources, validate_only=False, version=1):
-    request = I(resources=[I.AlterConfigsResource(
+    request = IAC(resources=[IAC.AlterConfigsResource(
         resource_type=rtype, resource_name=name,
-        configs=[I.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops])
+        configs=[IAC.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops])
         for rtype, name, ops in resources], validate_only=validate_only)
     return h.call("incremental_alter_configs", request, version)
 

@@ -17,7 +17,7 @@ from tests.support.controller_harness import (CLUSTER, Clock, Harness, create_re
                                               new_topic, registration)
 
 TIMEOUT = ControllerConfig().broker_session_timeout_ms
-I = m.IncrementalAlterConfigsRequest
+IAC = m.IncrementalAlterConfigsRequest
 A = m.AlterConfigsRequest
 P = m.CreatePartitionsRequest
 D = m.DeleteTopicsRequest
@@ -33,7 +33,7 @@ SAMPLE_REQUESTS = {
     19: (create_request(new_topic("t"), new_topic("u")), 7),
     20: (D(topics=[D.DeleteTopicState(name="t", topic_id=bytes(16))], timeout_ms=1), 6),
     37: (P(topics=[P.CreatePartitionsTopic(name="t", count=2)], timeout_ms=1), 3),
-    44: (I(resources=[I.AlterConfigsResource(resource_type=2, resource_name="t", configs=[])]), 1),
+    44: (IAC(resources=[IAC.AlterConfigsResource(resource_type=2, resource_name="t", configs=[])]), 1),
     33: (A(resources=[A.AlterConfigsResource(resource_type=4, resource_name="", configs=[])]), 2),
     56: (AP(broker_id=1, broker_epoch=1, topics=[AP.TopicData(topic_name="t", partitions=[
         AP.PartitionData(partition_index=0, new_isr=[1])])]), 1),

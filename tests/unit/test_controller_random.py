@@ -115,12 +115,12 @@ class Run:
             validate_only=self.rnd.random() < 0.1), self.rnd.randint(0, 3), commit=False)
 
     def configure(self):
-        I = m.IncrementalAlterConfigsRequest
+        IAC = m.IncrementalAlterConfigsRequest
         rtype, rname = self.rnd.choice([(2, self.rnd.choice(NAMES)), (4, ""), (4, "1")])
         value = self.rnd.choice(["true", "false"])
         op = self.rnd.choice([0, 0, 1])
-        return self.h.call("incremental_alter_configs", I(resources=[I.AlterConfigsResource(
-            resource_type=rtype, resource_name=rname, configs=[I.AlterableConfig(
+        return self.h.call("incremental_alter_configs", IAC(resources=[IAC.AlterConfigsResource(
+            resource_type=rtype, resource_name=rname, configs=[IAC.AlterableConfig(
                 name="unclean.leader.election.enable", config_operation=op, value=value)])]),
             self.rnd.randint(0, 1), commit=False)
 

@@ -567,15 +567,15 @@ def test_whole_request_errors_have_kafkas_shape():
 # --------------------------------------------------------------------------- throttle rates
 
 
-I = m.IncrementalAlterConfigsRequest
+IAC = m.IncrementalAlterConfigsRequest
 C = m.AlterConfigsRequest
 BROKER = 4
 
 
 def set_broker_configs(h: Harness, name: str, values: dict[str, str | None]):
-    request = I(validate_only=False, resources=[I.AlterConfigsResource(
+    request = IAC(validate_only=False, resources=[IAC.AlterConfigsResource(
         resource_type=BROKER, resource_name=name, configs=[
-            I.AlterableConfig(name=k, config_operation=0 if v is not None else 1, value=v)
+            IAC.AlterableConfig(name=k, config_operation=0 if v is not None else 1, value=v)
             for k, v in values.items()])])
     records, answer = call(h, 44, request, 1)
     [res] = answer.responses
@@ -621,8 +621,8 @@ def test_throttle_rates_through_alter_configs_and_not_as_topic_configs():
     _, answer = call(h, 33, request, 2)
     assert answer.responses[0].error_code == 0
     assert h.image.broker_config(2) == {"follower.replication.throttled.rate": "500"}
-    request = I(validate_only=False, resources=[I.AlterConfigsResource(
-        resource_type=2, resource_name="t", configs=[I.AlterableConfig(
+    request = IAC(validate_only=False, resources=[IAC.AlterConfigsResource(
+        resource_type=2, resource_name="t", configs=[IAC.AlterableConfig(
             name="leader.replication.throttled.rate", config_operation=0, value="5")])])
     _, answer = call(h, 44, request, 1)
     assert answer.responses[0].error_code == E.INVALID_CONFIG

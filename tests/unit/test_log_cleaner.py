@@ -266,6 +266,22 @@ def test_rerun_is_noop(tmp_path):
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files
 
 
+def test_a_dedupe_buffer_too_small_for_one_batch_cleans_nothing_and_says_so(tmp_path, caplog):
+    log = open_log(tmp_path, config(segment_bytes=100_000))
+    for _ in range(2):
+        log.append(build_batch([(b"k%d" % i, b"v", [], T0) for i in range(3)]))
+    log.roll()
+    put(log, b"z", b"z")
+    before = read_all(log)
+    buf = 24 * 2 * 10 // 9 + 1   # room for 2 keys; each batch holds 3
+    assert cleaner.max_map_entries(buf) == 2
+    with caplog.at_level("WARNING", logger="core.log.cleaner"):
+        res = cleaner.clean(log, T0, dedupe_buffer_size=buf)
+    assert res.map_full and res.end_offset == 0 and not res.cleaned
+    assert "cannot hold one batch" in caplog.text
+    assert [(r.offset, r.key) for r in read_all(log)] == [(r.offset, r.key) for r in before]
+
+
 def test_small_dedupe_buffer_cleans_a_prefix(tmp_path):
     log = open_log(tmp_path, config(segment_bytes=100_000))
     for i in range(60):

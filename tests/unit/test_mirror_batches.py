@@ -373,8 +373,10 @@ def compacted_batch(base: int, deltas: list[int], last_delta: int, *, codec=Comp
         r = bytearray(b"\x00")
         write_varint(r, ts - rec(base)[3])  # zig-zag, int64-safe
         write_varint(r, d)
-        write_varint(r, len(k)); r += k
-        write_varint(r, len(v)); r += v
+        write_varint(r, len(k))
+        r += k
+        write_varint(r, len(v))
+        r += v
         write_varint(r, 0)
         write_varint(body, len(r))
         body += r

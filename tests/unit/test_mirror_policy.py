@@ -284,9 +284,9 @@ def run_links(clusters: dict[str, Cluster], pairs: list[tuple[str, str]], policy
     for _ in range(rounds):
         changed = False
         for (s, t), link in links.items():
-            writers = [l for (s2, t2), l in links.items()
+            writers = [w for (s2, t2), w in links.items()
                        if t2 == s and (s2 == t or provenance == "inbound")]
-            changed |= link.run_once(set().union(*(l.written for l in writers)))
+            changed |= link.run_once(set().union(*(w.written for w in writers)))
         if not changed:
             return links
     pytest.fail(f"mirroring did not settle in {rounds} rounds: records keep moving (a cycle)")

@@ -231,7 +231,9 @@ def test_snapshot_files(tmp_path):
     assert latest_snapshot(tmp_path, max_offset=0) is None
     # corrupt newest -> fall back to the older one
     p3 = snapshot_path(tmp_path, 3)
-    raw = bytearray(p3.read_bytes()); raw[-1] ^= 0xFF; p3.write_bytes(bytes(raw))
+    raw = bytearray(p3.read_bytes())
+    raw[-1] ^= 0xFF
+    p3.write_bytes(bytes(raw))
     assert latest_snapshot(tmp_path) == (2, b)
     snapshot_path(tmp_path, 2).write_bytes(b"")                 # torn
     assert latest_snapshot(tmp_path) == (1, a)
@@ -300,9 +302,11 @@ def test_allocator_blocks_never_repeat(tmp_path):
 
 def test_allocator_early_reserve_is_contiguous():
     alloc = ProducerIdAllocator(100, block_size=2)
-    alloc.reserve_block(); alloc.block_persisted()
+    alloc.reserve_block()
+    alloc.block_persisted()
     assert alloc.allocate() == 100
-    alloc.reserve_block(); alloc.block_persisted()
+    alloc.reserve_block()
+    alloc.block_persisted()
     assert [alloc.allocate() for _ in range(3)] == [101, 102, 103]
     assert alloc.needs_block() and alloc.next_block_start == 104
 
@@ -318,7 +322,8 @@ def test_allocator_state_damage_refused():
 
 def test_init_producer_id_semantics():
     alloc = ProducerIdAllocator(0, 10)
-    alloc.reserve_block(); alloc.block_persisted()
+    alloc.reserve_block()
+    alloc.block_persisted()
     first = alloc.init_producer_id()
     # Kafka: without a transactional id, an existing (producer id, epoch) is ignored and a new
     # id with epoch 0 is handed out ("always blindly accept the request").

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import uuid
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from core.protocol.errors import ErrorCode as E
 
@@ -102,17 +102,18 @@ class Coordinator:
 
     def _join_result(self, group: Group, member: Member, *, with_members: bool,
                      leader: Optional[str] = None, skip: bool = False) -> JoinResult:
-        members = ()
+        members: tuple[JoinMember, ...] = ()
         if with_members:
             members = tuple(JoinMember(m.member_id, m.group_instance_id,
                                        m.metadata_for(group.protocol_name))
                             for m in group.members.values())
+        leader_id = leader if leader is not None else group.leader_id
+        assert leader_id is not None   # a group that answers a join has a leader
         return JoinResult(E.NONE, group.generation_id, group.protocol_type,
-                          group.protocol_name, leader if leader is not None else group.leader_id,
-                          member.member_id, members, skip)
+                          group.protocol_name, leader_id, member.member_id, members, skip)
 
     def _validate_member(self, group: Group, member_id: str,
-                         instance_id: Optional[str])-> Optional[int]:
+                         instance_id: Optional[str])-> Optional[E]:
         if instance_id is not None:
             existing = group.static_members.get(instance_id)
             if existing is None:
@@ -128,7 +129,7 @@ class Coordinator:
 
     # ================================================================ JoinGroup
     def handle_join(self, ev: JoinGroup) -> None:
-        def fail(code: int, member_id: str = ev.member_id) -> None:
+        def fail(code: E, member_id: str = ev.member_id) -> None:
             self._respond(ev.request_id, JoinResult(code, member_id=member_id))
 
         if not ev.group_id:
@@ -188,7 +189,9 @@ class Coordinator:
         self._add_member_and_rebalance(group, ev, new_id)
 
     def _static_member_join(self, group: Group, ev: JoinGroup, new_id: str) -> None:
-        old_id = group.static_members.get(ev.group_instance_id)
+        instance_id = ev.group_instance_id
+        assert instance_id is not None   # only a static member joins here
+        old_id = group.static_members.get(instance_id)
         if old_id is None:
             return self._add_member_and_rebalance(group, ev, new_id)
         # KIP-345: a known instance id rejoins with a fresh member id; fence the old one
@@ -201,7 +204,7 @@ class Coordinator:
             self._respond(old.awaiting_sync, SyncResult(FENCED_INSTANCE_ID))
             old.awaiting_sync = None
         self._cancel(self._hb_key(group, old_id))
-        member = group.replace_static_member(ev.group_instance_id, old_id, new_id)
+        member = group.replace_static_member(instance_id, old_id, new_id)
         member.client_id, member.client_host = ev.client_id, ev.client_host
         member.protocols = tuple(ev.protocols)
         member.rebalance_timeout_ms = ev.rebalance_timeout_ms
@@ -399,7 +402,7 @@ class Coordinator:
 
     # ================================================================ SyncGroup
     def handle_sync(self, ev: SyncGroup) -> None:
-        def fail(code: int) -> None:
+        def fail(code: E) -> None:
             self._respond(ev.request_id, SyncResult(code))
 
         group = self.groups.get(ev.group_id)
@@ -439,7 +442,7 @@ class Coordinator:
                 if m.awaiting_sync is not None:
                     rid, m.awaiting_sync = m.awaiting_sync, None
                     self._respond(rid, SyncResult(E.NONE, group.protocol_type,
-                                                  group.protocol_name, m.assignment))
+                                                  group.protocol_name, m.assignment or b""))
                     self._heartbeat_member(group, m, ev.now_ms)
 
     def _mark_synced(self, group: Group, member_id: str) -> None:
@@ -456,7 +459,7 @@ class Coordinator:
 
     # ================================================================ Heartbeat
     def handle_heartbeat(self, ev: Heartbeat) -> None:
-        def answer(code: int) -> None:
+        def answer(code: E) -> None:
             self._respond(ev.request_id, HeartbeatResult(code))
 
         group = self.groups.get(ev.group_id)
@@ -562,7 +565,7 @@ class Coordinator:
     # may happen, because that depends on the group's generation and members.
     def validate_offset_commit(self, group_id: str, generation_id: int, member_id: str,
                                instance_id: Optional[str], now_ms: int
-                               ) -> tuple[Optional[int], list[Action]]:
+                               ) -> tuple[Optional[E], list[Action]]:
         """(error or None, actions). A commit by a group member counts as its heartbeat. A
         commit with no generation and no member (a consumer that assigns partitions itself)
         creates an Empty group on first use, as Kafka does, so that it can be listed and
@@ -689,7 +692,8 @@ class Coordinator:
         elif key[0] == "heartbeat":
             self._on_heartbeat_timer(group, key[2], now_ms)
 
-    _HANDLERS = {
+    # By event class, its handler (whose argument type the table cannot say, hence Any).
+    _HANDLERS: dict[type, Callable[[Coordinator, Any], None]] = {
         JoinGroup: handle_join, SyncGroup: handle_sync, Heartbeat: handle_heartbeat,
         LeaveGroup: handle_leave, DescribeGroups: handle_describe, ListGroups: handle_list,
         DeleteGroups: handle_delete,

@@ -195,8 +195,14 @@ class DeleteResult:
     results: tuple[tuple[str, ErrorCode], ...]
 
 
+@dataclass(frozen=True)
+class CommitResult:
+    """What an offset commit answers: one code for every partition of the request."""
+    error: ErrorCode
+
+
 Result = Union[JoinResult, SyncResult, HeartbeatResult, LeaveResult, DescribeResult,
-               ListResult, DeleteResult]
+               ListResult, DeleteResult, CommitResult]
 
 
 # ----------------------------------------------------------------------------- persistence

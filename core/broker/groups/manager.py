@@ -27,18 +27,18 @@ import secrets
 from collections import deque
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
 import anyio
 
-from core.protocol.codegen import DecodeError
+from core.protocol.errors import DecodeError
 from core.protocol.errors import ErrorCode as E
 from core.protocol.records import build_batch, iter_records, scan_batches
 
 from . import storage
 from .coordinator import Coordinator, GroupConfig
-from .events import (CancelTimer, DeleteGroups, DeleteResult, DescribeGroups, DescribeResult,
-                     GroupDescription, HeartbeatResult, JoinGroup, JoinResult, LeaveGroup, LeaveResult,
+from .events import (CancelTimer, CommitResult, DeleteGroups, DeleteResult, DescribeGroups, DescribeResult,
+                     GroupDescription, GroupMetadataRecord, HeartbeatResult, JoinGroup, JoinResult, LeaveGroup, LeaveResult,
                      ListGroups, PersistGroup, Respond, ScheduleTimer, SyncGroup, SyncResult)
 from .offsets import OffsetStore, TopicPartition
 from .state import GroupState
@@ -73,12 +73,6 @@ class DropTopicOffsets:
     """Tombstone every committed offset of a deleted topic that the store holds when the
     writer gets here, i.e. after the commits queued before it were applied."""
     topic: str
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    """What an offset commit answers: one code for every partition of the request."""
-    error: E
 
 
 @dataclass(frozen=True)
@@ -150,6 +144,7 @@ class GroupManager:
             if len(mine) == len(event.group_ids):
                 return None, event
             others = [g for g in event.group_ids if g not in mine]
+            refused: DescribeResult | DeleteResult
             if isinstance(event, DescribeGroups):
                 refused = DescribeResult(tuple(GroupDescription(g, code, "", "", "") for g in others))
             else:
@@ -207,7 +202,7 @@ class GroupManager:
             self._futures.pop(rid, None)
 
     def fetch_offsets(self, group_id: str, tps: Optional[list[TopicPartition]]
-                      ) -> dict[TopicPartition, Optional[CommittedOffset]]:
+                      ) -> Mapping[TopicPartition, Optional[CommittedOffset]]:
         if tps is None:
             return self.offsets.all(group_id)
         return {tp: self.offsets.get(group_id, tp) for tp in tps}
@@ -339,7 +334,8 @@ class GroupManager:
             await self._append(gid, [(storage.group_key(gid), storage.group_value(action.metadata))])
             return
         # a deleted group takes its offsets with it
-        records = [(storage.offset_key(gid, t, p), None) for t, p in self.offsets.all(gid)]
+        records: list[tuple[bytes, Optional[bytes]]] = [
+            (storage.offset_key(gid, t, p), None) for t, p in self.offsets.all(gid)]
         records.append((storage.group_key(gid), None))
         await self._append(gid, records)
         self.offsets.remove_group(gid)
@@ -368,13 +364,12 @@ class GroupManager:
                       commit: bool = False) -> None:
         await self.ensure_topic()
         topic = self.broker.topics.get(TOPIC)
-        partition = topic.partition(storage.partition_for(group_id, len(topic.partitions))) \
-            if topic is not None else None
-        if partition is None and topic is not None:
+        if topic is None:
+            raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE, f"{TOPIC} is not available")
+        partition = topic.partition(storage.partition_for(group_id, len(topic.partitions)))
+        if partition is None:
             # Another broker leads this group's partition, so it coordinates the group.
             raise CoordinatorError(E.NOT_COORDINATOR, f"this broker does not lead the group's {TOPIC} partition")
-        if partition is None:
-            raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE, f"{TOPIC} is not available")
         if not partition.is_leader:
             raise CoordinatorError(E.NOT_COORDINATOR, f"this broker does not lead the group's {TOPIC} partition")
         now = self.broker.clock()
@@ -416,6 +411,7 @@ class GroupManager:
         while True:
             await self._topic_wanted.wait()
             if TOPIC not in self.broker.topics:
+                assert self.broker.kraft is not None   # the node links the broker before it serves
                 codes = await self.broker.kraft.create_topics(
                     [TOPIC], self.num_partitions, self.broker.config["offsets.topic.replication.factor"],
                     self._topic_configs())
@@ -485,7 +481,7 @@ class GroupManager:
         if topic is None:
             return
         gone = [i for i in self._loaded_partitions
-                if i >= len(topic.partitions) or topic.partitions[i] is None or not topic.partitions[i].is_leader]
+                if i >= len(topic.partitions) or (p := topic.partitions[i]) is None or not p.is_leader]
         for index in gone:
             self._unload_partition(index, len(topic.partitions))
         new = [p for p in topic.partitions
@@ -513,7 +509,7 @@ class GroupManager:
         return None if topic is None else storage.partition_for(group_id, len(topic.partitions))
 
     def load_partitions(self, partitions) -> None:
-        groups: dict[str, object] = {}
+        groups: dict[str, Optional[GroupMetadataRecord]] = {}
         skipped = 0
         self._loaded_partitions.update(p.index for p in partitions)
         for partition in partitions:

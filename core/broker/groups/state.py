@@ -59,7 +59,7 @@ class Member:
     def protocol_names(self) -> list[str]:
         return [name for name, _ in self.protocols]
 
-    def metadata_for(self, protocol: str) -> bytes:
+    def metadata_for(self, protocol: Optional[str]) -> bytes:
         for name, meta in self.protocols:
             if name == protocol:
                 return meta

@@ -15,8 +15,9 @@ import struct
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from core.protocol.codegen import DecodeError
-from core.protocol.messages import DATA
+from core.protocol.errors import DecodeError
+from core.protocol.messages import (DATA, GroupMetadataKey, GroupMetadataValue, OffsetCommitKey,
+                                    OffsetCommitValue)
 
 from .events import GroupMetadataRecord, MemberRecord
 
@@ -74,23 +75,23 @@ def _with_version(version: int, codec, obj) -> bytes:
 
 def offset_key(group: str, topic: str, partition: int) -> bytes:
     return _with_version(OFFSET_KEY_VERSION, _OFFSET_KEY,
-                         _OFFSET_KEY.cls(group=group, topic=topic, partition=partition))
+                         OffsetCommitKey(group=group, topic=topic, partition=partition))
 
 
 def offset_value(c: CommittedOffset) -> bytes:
     # As Kafka: v1 only to carry an explicit expiry (OffsetCommit v2-4 retention), else v3.
     version = 1 if c.expire_timestamp_ms >= 0 else 3
-    return _with_version(version, _OFFSET_VALUE, _OFFSET_VALUE.cls(
+    return _with_version(version, _OFFSET_VALUE, OffsetCommitValue(
         offset=c.offset, leader_epoch=c.leader_epoch, metadata=c.metadata,
         commit_timestamp=c.commit_timestamp_ms, expire_timestamp=c.expire_timestamp_ms))
 
 
 def group_key(group: str) -> bytes:
-    return _with_version(GROUP_KEY_VERSION, _GROUP_KEY, _GROUP_KEY.cls(group=group))
+    return _with_version(GROUP_KEY_VERSION, _GROUP_KEY, GroupMetadataKey(group=group))
 
 
 def group_value(r: GroupMetadataRecord) -> bytes:
-    cls = _GROUP_VALUE.cls
+    cls = GroupMetadataValue
     members = [cls.MemberMetadata(
         member_id=mr.member_id, group_instance_id=mr.group_instance_id, client_id=mr.client_id,
         client_host=mr.client_host, rebalance_timeout=mr.rebalance_timeout_ms,
@@ -112,9 +113,12 @@ def decode_key(blob) -> Optional[Key]:
     version, view = _split(blob, "__consumer_offsets key")
     if version in (0, 1):
         k = _OFFSET_KEY.decode(version, view, 2)
+        assert isinstance(k, OffsetCommitKey)   # the class of _OFFSET_KEY
         return OffsetKey(k.group, k.topic, k.partition)
     if version == 2:
-        return GroupKey(_GROUP_KEY.decode(version, view, 2).group)
+        g = _GROUP_KEY.decode(version, view, 2)
+        assert isinstance(g, GroupMetadataKey)   # the class of _GROUP_KEY
+        return GroupKey(g.group)
     if version < 0:
         raise DecodeError(f"__consumer_offsets key has negative version {version}")
     return None

@@ -40,7 +40,7 @@ from core.security.authorizer import Operation, ResourceType
 from ..fetch_session import (FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, CachedPartition, FetchSession,
                              next_epoch)
 from ..replica_selector import preferred_read_replica
-from ..replication import FollowerFetch
+from ..replication import FetchAnswer, FollowerFetch
 
 log = logging.getLogger(__name__)
 R = m.FetchResponse
@@ -70,7 +70,7 @@ class _Read:
         self.next_offset = fetch_offset
         self.error = error
         self.follower: FollowerFetch | None = None   # a follower's fetch: what it sent
-        self.answer = None                           # and its replica's latest FetchAnswer
+        self.answer: FetchAnswer | None = None       # and its replica's latest FetchAnswer
         self.preferred: int | None = None            # KIP-392: read from this broker instead
         self.entry: CachedPartition | None = None    # its fetch session's entry, if any
         self.params: tuple = ()                      # what the fetcher asked, for a new session
@@ -138,13 +138,14 @@ class _PendingFetch:
         if self.from_follower and not error:
             r.follower = FollowerFetch(self.replica_id, self.broker_epoch, current_leader_epoch,
                                        fetch_offset, last_fetched_epoch, log_start_offset)
-            r.answer = p.replicas.answer_follower_fetch(p, r.follower, update_fetch_state=update_fetch_state)
-            if r.answer.error:
-                r.error = r.answer.error
-            elif r.answer.diverging_epoch is not None:
+            r.answer = answer = p.replicas.answer_follower_fetch(
+                p, r.follower, update_fetch_state=update_fetch_state)
+            if answer.error:
+                r.error = answer.error
+            elif answer.diverging_epoch is not None:
                 self.any_error = True   # answer at once: the follower must truncate
             else:
-                r.next_offset = r.answer.read_offset
+                r.next_offset = answer.read_offset
         self.any_error |= bool(r.error)
         group = self.groups.get(topic_key)
         if group is None:
@@ -196,9 +197,11 @@ class _PendingFetch:
                 continue
             throttled = False
             if r.follower is not None:
-                if r.chunks or r.answer.diverging_epoch is not None:
+                answer = r.answer
+                assert answer is not None   # every follower's read has its answer
+                if r.chunks or answer.diverging_epoch is not None:
                     continue
-                if r.answer.read_offset is None or r.next_offset >= p.log.log_end_offset:
+                if answer.read_offset is None or r.next_offset >= p.log.log_end_offset:
                     continue
                 throttled = p.replicas.is_leader_throttle_target(p, r.follower.replica_id)
                 if throttled and p.replicas.leader_quota.exceeded():
@@ -237,6 +240,7 @@ class _PendingFetch:
                 pd = _partition_data(r)
                 entry = r.entry
                 if entry is not None:
+                    assert session is not None   # entries come from the session
                     if _follower_unsettled(r):
                         session.recheck[r.key] = None
                     if incremental and not (r.chunks or r.error or r.preferred is not None
@@ -305,6 +309,7 @@ def _replica(ctx, req) -> tuple[int, int]:
 
 def _follower_data(r: _Read) -> PD:
     answer = r.answer
+    assert answer is not None   # a follower's read has its answer
     pd = PD(partition_index=r.index, error_code=0, high_watermark=answer.high_watermark,
             last_stable_offset=answer.high_watermark, log_start_offset=answer.log_start_offset,
             aborted_transactions=[], preferred_read_replica=-1, records=r.chunks if r.chunks else b"")

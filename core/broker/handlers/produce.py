@@ -23,11 +23,12 @@ OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EPOCH.
 from __future__ import annotations
 
 import logging
+from typing import cast
 
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.protocol.errors import DecodeError
-from core.protocol.records import InvalidBatch, decode_batch, scan_batches
+from core.protocol.records import InvalidBatch, Record, decode_batch, scan_batches
 from core.security.authorizer import Operation, ResourceType
 
 from ..partition import DuplicateAppend
@@ -106,11 +107,18 @@ def _appended(partition, index: int, result) -> PR:
               log_append_time_ms=result.log_append_time, log_start_offset=partition.log_start_offset)
 
 
+def _keys(records, batches):
+    for b in batches:
+        for r in decode_batch(records, b, verify_crc=False):
+            assert isinstance(r, Record), r   # a produced batch holds data records
+            yield r.key
+
+
 def _has_null_key(records, batches) -> bool:
     """Compacted topics refuse records without keys, as Kafka's LogValidator does; this is
     the one check that decodes records, and only on compacted topics."""
     try:
-        return any(r.key is None for b in batches for r in decode_batch(records, b, verify_crc=False))
+        return any(key is None for key in _keys(records, batches))
     except DecodeError:
         return True
 
@@ -134,7 +142,7 @@ async def handle(ctx, req):
     failed = False
     bad_acks = req.acks not in (0, 1, -1)
     for td in req.topic_data:
-        parts = []
+        parts: list[PR | None] = []   # None: an acks=all append, answered once replicated
         topic = b.topics.get(td.name)
         for pd in td.partition_data:
             if bad_acks:
@@ -161,7 +169,9 @@ async def handle(ctx, req):
                 failed = True
                 b.metrics.partition_errors.labels("Produce", ErrorCode(pr.error_code).name).inc()
             parts.append(pr)
-        responses.append(R.TopicProduceResponse(name=td.name, partition_responses=parts))
+        # The None slots are filled in below, before the response leaves.
+        responses.append(R.TopicProduceResponse(name=td.name,
+                                                partition_responses=cast("list[PR]", parts)))
     for slot, parts, index, partition, result in waiting:
         # Each waits on its own ISR; together they take as long as the slowest.
         code = await partition.wait_replicated(result)

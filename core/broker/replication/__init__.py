@@ -77,10 +77,15 @@ log.py (ReplicaLog), isr.py (follower progress, ISR states and rules), leader.py
 replica.py (PartitionReplica, ReplicationConfig, Role).
 """
 from . import messages as _messages
-from .epochs import EpochEntry, LeaderEpochCache, OffsetAndEpoch
-from .log import ReplicaLog
+# `X as X`: re-exported explicitly, since type checkers cannot read the computed __all__ below.
+from .epochs import EpochEntry as EpochEntry
+from .epochs import LeaderEpochCache as LeaderEpochCache
+from .epochs import OffsetAndEpoch as OffsetAndEpoch
+from .log import ReplicaLog as ReplicaLog
 from .messages import *  # noqa: F401,F403
-from .replica import PartitionReplica, ReplicationConfig, Role
+from .replica import PartitionReplica as PartitionReplica
+from .replica import ReplicationConfig as ReplicationConfig
+from .replica import Role as Role
 
 __all__ = ["EpochEntry", "LeaderEpochCache", "OffsetAndEpoch", "PartitionReplica",
            "ReplicaLog", "ReplicationConfig", "Role"] + [

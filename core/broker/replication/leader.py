@@ -312,9 +312,8 @@ def on_alter_partition_response(replica: PartitionReplica, state: LeaderState, r
                                 answer: AlterPartitionAnswer) -> None:
     """Partition.submitAlterPartition's callback."""
     pending = state.isr_state
-    if not pending.in_flight or pending.request_id != request_id:
+    if not isinstance(pending, PendingChange) or pending.request_id != request_id:
         return   # the metadata (or an earlier answer) moved us on: this answer is stale
-    assert isinstance(pending, PendingChange)
     error = answer.error
     if error == ErrorCode.NONE:
         if answer.leader_epoch != replica.leader_epoch or \

@@ -208,6 +208,7 @@ class PartitionReplica:
             raise ValueError("a batch holds at least one record")
         if self.role is not Role.LEADER:
             return AppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        assert self.leader is not None   # the leader role has its state
         return leader.append(self, self.leader, record_count, acks, request_id, timeout_ms)
 
     def duplicate_as_leader(self, base_offset: int, last_offset: int, *, acks: int,
@@ -221,6 +222,7 @@ class PartitionReplica:
         if not base_offset <= last_offset < self.log.end_offset:
             raise ValueError(f"duplicate at {base_offset}..{last_offset} is beyond the log end "
                              f"{self.log.end_offset}")
+        assert self.leader is not None   # the leader role has its state
         return leader.await_duplicate(self, self.leader, base_offset, last_offset, acks,
                                       request_id, timeout_ms)
 
@@ -231,6 +233,7 @@ class PartitionReplica:
         error = self.local_log_error(fetch.current_leader_epoch, require_leader=True)
         if error != ErrorCode.NONE:
             return FetchAnswer(error)
+        assert self.leader is not None   # local_log_error required the leader role
         return leader.answer_fetch(self, self.leader, fetch, update_fetch_state)
 
     def offset_for_leader_epoch(self, leader_epoch: int,
