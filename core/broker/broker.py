@@ -31,7 +31,7 @@ from .partition import Partition
 from .producer_state import ProducerIdAllocator, delete_snapshots
 
 if TYPE_CHECKING:
-    from .forwarding import KRaftLink
+    from .controller_channel import KRaftLink
 
 log = logging.getLogger(__name__)
 

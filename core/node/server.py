@@ -25,7 +25,7 @@ from anyio.abc import SocketAttribute, TaskGroup, TaskStatus
 
 from core.broker.broker import Broker
 from core.broker.connection import Connection
-from core.broker.forwarding import KRaftLink
+from core.broker.controller_channel import KRaftLink
 from core.broker.metrics import BrokerMetrics
 from core.config import BrokerConfig
 from core.config.broker import Listener

@@ -1,7 +1,7 @@
 """DescribeQuorum (key 55), v0-2, on a broker listener.
 
 kafka-metadata-quorum --bootstrap-server asks a broker, and the broker forwards the request
-to the active controller, which alone knows every replica's progress (forwarding.py). A
+to the active controller, which alone knows every replica's progress (controller_channel.py). A
 one-node cluster answers too: its quorum is its own controller.
 """
 from __future__ import annotations

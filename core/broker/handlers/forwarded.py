@@ -4,7 +4,7 @@ ElectLeaders (43), AlterPartitionReassignments (45), ListPartitionReassignments 
 
 The controller owns metadata, and validates every change once, for every kind of cluster (a
 one-node cluster's controller runs in the same process). The broker sends it the request as it
-came (forwarding.py), and relays the answer once its own image shows the change, so the
+came (controller_channel.py), and relays the answer once its own image shows the change, so the
 client's next Metadata request to this broker sees what it just did. If no controller answers
 within the request's timeout, every topic or resource gets NOT_CONTROLLER (retriable), as from
 Kafka.
