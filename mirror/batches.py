@@ -90,8 +90,8 @@ from core.client.idempotence import EPOCH_MAX, wire_sequence
 from core.protocol.compression import Compression, decompress
 from core.protocol.errors import DecodeError
 from core.protocol.records import (
-    ATTR_DELETE_HORIZON, ATTR_LOG_APPEND_TIME, ATTR_TRANSACTIONAL,
-    CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAGIC, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH,
+    ATTR_DELETE_HORIZON, ATTR_LOG_APPEND_TIME, ATTR_TRANSACTIONAL, ATTRIBUTES_AT, BASE_OFFSET_AT, CRC_AT,
+    LENGTH_AT, LEADER_EPOCH_AT, MAGIC_AT, MAX_TIMESTAMP_AT, PRODUCER_ID_AT, CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAGIC, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID, NO_SEQUENCE, BatchInfo, Record, build_batch, decode_batch,
     read_batch_header)
 from core.protocol.varint import read_uvarint, read_varint, read_varlong
@@ -99,14 +99,6 @@ from core.protocol.varint import read_uvarint, read_varint, read_varlong
 __all__ = ["prepare_for_target", "PreparedBatches", "ForwardedBatch", "MirrorProducer",
            "MirrorBatchError", "CorruptBatchError", "UnsupportedMagicError"]
 
-# Header fields patched per batch (offsets from the batch start; see core/protocol/records).
-_BASE_OFFSET_AT = 0
-_LEADER_EPOCH_AT = 12
-_MAGIC_AT = 16
-_CRC_AT = 17
-_ATTRIBUTES_AT = 21
-_MAX_TIMESTAMP_AT = 35
-_PRODUCER_AT = 43           # producerId int64, producerEpoch int16, baseSequence int32
 
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
@@ -278,12 +270,12 @@ def prepare_for_target(fetched: bytes | bytearray | memoryview, *, fetch_offset:
             upstream_base, count, reencoded = info.base_offset, info.records_count, False
         if producer is not None:
             base_sequence = wire_sequence(sequence)
-            _PRODUCER.pack_into(out.data, start + _PRODUCER_AT, producer.producer_id,
+            _PRODUCER.pack_into(out.data, start + PRODUCER_ID_AT, producer.producer_id,
                                 producer.producer_epoch, base_sequence)
             sequence += count
         else:
             base_sequence = NO_SEQUENCE
-            _PRODUCER.pack_into(out.data, start + _PRODUCER_AT, NO_PRODUCER_ID,
+            _PRODUCER.pack_into(out.data, start + PRODUCER_ID_AT, NO_PRODUCER_ID,
                                 NO_PRODUCER_EPOCH, NO_SEQUENCE)
         size = len(out.data) - start
         _finish(out.data, start, size)
@@ -298,15 +290,15 @@ def _next_batch(view: memoryview, pos: int, end: int) -> BatchInfo | None:
     """The header of the whole batch at `pos`; None if only part of one is there."""
     # Same order as Kafka's ByteBufferLogInputStream: framing first, so that a cut batch is
     # left for the next fetch whatever it claims, then magic, then the batch's own checks.
-    if end - pos < _MAGIC_AT + 1:
+    if end - pos < MAGIC_AT + 1:
         return None
-    length = _I32.unpack_from(view, pos + 8)[0]
+    length = _I32.unpack_from(view, pos + LENGTH_AT)[0]
     base_offset = _I64.unpack_from(view, pos)[0]
     if length < 0:
         raise CorruptBatchError(base_offset, f"negative batch length {length}")
     if pos + LOG_OVERHEAD + length > end:
         return None
-    magic = view[pos + _MAGIC_AT]
+    magic = view[pos + MAGIC_AT]
     if magic < MAGIC:
         raise UnsupportedMagicError(
             base_offset, f"message format magic {magic} (pre-0.11) cannot be forwarded as a "
@@ -372,9 +364,9 @@ def _rebuild(view: memoryview, info: BatchInfo, fetch_offset: int) -> tuple[byte
                                   compression=Compression(info.compression)))
     if info.attributes & ATTR_LOG_APPEND_TIME:
         # decode_batch gave every record the batch's append time, so max timestamp is it too.
-        attrs = _I16.unpack_from(batch, _ATTRIBUTES_AT)[0] | ATTR_LOG_APPEND_TIME
-        _I16.pack_into(batch, _ATTRIBUTES_AT, attrs)
-        _I64.pack_into(batch, _MAX_TIMESTAMP_AT, info.max_timestamp)
+        attrs = _I16.unpack_from(batch, ATTRIBUTES_AT)[0] | ATTR_LOG_APPEND_TIME
+        _I16.pack_into(batch, ATTRIBUTES_AT, attrs)
+        _I64.pack_into(batch, MAX_TIMESTAMP_AT, info.max_timestamp)
     return batch, records[0].offset, len(records)
 
 
@@ -382,17 +374,17 @@ def restamp_producer(batch, producer_id: int, producer_epoch: int, base_sequence
     """A copy of one prepared batch under another producer id, epoch and base sequence (the
     mirror's producer was fenced or forgotten by the target), its CRC recomputed."""
     data = bytearray(batch)
-    _PRODUCER.pack_into(data, _PRODUCER_AT, producer_id, producer_epoch, wire_sequence(base_sequence))
-    _U32.pack_into(data, _CRC_AT, crc32c(memoryview(data)[CRC_START:]))
+    _PRODUCER.pack_into(data, PRODUCER_ID_AT, producer_id, producer_epoch, wire_sequence(base_sequence))
+    _U32.pack_into(data, CRC_AT, crc32c(memoryview(data)[CRC_START:]))
     return data
 
 
 def _finish(data: bytearray, start: int, size: int) -> None:
     """Offsets and leader epoch for the target to assign, attributes cleaned, CRC last."""
-    _I64.pack_into(data, start + _BASE_OFFSET_AT, 0)
-    _I32.pack_into(data, start + _LEADER_EPOCH_AT, NO_PARTITION_LEADER_EPOCH)
-    attrs = _I16.unpack_from(data, start + _ATTRIBUTES_AT)[0]
-    _I16.pack_into(data, start + _ATTRIBUTES_AT, attrs & ~_CLEARED_ATTRIBUTES)
+    _I64.pack_into(data, start + BASE_OFFSET_AT, 0)
+    _I32.pack_into(data, start + LEADER_EPOCH_AT, NO_PARTITION_LEADER_EPOCH)
+    attrs = _I16.unpack_from(data, start + ATTRIBUTES_AT)[0]
+    _I16.pack_into(data, start + ATTRIBUTES_AT, attrs & ~_CLEARED_ATTRIBUTES)
     view = memoryview(data)
-    _U32.pack_into(data, start + _CRC_AT, crc32c(view[start + CRC_START:start + size]))
+    _U32.pack_into(data, start + CRC_AT, crc32c(view[start + CRC_START:start + size]))
     view.release()

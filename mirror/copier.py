@@ -49,6 +49,7 @@ from core.client import KafkaClient
 from core.client.errors import KafkaError
 from core.client.fetch_session import SESSION_ERRORS, FetchSessionHandler
 from core.protocol import messages as m
+from core.protocol.records import MAX_TIMESTAMP_AT
 from core.protocol.errors import ErrorCode
 
 from .batches import MirrorBatchError, prepare_for_target, restamp_producer
@@ -450,4 +451,5 @@ class PartitionCopier:
 
 
 def _max_timestamp(batch: memoryview) -> int:
-    return int.from_bytes(batch[35:43], "big", signed=True) if len(batch) >= 43 else -1
+    end = MAX_TIMESTAMP_AT + 8
+    return int.from_bytes(batch[MAX_TIMESTAMP_AT:end], "big", signed=True) if len(batch) >= end else -1

@@ -81,8 +81,8 @@ from typing import Callable, ContextManager, Iterator, Literal, overload
 from crc32c import crc32c
 
 from core.protocol.compression import compress, decompress
-from core.protocol.records import (ATTR_COMPRESSION_MASK, ATTR_LOG_APPEND_TIME, CRC_START,
-                                   HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchInfo,
+from core.protocol.records import (ATTR_COMPRESSION_MASK, ATTR_LOG_APPEND_TIME, CRC_AT, CRC_START,
+                                   HEADER_SIZE, LOG_OVERHEAD, MAGIC, MAX_TIMESTAMP_AT, BatchInfo,
                                    read_batch_header)
 from core.protocol.varint import read_varint, read_varlong
 
@@ -582,7 +582,7 @@ def _write_group(log: Log, g: _Group, group: list[_SegScan], fds: dict[int, int]
                 changed = changed or batch_changed
                 if kept:
                     last = info.base_offset + info.last_offset_delta
-                    max_ts = struct.unpack_from(">q", kept, 35)[0]
+                    max_ts = struct.unpack_from(">q", kept, MAX_TIMESTAMP_AT)[0]
                     tracker.add(written + len(out), last, max_ts, len(kept))
                     out += kept
                     if len(out) >= WRITE_CHUNK:
@@ -630,5 +630,5 @@ def _rebuild(info: BatchInfo, keep: list[_Rec], payload: memoryview) -> bytes:
                       info.base_timestamp, max_ts, info.producer_id, info.producer_epoch,
                       info.base_sequence, len(keep))
     batch += body
-    _CRC.pack_into(batch, 17, crc32c(memoryview(batch)[CRC_START:]))
+    _CRC.pack_into(batch, CRC_AT, crc32c(memoryview(batch)[CRC_START:]))
     return bytes(batch)

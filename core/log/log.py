@@ -79,7 +79,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from core.protocol.records import (HEADER_SIZE, LOG_OVERHEAD, BatchInfo, assign_offsets as _assign,
+from core.protocol.records import (HEADER_SIZE, LAST_OFFSET_DELTA_AT, LENGTH_AT, LOG_OVERHEAD, BatchInfo, assign_offsets as _assign,
                                    scan_batches, set_log_append_time)
 
 from . import recovery, retention
@@ -341,7 +341,7 @@ class Log:
             data = seg.read(pos, n)
             whole, last_pos = _whole_batches(data)
             next_offset = (_BASE_OFFSET.unpack_from(data, last_pos)[0]
-                           + _LENGTH.unpack_from(data, last_pos + 23)[0] + 1)
+                           + _LENGTH.unpack_from(data, last_pos + LAST_OFFSET_DELTA_AT)[0] + 1)
             return ReadResult(data if whole == len(data) else memoryview(data)[:whole],
                               first.base_offset, next_offset)
         return empty
@@ -689,7 +689,7 @@ def _whole_batches(data: bytes) -> tuple[int, int]:
     pos = last = 0
     n = len(data)
     while n - pos >= HEADER_SIZE:
-        size = _LENGTH.unpack_from(data, pos + 8)[0] + LOG_OVERHEAD
+        size = _LENGTH.unpack_from(data, pos + LENGTH_AT)[0] + LOG_OVERHEAD
         if size < HEADER_SIZE or pos + size > n:
             break
         last = pos

@@ -36,7 +36,22 @@ from .varint import read_varint, read_varlong, write_varint
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength, the part not counted by batchLength
 MAGIC = 2
-CRC_START = 21
+
+# Where each header field starts, from the batch's first byte (the layout above). Every module
+# that patches or peeks at a header uses these, never the numbers.
+BASE_OFFSET_AT = 0
+LENGTH_AT = 8
+LEADER_EPOCH_AT = 12
+MAGIC_AT = 16
+CRC_AT = 17
+ATTRIBUTES_AT = 21
+LAST_OFFSET_DELTA_AT = 23
+BASE_TIMESTAMP_AT = 27
+MAX_TIMESTAMP_AT = 35
+PRODUCER_ID_AT = 43      # producerId int64, then producerEpoch int16 and baseSequence int32
+BASE_SEQUENCE_AT = 53
+RECORDS_COUNT_AT = 57
+CRC_START = ATTRIBUTES_AT   # the CRC covers everything from the attributes on
 
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_LOG_APPEND_TIME = 0x08
@@ -187,7 +202,7 @@ def set_partition_leader_epoch(buf: bytearray | memoryview, batches: Sequence[Ba
     """Stamp each batch with the leader epoch it is appended in (outside the CRC, like the
     base offset)."""
     for info in batches:
-        _I32.pack_into(buf, info.position + 12, epoch)
+        _I32.pack_into(buf, info.position + LEADER_EPOCH_AT, epoch)
 
 
 def set_log_append_time(buf: bytearray | memoryview, batches: Sequence[BatchInfo], now_ms: int) -> None:
@@ -195,10 +210,10 @@ def set_log_append_time(buf: bytearray | memoryview, batches: Sequence[BatchInfo
     view = memoryview(buf)
     for info in batches:
         attrs = info.attributes | ATTR_LOG_APPEND_TIME
-        struct.pack_into(">h", view, info.position + 21, attrs)
-        _I64.pack_into(view, info.position + 35, now_ms)
+        struct.pack_into(">h", view, info.position + ATTRIBUTES_AT, attrs)
+        _I64.pack_into(view, info.position + MAX_TIMESTAMP_AT, now_ms)
         crc = crc32c(view[info.position + CRC_START:info.position + info.size])
-        _CRC.pack_into(view, info.position + 17, crc)
+        _CRC.pack_into(view, info.position + CRC_AT, crc)
 
 
 def iter_batch_headers(buf: Buffer, pos: int = 0) -> Iterator[BatchInfo]:
@@ -307,7 +322,7 @@ def build_batch(records: Sequence[RecordTuple], *, base_offset: int = 0,
                       partition_leader_epoch, MAGIC, 0, attributes, count - 1, base_ts, max_ts,
                       producer_id, producer_epoch, base_sequence, count)
     batch += payload
-    _CRC.pack_into(batch, 17, crc32c(memoryview(batch)[CRC_START:]))
+    _CRC.pack_into(batch, CRC_AT, crc32c(memoryview(batch)[CRC_START:]))
     return bytes(batch)
 
 

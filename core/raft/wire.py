@@ -43,7 +43,7 @@ from core.protocol.buffers import Buffer
 from core.protocol.codegen import Message
 from core.protocol.errors import DecodeError, EncodeError, ErrorCode
 from core.protocol.metadata_records import ControlRecordType, encode_control_key
-from core.protocol.records import (ATTR_CONTROL, HEADER_SIZE, MAGIC, Record, build_batch,
+from core.protocol.records import (ATTR_CONTROL, HEADER_SIZE, LENGTH_AT, MAGIC, MAGIC_AT, Record, build_batch,
                                    decode_batch, iter_batch_headers)
 from core.raft.entries import NO_LEADER, Entry, SnapshotId
 from core.raft.messages import (BeginQuorumEpochRequest, BeginQuorumEpochResponse,
@@ -161,8 +161,8 @@ def records_to_entries(buf: Buffer | None) -> tuple[Entry, ...]:
         # Only a batch cut short at max bytes may trail: a header (or its start) whose length
         # runs past the end. Anything else is garbage.
         if rest >= 17:
-            length = struct.unpack_from(">i", view, pos + 8)[0]
-            magic = view[pos + 16]
+            length = struct.unpack_from(">i", view, pos + LENGTH_AT)[0]
+            magic = view[pos + MAGIC_AT]
             if magic != MAGIC or length + 12 < HEADER_SIZE or length + 12 <= rest:
                 raise DecodeError(f"{rest} trailing bytes are not a record batch")
     return tuple(entries)
