@@ -146,7 +146,9 @@ class KRaftLink:
                             configs: dict[str, str] | None = None,
                             timeout_s: float = 10.0) -> dict[str, ErrorCode]:
         """Create topics through the controller (auto-creation, internal topics); waits until
-        this broker's image has those that were created. Error codes by name."""
+        this broker has reconciled those that were created (their partitions opened, leading or
+        following), so the Metadata answer that follows never names a leader not ready yet.
+        Error codes by name."""
         from core.protocol import messages as m
         R = m.CreateTopicsRequest
         request = R(topics=[R.CreatableTopic(name=n, num_partitions=num_partitions,
@@ -161,5 +163,5 @@ class KRaftLink:
             return {n: ErrorCode(exc.code) for n in names}
         codes = {t.name: ErrorCode(t.error_code) for t in answer.topics}
         ok = [n for n, c in codes.items() if c in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS)]
-        await self.sync.wait_synced(lambda: all(n in self.broker.topics for n in ok), timeout_s)
+        await self.sync.wait_synced(lambda: all(n in self.sync.reconciled.topic_ids for n in ok), timeout_s)
         return codes
