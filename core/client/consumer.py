@@ -435,8 +435,8 @@ class Consumer:
         group = self._group
         if group is not None:
             group.polled()
-        tasks = await self.background()
         while True:
+            tasks = await self.background()    # ClientClosedError once the client is closed
             if self._background_error is not None:
                 error, self._background_error = self._background_error, None
                 raise error

@@ -193,8 +193,9 @@ class GroupMembership:
                 job = self._rebalance_job = (await self.target.background()).start_job(
                     self._rebalance, name=f"group {self.group_id} rebalance")
             if job is not None:
-                if not job.done and not self.target.owned_partitions():
-                    with anyio.move_on_after(max(deadline - time.monotonic(), 0)):
+                remaining = deadline - time.monotonic()
+                if remaining > 0 and not job.done and not self.target.owned_partitions():
+                    with anyio.move_on_after(remaining):
                         await job.wait()
                 if job.done:
                     self._rebalance_job = None
