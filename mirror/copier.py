@@ -27,6 +27,10 @@ started again resumes exactly where this one got and copies nothing twice. The w
 including a step already under way, has `drain_timeout_s`; only a crash or a stop that
 outlives it leaves duplicates, within the bound above.
 
+Tasks. The Produce requests in flight run in a task group that lives for one attempt (of
+copying, or of handing over): when the attempt fails, leaving it cancels the requests still
+in flight, and their batches are sent again, in order, by the next attempt.
+
 Failures. Transport errors and retriable answers (leadership moved, not enough replicas)
 resend the unacknowledged batches in order with the same sequences after a backoff. If the
 target forgot or fenced the producer (UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -36,17 +40,17 @@ position below the log start (retention upstream) restarts at the log start, cou
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 import anyio
+from anyio.abc import TaskGroup
 
 from core.client import KafkaClient
-from core.client.errors import KafkaError
+from core.client.errors import KafkaConnectionError, KafkaError
 from core.client.fetch_session import SESSION_ERRORS, FetchSessionHandler
 from core.protocol import messages as m
 from core.protocol.records import MAX_TIMESTAMP_AT
@@ -116,6 +120,23 @@ class CopierStats:
         return max(0, self.source_end - self.position) if self.source_end >= 0 and self.position >= 0 else 0
 
 
+class _Answer:
+    """What a Produce request in flight gets: a response, or the error its send raised."""
+
+    __slots__ = ("done", "response", "error")
+
+    def __init__(self):
+        self.done = anyio.Event()
+        self.response: Any = None
+        self.error: BaseException | None = None
+
+    async def get(self):
+        await self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.response
+
+
 @dataclass
 class _InFlight:
     data: memoryview
@@ -123,7 +144,7 @@ class _InFlight:
     upstream_base: int
     records: int
     max_timestamp: int
-    future: asyncio.Future | None = None
+    sent: _Answer | None = None       # the batch's Produce request, once sent
 
 
 class PartitionCopier:
@@ -148,6 +169,7 @@ class PartitionCopier:
         self._fetch_conn = None
         self._session = FetchSessionHandler()
         self._fetch_leader: int | None = None
+        self._requests: TaskGroup | None = None     # the current attempt's Produce requests
         self.drain_timeout_s = drain_timeout_s
         self._stop_requested = anyio.Event()
         self._lifetime: anyio.CancelScope | None = None
@@ -186,47 +208,71 @@ class PartitionCopier:
             self.stopped.set()
             await self._close_fetch_connection()
 
+    async def _attempt(self, body: Callable[[], Awaitable[None]], errors: tuple) -> BaseException | None:
+        """Run `body` with a task group for the Produce requests it sends, and return the
+        error (of `errors`) it failed with, if any. Requests still in flight then are
+        cancelled with the group; their batches are sent again by the next attempt."""
+        error = None
+        try:
+            async with anyio.create_task_group() as self._requests:
+                try:
+                    await body()
+                except errors as exc:
+                    error = exc
+                    self._requests.cancel_scope.cancel()
+        finally:
+            self._requests = None
+        if error is not None:
+            self._forget_sends()
+        return error
+
     async def _hand_over(self) -> None:
         """Send what was fetched, await every answer, record the end edge."""
         attempt = 0
         while True:
-            try:
-                await self._drain_window()
-                await self._record_end()
+            exc = await self._attempt(self._drain_and_record, (KafkaError, OSError))
+            if exc is None:
                 self.handed_over = True
                 return
-            except (KafkaError, OSError) as exc:
-                self._forget_sends()
-                attempt += 1
-                log.info("%r: while stopping: %s; retrying", self, exc)
-                self.target.request_metadata_update()
-                await anyio.sleep(min(self.target.backoff_ms(attempt), 1000) / 1000)
+            attempt += 1
+            log.info("%r: while stopping: %s; retrying", self, exc)
+            self.target.request_metadata_update()
+            await anyio.sleep(min(self.target.backoff_ms(attempt), 1000) / 1000)
+
+    async def _drain_and_record(self) -> None:
+        await self._drain_window()
+        await self._record_end()
 
     async def _copy(self) -> None:
         self._pid, self._epoch = await self.producer.ensure()
         self._next_seq = 0
         attempt = 0
-        while not self._stop_requested.is_set():
-            try:
+
+        async def steps() -> None:
+            nonlocal attempt
+            while not self._stop_requested.is_set():
                 if self.stats.position < 0:
                     await self._start_at_log_start()
                 await self._step()
                 attempt = 0
-            except (KafkaError, OSError, MirrorBatchError) as exc:
-                # A corrupt source batch is never forwarded: it is retried (a replica with
-                # good bytes may lead next) and counted until someone looks.
-                self._forget_sends()
-                await self._close_fetch_connection()
-                attempt += 1
-                self.stats.errors += 1
-                log.info("%r: %s; retrying", self, exc)
-                self.source.request_metadata_update()
-                self.target.request_metadata_update()
-                with anyio.move_on_after(min(self.source.backoff_ms(attempt), 5000) / 1000):
-                    await self._stop_requested.wait()
+
+        while not self._stop_requested.is_set():
+            # A corrupt source batch is never forwarded: it is retried (a replica with good
+            # bytes may lead next) and counted until someone looks.
+            exc = await self._attempt(steps, (KafkaError, OSError, MirrorBatchError))
+            if exc is None:
+                return      # stopped: the requests still in flight were answered meanwhile
+            await self._close_fetch_connection()
+            attempt += 1
+            self.stats.errors += 1
+            log.info("%r: %s; retrying", self, exc)
+            self.source.request_metadata_update()
+            self.target.request_metadata_update()
+            with anyio.move_on_after(min(self.source.backoff_ms(attempt), 5000) / 1000):
+                await self._stop_requested.wait()
 
     async def _step(self) -> None:
-        if self._window and self._window[0].future is None:
+        if self._window and self._window[0].sent is None:
             await self._drain_window()        # what an error left unacknowledged goes first
         # The next fetch goes out while this one's batches are still being acknowledged: a
         # window of produce requests and a fetch overlap, so neither round trip is paid alone.
@@ -255,7 +301,7 @@ class PartitionCopier:
         """Send what is unsent, completing the oldest whenever max_in_flight are out; returns
         with up to max_in_flight requests still in flight."""
         while True:
-            unsent = [e for e in self._window if e.future is None]
+            unsent = [e for e in self._window if e.sent is None]
             if not unsent:
                 return
             if len(self._window) - len(unsent) >= self.max_in_flight:
@@ -263,7 +309,7 @@ class PartitionCopier:
                 continue
             await self._send(unsent[0])
             # Answers that are already in are taken now: they carry the offset syncs.
-            while self._window and self._window[0].future is not None and self._window[0].future.done():
+            while self._window and self._window[0].sent is not None and self._window[0].sent.done.is_set():
                 await self._complete_oldest()
 
     async def _drain_window(self) -> None:
@@ -383,24 +429,33 @@ class PartitionCopier:
                                        name=self.target_topic, partition_data=[
                                            m.ProduceRequest.PartitionProduceData(index=self.partition,
                                                                                  records=entry.data)])])
-        # The request is written before send() first yields, so sends keep the window's order.
-        entry.future = asyncio.ensure_future(conn.send(
-            request, api_key=PRODUCE, timeout_ms=self.produce_timeout_ms + self.target.request_timeout_ms))
-        await asyncio.sleep(0)
+        # Tasks run first in the order they were started, and send() writes the request before
+        # it first yields, so sends keep the window's order.
+        entry.sent = answer = _Answer()
+        self._requests.start_soon(self._produce, conn, request, answer)
+        await anyio.lowlevel.checkpoint()
+
+    async def _produce(self, conn, request, answer: _Answer) -> None:
+        try:
+            answer.response = await conn.send(
+                request, api_key=PRODUCE, timeout_ms=self.produce_timeout_ms + self.target.request_timeout_ms)
+        except Exception as exc:     # raised when the window reaches this batch
+            answer.error = exc
+        except BaseException:        # cancelled with its attempt: the batch is sent again
+            answer.error = KafkaConnectionError(f"{self!r}: produce request abandoned")
+            raise
+        finally:
+            answer.done.set()
 
     def _forget_sends(self) -> None:
-        """After an error every unacknowledged batch is sent again, in order, same sequences."""
+        """After an error every unacknowledged batch is sent again, in order, same sequences
+        (the requests in flight were cancelled with their attempt's task group)."""
         for entry in self._window:
-            if entry.future is not None:
-                if not entry.future.done():
-                    entry.future.cancel()
-                elif not entry.future.cancelled():
-                    entry.future.exception()    # retrieved: it is dealt with by resending
-            entry.future = None
+            entry.sent = None
 
     async def _complete_oldest(self) -> None:
         entry = self._window[0]
-        response = await entry.future
+        response = await entry.sent.get()
         part = response.responses[0].partition_responses[0]
         code = part.error_code
         if code == ErrorCode.NONE:

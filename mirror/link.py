@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from contextlib import AsyncExitStack
 
 import anyio
 from anyio.abc import TaskStatus
@@ -129,43 +130,53 @@ class MirrorLink:
                 scope.cancel()
 
     async def _run_once(self, task_status) -> None:
-        try:
-            with anyio.CancelScope() as self._unstarted:
-                if self._stopping.is_set():
-                    return
-                await self.source.start()
-                await self.target.start()
-                await self._ensure_syncs_topic()
-                await self._load_syncs()
-                self._sync_producer = Producer(self.source, acks=-1, linger_ms=20)
-                await self._sync_producer.start()
-                self.checkpoint_producer = Producer(self.target, acks=-1, linger_ms=20)
-                await self.checkpoint_producer.start()
-            self._unstarted = None
+        # The clients and producers run their task groups in this task, so they are closed here
+        # too, in reverse order (anyio's rule), by the exit stack: the producers' last records
+        # are flushed first (_flush_producers), then the producers and the clients close.
+        self._sync_producer = self.checkpoint_producer = None
+        with anyio.CancelScope() as self._unstarted:     # stop() cancels it until the copiers run
             if self._stopping.is_set():
                 return
-            identity = ProducerIdentity(self.target)
-            async with anyio.create_task_group() as tg:
-                await self._discover_until_stopped(tg, identity, retry=False)
-                tg.start_soon(self.checkpoints.run, name=f"{self.name} checkpoints")
-                tg.start_soon(self._heartbeats, name=f"{self.name} heartbeats")
-                if not self._started:
-                    self._started = True
-                    task_status.started()
-                while not self._stopping.is_set():
-                    with anyio.move_on_after(self.config.refresh_topics_s):
-                        await self._stopping.wait()
-                    await self._discover_until_stopped(tg, identity, retry=True)
-                copiers = list(self.copiers.values())
-                for copier in copiers:      # each bounds its own hand-over
-                    copier.request_stop()
-                for copier in copiers:
-                    await copier.stopped.wait()
-                log.info("%s: stopped; %d of %d partitions handed over", self.name,
-                         sum(c.handed_over for c in copiers), len(copiers))
-                tg.cancel_scope.cancel()
-        finally:
-            await self._close_clients()
+            async with AsyncExitStack() as stack:
+                await stack.enter_async_context(self.source)
+                await stack.enter_async_context(self.target)
+                await self._ensure_syncs_topic()
+                await self._load_syncs()
+                self._sync_producer = await self._start_producer(stack, self.source)
+                self.checkpoint_producer = await self._start_producer(stack, self.target)
+                stack.push_async_callback(self._flush_producers)
+                self._unstarted = None
+                if self._stopping.is_set():
+                    return
+                await self._copy(task_status)
+
+    async def _start_producer(self, stack: AsyncExitStack, client: KafkaClient) -> Producer:
+        producer = Producer(client, acks=-1, linger_ms=20)
+        await producer.start()
+        stack.push_async_callback(_close_quietly, producer)
+        return producer
+
+    async def _copy(self, task_status) -> None:
+        identity = ProducerIdentity(self.target)
+        async with anyio.create_task_group() as tg:
+            await self._discover_until_stopped(tg, identity, retry=False)
+            tg.start_soon(self.checkpoints.run, name=f"{self.name} checkpoints")
+            tg.start_soon(self._heartbeats, name=f"{self.name} heartbeats")
+            if not self._started:
+                self._started = True
+                task_status.started()
+            while not self._stopping.is_set():
+                with anyio.move_on_after(self.config.refresh_topics_s):
+                    await self._stopping.wait()
+                await self._discover_until_stopped(tg, identity, retry=True)
+            copiers = list(self.copiers.values())
+            for copier in copiers:      # each bounds its own hand-over
+                copier.request_stop()
+            for copier in copiers:
+                await copier.stopped.wait()
+            log.info("%s: stopped; %d of %d partitions handed over", self.name,
+                     sum(c.handed_over for c in copiers), len(copiers))
+            tg.cancel_scope.cancel()
 
     async def _discover_until_stopped(self, tg, identity: ProducerIdentity, *, retry: bool) -> None:
         """One discovery pass, cut short by a stop. The first pass of a run fails the run (so it
@@ -181,17 +192,16 @@ class MirrorLink:
                 log.info("%s: topic discovery failed (%s); retrying", self.name, exc)
         self._discovering = None
 
-    async def _close_clients(self) -> None:
-        """Flush the recorded syncs (and checkpoints) and close, within CLOSE_S together, even
-        when cancelled: the process's stop budget is the copiers' hand-over plus this."""
+    async def _flush_producers(self) -> None:
+        """Flush the recorded syncs (and checkpoints), within CLOSE_S together, even when
+        cancelled: the process's stop budget is the copiers' hand-over plus this. The
+        producers close right after, failing what is still unsent; the clients close last."""
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(CLOSE_S):
-                async with anyio.create_task_group() as closing:
+                async with anyio.create_task_group() as flushing:
                     for producer in (self._sync_producer, self.checkpoint_producer):
                         if producer is not None:
-                            closing.start_soon(_close_quietly, producer)
-            await self.source.close()
-            await self.target.close()
+                            flushing.start_soon(_flush_quietly, producer)
 
     # ------------------------------------------------------------------ heartbeats
 
@@ -328,8 +338,16 @@ class MirrorLink:
         tg.start_soon(copier.run, name=repr(copier))
 
 
-async def _close_quietly(producer: Producer) -> None:
+async def _flush_quietly(producer: Producer) -> None:
     try:
-        await producer.close(timeout_ms=CLOSE_S * 1000)
+        await producer.flush()
+    except Exception as exc:   # noqa: BLE001 — closing on the way out; what was unsent is redone
+        log.info("flushing a producer: %s", exc)
+
+
+async def _close_quietly(producer: Producer) -> None:
+    """After _flush_producers: what is still unsent fails now."""
+    try:
+        await producer.close(timeout_ms=0)
     except Exception as exc:   # noqa: BLE001 — closing on the way out; what was unsent is redone
         log.info("closing a producer: %s", exc)

@@ -63,25 +63,22 @@ async def _brokers_and_partitions(cluster: ClusterLayout, health: ClusterHealth,
                          request_timeout_ms=timeout_ms, allow_auto_create_topics=False)
     try:
         with anyio.fail_after(timeout):
-            await client.start()
-            admin = Admin(client, timeout_ms=timeout_ms)
-            described = await admin.describe_cluster()
-            health.brokers = sorted(b.node_id for b in described.brokers)
-            topics = await admin.describe_topics(None)
-            for desc in topics.values():
-                if isinstance(desc, KafkaError):
-                    continue
-                for p in desc.partitions:
-                    health.partitions += 1
-                    if p.leader is None or p.leader < 0:
-                        health.offline += 1
-                    elif len(p.isr) < len(p.replicas):
-                        health.under_replicated += 1
+            async with client:     # closes its connections even when the time is up
+                admin = Admin(client, timeout_ms=timeout_ms)
+                described = await admin.describe_cluster()
+                health.brokers = sorted(b.node_id for b in described.brokers)
+                topics = await admin.describe_topics(None)
+                for desc in topics.values():
+                    if isinstance(desc, KafkaError):
+                        continue
+                    for p in desc.partitions:
+                        health.partitions += 1
+                        if p.leader is None or p.leader < 0:
+                            health.offline += 1
+                        elif len(p.isr) < len(p.replicas):
+                            health.under_replicated += 1
     except Exception as exc:   # noqa: BLE001 — a cluster that does not answer is a status, not a crash
         health.error = f"brokers: {_short(exc)}"
-    finally:
-        with anyio.CancelScope(shield=True):
-            await client.close()
 
 
 def _short(exc: BaseException) -> str:

@@ -54,6 +54,15 @@ def spawn(args: list[str], log_path: Path) -> subprocess.Popen:
                                 start_new_session=True)
 
 
+async def _exited(proc: subprocess.Popen, timeout: float | None) -> bool:
+    """Wait until `proc` exits (True) or `timeout` seconds pass (False). A worker thread blocks
+    in waitpid() meanwhile; one left behind by the timeout ends when the process does."""
+    with anyio.move_on_after(timeout):
+        await anyio.to_thread.run_sync(proc.wait, abandon_on_cancel=True)
+        return True
+    return False
+
+
 class _Child:
     proc: subprocess.Popen | None = None
 
@@ -82,12 +91,10 @@ class NodeProcess(_Child):
             return
         self.stopping = True
         self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while self.proc.poll() is None:
-            if time.monotonic() > deadline:
-                log.warning("%s did not stop in %.0fs; killing it", self.layout.key, grace_s)
-                self.proc.kill()
-            await anyio.sleep(0.05)
+        if not await _exited(self.proc, grace_s):
+            log.warning("%s did not stop in %.0fs; killing it", self.layout.key, grace_s)
+            self.proc.kill()
+            await _exited(self.proc, None)
         log.info("%s stopped (%s, exit %s)", self.layout.key, "kill -9" if kill else "SIGTERM",
                  self.proc.returncode)
 
@@ -119,11 +126,9 @@ class MirrorProcess(_Child):
         if not self.running:
             return
         self.proc.terminate()
-        deadline = time.monotonic() + 20     # the mirror's own hand-over gives up after 12 s (+3 s to close)
-        while self.proc.poll() is None:
-            if time.monotonic() > deadline:
-                self.proc.kill()
-            await anyio.sleep(0.05)
+        if not await _exited(self.proc, 20):    # the mirror's own hand-over gives up after 12 s (+3 s to close)
+            self.proc.kill()
+            await _exited(self.proc, None)
 
     def describe(self) -> dict:
         return {"running": self.running, "pid": self.proc.pid if self.running else None,

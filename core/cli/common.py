@@ -46,13 +46,10 @@ async def with_admin(func, args) -> int:
                          request_timeout_ms=min(timeout_ms, 30_000), allow_auto_create_topics=False)
     try:
         with anyio.fail_after(args.timeout + 5):
-            await client.start()
-            return await func(Admin(client, timeout_ms=timeout_ms), args) or 0
+            async with client:     # closes its connections even when the time is up
+                return await func(Admin(client, timeout_ms=timeout_ms), args) or 0
     except TimeoutError:
         raise CliError(f"no answer from {args.bootstrap_server} within {args.timeout:g}s") from None
-    finally:
-        with anyio.CancelScope(shield=True):
-            await client.close()
 
 
 def read_json_file(path: str, flag: str):

@@ -13,6 +13,12 @@
 
 Producer, Consumer and Admin share one KafkaClient (its connections and metadata) and do
 not close it: the code that created the client closes it.
+
+Background work runs in anyio task groups (tasks.py). The client's and each producer's are
+entered by `async with` (or `start()`) and left by `close()`, which must come from the same
+task, outside any cancel scope entered since (anyio's rule: `async with` does it right). A
+consumer's runs inside its client's: it needs no start() and may be polled and closed from any
+task. Closing the client stops whatever it still runs.
 """
 from core.protocol.errors import ErrorCode, KafkaError
 

@@ -19,6 +19,13 @@ the bootstrap addresses again, so a client survives the loss of the broker it st
 from `retry_backoff_ms`, and a metadata refresh in between) until `default_api_timeout_ms`.
 Only operations that are safe to repeat should go through it; the producer has its own
 retry logic because it owns record ordering and delivery deadlines.
+
+Background tasks. The client's own (connects, closing connections it dropped) and each of its
+Consumers' groups (consumer.py) run in one anyio task group (tasks.py), entered by `start()`
+(or `async with`) and exited by `close()`: nothing the client started outlives it. anyio's
+rule for task groups applies: `close()` runs in the task that called `start()`, after that
+task left every cancel scope it entered in between; `async with KafkaClient(...)` is the
+simple way to get that right.
 """
 from __future__ import annotations
 
@@ -26,14 +33,16 @@ import asyncio
 import logging
 import random
 import time
-from functools import partial
-from typing import Any, Awaitable, Callable, Iterable, TypeVar
+from typing import Any, Awaitable, Callable, Coroutine, Iterable, TypeVar
+
+import anyio
 
 from core.protocol import messages as m
 
 from .cluster import ClusterView
 from .connection import API_KEY_OF, DEFAULT_MAX_RESPONSE_SIZE, BrokerConnection
 from .errors import ClientClosedError, KafkaConnectionError, KafkaError
+from .tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +76,17 @@ def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
     return out
 
 
+class _Connect:
+    """One connect to a broker, shared by every caller that needs it meanwhile."""
+
+    __slots__ = ("done", "conn", "error")
+
+    def __init__(self):
+        self.done = anyio.Event()
+        self.conn: BrokerConnection | None = None
+        self.error: BaseException | None = None
+
+
 class KafkaClient:
     def __init__(self, bootstrap_servers: str | list[str], *, client_id: str = "seaway",
                  request_timeout_ms: int = 30000, metadata_max_age_ms: int = 300000,
@@ -89,7 +109,7 @@ class KafkaClient:
         self.cluster = ClusterView()
         self._conns: dict[int, BrokerConnection] = {}
         self._dedicated: set[BrokerConnection] = set()
-        self._connecting: dict[int, asyncio.Task] = {}
+        self._connecting: dict[int, _Connect] = {}
         self._last_connect_failure: dict[int, float] = {}
         self._tracked_topics: set[str] = set()
         self._metadata_lock = asyncio.Lock()
@@ -97,28 +117,42 @@ class KafkaClient:
         self._last_refresh: tuple[float, frozenset[str] | None] = (0.0, frozenset())  # (done at, topics)
         self._started = False
         self._closed = False
+        self._tasks = BackgroundTasks(f"KafkaClient({client_id})")
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> "KafkaClient":
+        """Enter the client's task group and read Metadata; close() in the same task (see
+        the module's notes). A start that fails leaves no task behind and may be retried."""
         if self._closed:
             raise ClientClosedError("KafkaClient was closed")
         if not self._started:
-            # Brokers that are still starting refuse connections: keep trying the bootstrap
-            # list for up to connect_timeout_ms before giving up.
-            await self.call(lambda: self.refresh_metadata([]), timeout_ms=self.connect_timeout_ms,
-                            refresh=False)
+            if not self._tasks.running:
+                await self._tasks.open()
+            try:
+                # Brokers that are still starting refuse connections: keep trying the bootstrap
+                # list for up to connect_timeout_ms before giving up.
+                await self.call(lambda: self.refresh_metadata([]), timeout_ms=self.connect_timeout_ms,
+                                refresh=False)
+            except BaseException:
+                await self._tasks.close()
+                self._tasks = BackgroundTasks(self._tasks.owner)
+                raise
             self._started = True
         return self
 
     async def close(self) -> None:
+        """Stop the background tasks (connects, consumers' fetches and heartbeats) and close
+        every connection, each given up to a second to go, even if the caller is cancelled."""
         self._closed = True
-        for task in list(self._connecting.values()):
-            task.cancel()
-        conns = list(self._conns.values()) + list(self._dedicated)
-        self._conns.clear()
-        self._dedicated.clear()
-        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+        try:
+            await self._tasks.close()
+        finally:
+            conns = list(self._conns.values()) + list(self._dedicated)
+            self._conns.clear()
+            self._dedicated.clear()
+            with anyio.CancelScope(shield=True):
+                await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
 
     async def __aenter__(self) -> "KafkaClient":
         return await self.start()
@@ -129,6 +163,17 @@ class KafkaClient:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    async def start_background(self, serve: Callable[..., Coroutine[Any, Any, None]], *, name: str) -> None:
+        """Run `serve(task_status=...)` in the client's task group, returning once it called
+        task_status.started(): a Consumer runs its own task group there. It is cancelled when
+        the client closes, if it has not returned by then."""
+        if self._closed:
+            raise ClientClosedError("KafkaClient was closed")
+        if not self._tasks.running:
+            raise ClientClosedError("KafkaClient is not started: `async with KafkaClient(...)` "
+                                    "or `await client.start()` first")
+        await self._tasks.start(serve, name=name)
 
     # ------------------------------------------------------------------ connections
 
@@ -144,23 +189,39 @@ class KafkaClient:
         conn = self._conns.get(node_id)
         if conn is not None and not conn.closed:
             return conn
-        task = self._connecting.get(node_id)
-        if task is None:
+        attempt = self._connecting.get(node_id)
+        if attempt is None:
             broker = self.cluster.brokers.get(node_id)
             if broker is None:
                 self.request_metadata_update()
                 raise KafkaConnectionError(f"node {node_id} is not in the cluster metadata")
-            task = asyncio.get_running_loop().create_task(self._open(node_id, broker.host, broker.port))
-            self._connecting[node_id] = task
-            task.add_done_callback(partial(self._connect_done, node_id))
-        # Shielded: one caller giving up must not abort the connect others wait for.
-        return await asyncio.shield(task)
+            attempt = self._connecting[node_id] = _Connect()
+            if self._tasks.running:
+                # In the client's task group: one caller giving up must not abort the
+                # connect others wait for.
+                self._tasks.start_soon(self._connect, node_id, broker.host, broker.port, attempt,
+                                       name=f"connect to node {node_id}")
+            else:   # a client used without start(): connect in the caller's task
+                await self._connect(node_id, broker.host, broker.port, attempt)
+        await attempt.done.wait()
+        if attempt.error is not None:
+            raise attempt.error
+        assert attempt.conn is not None   # a connect that did not fail has its connection
+        return attempt.conn
 
-    def _connect_done(self, node_id: int, task: asyncio.Task) -> None:
-        if self._connecting.get(node_id) is task:
-            del self._connecting[node_id]
-        if not task.cancelled():
-            task.exception()     # retrieved: every waiter may have been cancelled meanwhile
+    async def _connect(self, node_id: int, host: str, port: int, attempt: _Connect) -> None:
+        try:
+            attempt.conn = await self._open(node_id, host, port)
+        except Exception as exc:
+            attempt.error = exc
+        except BaseException:   # cancelled: by close(), or the caller that connected gave up
+            attempt.error = (ClientClosedError("KafkaClient was closed") if self._closed else
+                             KafkaConnectionError(f"connecting to node {node_id} was abandoned"))
+            raise
+        finally:
+            if self._connecting.get(node_id) is attempt:
+                del self._connecting[node_id]
+            attempt.done.set()
 
     async def _open(self, node_id: int, host: str, port: int) -> BrokerConnection:
         failed_at = self._last_connect_failure.get(node_id)
@@ -337,7 +398,15 @@ class KafkaClient:
         for node_id, conn in list(self._conns.items()):
             if node_id not in self.cluster.brokers:
                 self._conns.pop(node_id, None)
-                asyncio.get_running_loop().create_task(conn.close())
+                self._close_soon(conn)
+
+    def _close_soon(self, conn: BrokerConnection) -> None:
+        """Close a connection we no longer use: in the background, as close() waits for the
+        transport (up to a second); without a task group, at once."""
+        if self._tasks.running:
+            self._tasks.start_soon(conn.close, name=f"close {conn}")
+        else:
+            conn.close_nowait()
 
     def _metadata_body(self, version: int, topics: frozenset[str] | None):
         request_topics: list[m.MetadataRequest.MetadataRequestTopic] | None
@@ -397,7 +466,7 @@ class KafkaClient:
                 conn.on_close = self._on_connection_closed
                 self._conns[b.node_id] = conn
                 return
-        asyncio.get_running_loop().create_task(conn.close())
+        self._close_soon(conn)
 
     # ------------------------------------------------------------------ retries
 

@@ -259,6 +259,10 @@ class BrokerConnection:
                 if self._transport is not None:
                     self._transport.abort()
 
+    def close_nowait(self) -> None:
+        """Close without waiting for the transport to report it; pending requests fail."""
+        self._fail(KafkaConnectionError(f"connection to {self} closed by the client"))
+
     def _fail(self, error: BaseException) -> None:
         """Close for `error` (once) and fail every pending request with it."""
         if self.closed:

@@ -41,6 +41,12 @@ each batch the position moves to the batch's end, which also steps over compacti
 Errors: OFFSET_OUT_OF_RANGE resets the position by `auto_offset_reset` ("none" raises it
 from poll); leader and topic errors flag metadata stale and back the partition off for
 `retry_backoff_ms`; anything else is raised from poll.
+
+Tasks. Fetches, and the group's rebalances, heartbeats and auto-commits, run in the consumer's
+own anyio task group (tasks.py). It runs inside a task of the KafkaClient's task group, started
+by the first poll() (or start(), or `async with`), so that poll() may be called from any task
+and inside any timeout, and close() from any task; close() ends it, and so does closing the
+client. An exception a task raises by mistake is raised from the next poll().
 """
 from __future__ import annotations
 
@@ -50,7 +56,6 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Iterable, Mapping, Sequence
 
 from core.protocol import messages as m
@@ -62,6 +67,7 @@ from .errors import ClientClosedError
 from .fetch_session import SESSION_ERRORS, FetchSessionHandler
 from .group import GroupMembership, GroupMetadata, RebalanceListener
 from .offsets import EARLIEST, LATEST, OffsetAndTimestamp, list_offsets, timestamp_spec
+from .tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
@@ -144,13 +150,17 @@ class Consumer:
         self.check_crcs = check_crcs
         self._states: dict[TopicPartition, _PartitionState] = {}
         self._completed: deque[_CompletedFetch] = deque()
-        self._fetches: dict[int, asyncio.Task] = {}
+        self._fetching: set[int] = set()                      # nodes with a Fetch in flight
         self._sessions: dict[int, FetchSessionHandler] = {}   # node -> its fetch session
         self._node_retry_at: dict[int, float] = {}
         self._fetch_event = asyncio.Event()
         self._iter_buffer: deque[ConsumerRecord] = deque()
         self._closed = False
         self._manual = False
+        self._tasks = BackgroundTasks(f"Consumer({group_id})" if group_id else "Consumer",
+                                      on_error=self._background_failed)
+        self._tasks_starting = asyncio.Lock()
+        self._background_error: BaseException | None = None
         self._group: GroupMembership | None = None
         if group_id is not None:
             self._group = GroupMembership(
@@ -165,7 +175,10 @@ class Consumer:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> "Consumer":
+        """Start the client (if it is not) and the consumer's task group; poll() does the
+        same when it comes first."""
         await self.client.start()
+        await self.background()
         return self
 
     async def close(self) -> None:
@@ -180,12 +193,24 @@ class Consumer:
 
     async def _stop_fetching(self) -> None:
         self._closed = True
-        tasks = list(self._fetches.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._fetches.clear()
+        await self._tasks.close()    # fetches in flight are cancelled
+        self._fetching.clear()
         self._completed.clear()
+
+    async def background(self) -> BackgroundTasks:
+        """The consumer's running task group, started in the client's if it is not yet."""
+        if not self._tasks.running:
+            if self._closed:
+                raise ClientClosedError("consumer is closed")
+            async with self._tasks_starting:
+                if not self._tasks.running:
+                    await self.client.start_background(self._tasks.serve, name=f"{self._tasks.owner} tasks")
+        return self._tasks
+
+    def _background_failed(self, exc: BaseException) -> None:
+        if self._background_error is None:
+            self._background_error = exc
+        self._fetch_event.set()
 
     async def __aenter__(self) -> "Consumer":
         return await self.start()
@@ -411,6 +436,10 @@ class Consumer:
         if group is not None:
             group.polled()
         while True:
+            tasks = await self.background()    # ClientClosedError once the client is closed
+            if self._background_error is not None:
+                error, self._background_error = self._background_error, None
+                raise error
             if group is not None:
                 await group.poll(deadline)
             self._raise_partition_errors()
@@ -422,7 +451,7 @@ class Consumer:
                 return records
             await self._maybe_refresh_metadata()
             self._fetch_event.clear()
-            next_retry = self._send_fetches()
+            next_retry = self._send_fetches(tasks)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
@@ -464,7 +493,7 @@ class Consumer:
 
     # ------------------------------------------------------------------ fetching
 
-    def _send_fetches(self) -> float | None:
+    def _send_fetches(self, tasks: BackgroundTasks) -> float | None:
         """Start a Fetch to every leader that has none in flight; return the earliest time
         a backed-off partition or node becomes fetchable again (None if none is waiting)."""
         now = time.monotonic()
@@ -486,23 +515,20 @@ class Consumer:
                 continue
             by_node.setdefault(leader, []).append(tp)
         for node, tps in by_node.items():
-            if node in self._fetches:
+            if node in self._fetching:
                 continue
             retry_at = self._node_retry_at.get(node, 0.0)
             if retry_at > now:
                 next_retry = retry_at if next_retry is None else min(next_retry, retry_at)
                 continue
-            task = asyncio.get_running_loop().create_task(self._fetch(node, tps))
-            self._fetches[node] = task
-            task.add_done_callback(partial(self._fetch_done, node))
+            self._fetching.add(node)
+            tasks.start_soon(self._fetch_from, node, tps)
         return next_retry
 
-    def _fetch_done(self, node: int, task: asyncio.Task) -> None:
-        if self._fetches.get(node) is task:
-            del self._fetches[node]
-        self._fetch_event.set()
-        if not task.cancelled() and task.exception() is not None:
-            exc = task.exception()
+    async def _fetch_from(self, node: int, tps: list[TopicPartition]) -> None:
+        try:
+            await self._fetch(node, tps)
+        except Exception as exc:
             log.debug("fetch from node %d failed: %s", node, exc)
             self._node_retry_at[node] = time.monotonic() + self.client.retry_backoff_ms / 1000
             if isinstance(exc, KafkaError) and exc.retriable:
@@ -513,6 +539,9 @@ class Consumer:
                         st.error = exc if isinstance(exc, KafkaError) else KafkaError(
                             ErrorCode.UNKNOWN_SERVER_ERROR, f"fetch failed: {exc!r}")
                         break
+        finally:
+            self._fetching.discard(node)
+            self._fetch_event.set()
 
     async def _fetch(self, node: int, tps: list[TopicPartition]) -> None:
         conn = await self.client.connection(node)

@@ -13,13 +13,15 @@ separate coordinator connection for the same reason). NOT_COORDINATOR,
 COORDINATOR_NOT_AVAILABLE, a dead connection or a session that expired without a heartbeat
 answer drop that connection; the next request looks the coordinator up again, with backoff.
 
-Rebalances start only in poll(), as in Java, and then run in one background task: prepare
+Rebalances start only in poll(), as in Java, and then run in one background task (in the
+consumer's task group, as every task here): prepare
 (eager: commit and revoke everything; cooperative: only what left the subscription; after a
 reset: everything, as lost), JoinGroup (a second one with the id MEMBER_ID_REQUIRED gave us),
 SyncGroup (the leader runs the assignor the coordinator chose over the members' subscriptions),
 then apply: fetch the committed offsets of added partitions, call the listeners (an exception
-from one is raised from the next poll, after the step completed, as in Java). poll() waits for
-that task only while we own nothing, so a cooperative member keeps consuming its other
+from one is raised from the next poll, after the step completed, as in Java). A rebalance that
+fails is raised from the poll() that sees it end. poll() waits for that task only while we own
+nothing, so a cooperative member keeps consuming its other
 partitions meanwhile. Under the cooperative protocol a member whose assignment lost partitions
 revokes them and joins again at once, which lets the next generation give them away.
 
@@ -42,6 +44,8 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Iterable, Mapping, Protocol, Sequence
 
+import anyio
+
 from core.protocol import messages as m
 from core.protocol.consumer_protocol import (ASSIGNMENT_VERSION, PROTOCOL_TYPE, Assignment,
                                              Subscription, decode_assignment, decode_subscription,
@@ -54,6 +58,7 @@ from .connection import BrokerConnection
 from .errors import ClientClosedError, UnsupportedVersionError
 from .group_offsets import CommitFailedError, by_topic, commit_offsets, fetch_committed
 from .group_state import NO_GENERATION, MemberCore, MemberState, Step
+from .tasks import BackgroundTasks, Job
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +93,7 @@ class RebalanceTarget(Protocol):
     def drop_partitions(self, partitions: set[TopicPartition]) -> None: ...
     def set_assignment(self, assigned: set[TopicPartition], committed: dict[TopicPartition, int | None]) -> None: ...
     def wake(self) -> None: ...
+    async def background(self) -> BackgroundTasks: ...   # where the membership's tasks run
 
 
 def _now_ms() -> float:
@@ -119,9 +125,10 @@ class GroupMembership:
         self.subscription: frozenset[str] = frozenset()
         self._conn: BrokerConnection | None = None
         self._coordinator_lock = asyncio.Lock()
-        self._rebalance_task: asyncio.Task | None = None
-        self._heartbeat_task: asyncio.Task | None = None
-        self._commit_task: asyncio.Task | None = None
+        self._rebalance_job: Job | None = None
+        self._rebalance_error: Exception | None = None
+        self._heartbeat_job: Job | None = None
+        self._commit_job: Job | None = None
         self._heartbeat_wake = asyncio.Event()
         self._next_auto_commit = _now_ms() + auto_commit_interval_ms
         self._last_committed: dict[TopicPartition, int] = {}
@@ -181,18 +188,23 @@ class GroupMembership:
         if error is not None:
             raise error
         if self.subscribed:
-            self._start_heartbeats()
+            await self._start_heartbeats()
             await self._check_metadata()
-            task = self._rebalance_task
-            if task is None and self.core.rejoin_needed:
-                task = self._rebalance_task = asyncio.get_running_loop().create_task(self._rebalance())
-            if task is not None:
-                if not task.done() and not self.target.owned_partitions():
-                    await asyncio.wait({task}, timeout=max(deadline - time.monotonic(), 0))
-                if task.done():
-                    self._rebalance_task = None
-                    task.result()
-        self._maybe_auto_commit()
+            job = self._rebalance_job
+            if job is None and self.core.rejoin_needed:
+                job = self._rebalance_job = (await self.target.background()).start_job(
+                    self._rebalance, name=f"group {self.group_id} rebalance")
+            if job is not None:
+                remaining = deadline - time.monotonic()
+                if remaining > 0 and not job.done and not self.target.owned_partitions():
+                    with anyio.move_on_after(remaining):
+                        await job.wait()
+                if job.done:
+                    self._rebalance_job = None
+                    error, self._rebalance_error = self._rebalance_error, None
+                    if error is not None:
+                        raise error
+        await self._maybe_auto_commit()
 
     def polled(self) -> None:
         self.core.polled(_now_ms())
@@ -297,6 +309,8 @@ class GroupMembership:
                 assignment = await self._join_and_sync()
                 if assignment is not None:
                     await self._complete(assignment)
+        except Exception as exc:     # raised from poll()
+            self._rebalance_error = exc
         finally:
             self.target.wake()
 
@@ -475,9 +489,10 @@ class GroupMembership:
 
     # ------------------------------------------------------------------ heartbeats
 
-    def _start_heartbeats(self) -> None:
-        if self._heartbeat_task is None or self._heartbeat_task.done():
-            self._heartbeat_task = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+    async def _start_heartbeats(self) -> None:
+        if self._heartbeat_job is None or self._heartbeat_job.done:
+            self._heartbeat_job = (await self.target.background()).start_job(
+                self._heartbeat_loop, name=f"group {self.group_id} heartbeats")
 
     async def _sleep(self, ms: float | None) -> None:
         self._heartbeat_wake.clear()
@@ -568,17 +583,18 @@ class GroupMembership:
         return self.core.generation == NO_GENERATION or self.core.state is not MemberState.STABLE
 
     async def _stop_rebalance(self) -> None:
-        task, self._rebalance_task = self._rebalance_task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        job, self._rebalance_job = self._rebalance_job, None
+        if job is not None:
+            job.cancel()
+            await job.wait()
+            self._rebalance_error = None
 
     async def close(self) -> None:
         """Commit (auto-commit), revoke, leave, and drop the coordinator connection."""
         await self._stop_rebalance()
-        commit_task, self._commit_task = self._commit_task, None
-        if commit_task is not None:
-            await asyncio.gather(commit_task, return_exceptions=True)
+        commit_job, self._commit_job = self._commit_job, None
+        if commit_job is not None:
+            await commit_job.wait()
         try:
             if self.subscribed:
                 await self._revoke(self.target.owned_partitions(), lost=self._owned_are_lost())
@@ -588,27 +604,28 @@ class GroupMembership:
         finally:
             self._closed = True
             self._heartbeat_wake.set()
-            task, self._heartbeat_task = self._heartbeat_task, None
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            job, self._heartbeat_job = self._heartbeat_job, None
+            if job is not None:
+                job.cancel()
+                await job.wait()
             await self.forget_coordinator("the consumer is closing")
 
     # ------------------------------------------------------------------ offsets
 
-    def _maybe_auto_commit(self) -> None:
+    async def _maybe_auto_commit(self) -> None:
         now = _now_ms()
         if not self.auto_commit or now < self._next_auto_commit:
             return
         self._next_auto_commit = now + self.auto_commit_interval_ms
-        if self._commit_task is not None and not self._commit_task.done():
+        if self._commit_job is not None and not self._commit_job.done:
             return
         if self.subscribed and self.core.state is not MemberState.STABLE:
             return
         offsets = {tp: o for tp, o in self.target.consumed_positions().items()
                    if self._last_committed.get(tp) != o}
         if offsets:
-            self._commit_task = asyncio.get_running_loop().create_task(self._commit_quietly(offsets))
+            self._commit_job = (await self.target.background()).start_job(
+                self._commit_quietly, offsets, name=f"group {self.group_id} auto-commit")
 
     async def _commit_quietly(self, offsets: dict[TopicPartition, int]) -> None:
         """Auto-commit: failures are logged, not raised (Java's auto-commit does the same)."""

@@ -35,6 +35,12 @@ explicitly, that is a fatal error for every record, as in Java.
 
 `acks=0` requests are written and forgotten: the broker sends no response, so futures resolve
 with offset -1 once the bytes are handed to the socket.
+
+Tasks. The sender, each Produce request awaiting its answer, InitProducerId and metadata
+refreshes run in the producer's anyio task group (tasks.py), entered by `start()` (or `async
+with`) and exited by `close()`, which must run in the same task (anyio's rule; `async with
+Producer(...)` gets it right). A task that fails with a bug makes the producer fail as a fatal
+error would: its records fail with it, and so does every later send().
 """
 from __future__ import annotations
 
@@ -52,6 +58,7 @@ from .client import KafkaClient
 from .errors import ClientClosedError
 from .idempotence import MAX_IN_FLIGHT, SEQUENCE_ERRORS, Decision, IdempotenceState
 from .partitioner import make_partitioner
+from .tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +125,7 @@ class Producer:
                 raise ValueError("enable_idempotence=True requires retries > 0, got retries=0")
         self._idempotence_explicit = enable_idempotence is not None
         self._idem: IdempotenceState | None = IdempotenceState() if idempotent else None
-        self._init_task: asyncio.Task | None = None
+        self._initializing = False
         self._fatal: KafkaError | None = None
         self.linger_s = linger_ms / 1000
         self.batch_size = batch_size
@@ -138,10 +145,9 @@ class Producer:
         self._flushing = 0
         self._closing = False
         self._closed = False
-        self._sender: asyncio.Task | None = None
-        self._metadata_task: asyncio.Task | None = None
+        self._tasks = BackgroundTasks("Producer", on_error=self._background_failed)
+        self._refreshing = False
         self._last_refresh = 0.0
-        self._request_tasks: set[asyncio.Task] = set()
         self._topic_cache: dict[str, tuple[float, list[int], list[int]]] = {}
 
     # ------------------------------------------------------------------ public API
@@ -159,8 +165,13 @@ class Producer:
         return self._idem.producer_id, self._idem.epoch
 
     async def start(self) -> "Producer":
-        await self.client.start()
-        self._ensure_sender()
+        """Start the client (if it is not) and the sender; close() in the same task."""
+        if self._closing:
+            raise ClientClosedError("producer is closed")
+        if not self._tasks.running:
+            await self.client.start()
+            await self._tasks.open()
+            self._tasks.start_soon(self._run_sender, name="producer sender")
         return self
 
     async def __aenter__(self) -> "Producer":
@@ -180,7 +191,9 @@ class Producer:
             raise ClientClosedError("producer is closed")
         if self._fatal is not None:
             raise self._fatal
-        self._ensure_sender()
+        if not self._tasks.running:
+            raise RuntimeError("the producer is not started: `async with Producer(...)` or "
+                               "`await producer.start()` first")
         key = _to_bytes(key, "key")
         value = _to_bytes(value, "value")
         headers = _headers(headers)
@@ -241,11 +254,18 @@ class Producer:
             self._closed = True
             error = ClientClosedError("producer closed before the record was sent")
             self.acc.fail_all(error)
-            for task in [self._sender, self._metadata_task, self._init_task, *self._request_tasks]:
-                if task is not None:
-                    task.cancel()
-            for b in list(self.acc.incomplete):
-                b.fail(error)
+            try:
+                # the sender, and requests still waiting for an answer: cancelled
+                await self._tasks.close()
+            finally:
+                for b in list(self.acc.incomplete):
+                    b.fail(error)
+
+    def _background_failed(self, exc: BaseException) -> None:
+        # a bug must fail the records, not leave them hanging behind a dead task
+        if self._fatal is None and not self._closed:
+            self._set_fatal(KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                       f"a producer task failed: {exc!r}"))
 
     # ------------------------------------------------------------------ metadata
 
@@ -274,24 +294,27 @@ class Producer:
             attempt += 1
 
     def _refresh_metadata_soon(self) -> None:
-        if self._metadata_task is None or self._metadata_task.done():
+        if not self._refreshing:
+            self._refreshing = True
             topics = {tp[0] for tp, _q in self.acc.nonempty()}
-            self._metadata_task = asyncio.get_running_loop().create_task(self._refresh(topics))
+            self._tasks.start_soon(self._refresh, topics, name="producer metadata refresh")
 
     async def _refresh(self, topics: set[str]) -> None:
-        # At most one refresh per retry_backoff_ms, however often the sender asks (a
-        # leaderless partition would otherwise have us asking in a tight loop).
-        wait = self._last_refresh + self.client.retry_backoff_ms / 1000 - time.monotonic()
-        if wait > 0:
-            await asyncio.sleep(wait)
-        self._last_refresh = time.monotonic()
         try:
-            self.client.request_metadata_update()
-            await self.client.ensure_topics(topics)
-        except KafkaError as exc:
-            log.debug("metadata refresh failed: %s", exc)
-            await asyncio.sleep(self.client.retry_backoff_ms / 1000)
+            # At most one refresh per retry_backoff_ms, however often the sender asks (a
+            # leaderless partition would otherwise have us asking in a tight loop).
+            wait = self._last_refresh + self.client.retry_backoff_ms / 1000 - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._last_refresh = time.monotonic()
+            try:
+                self.client.request_metadata_update()
+                await self.client.ensure_topics(topics)
+            except KafkaError as exc:
+                log.debug("metadata refresh failed: %s", exc)
+                await asyncio.sleep(self.client.retry_backoff_ms / 1000)
         finally:
+            self._refreshing = False
             self._wakeup.set()
 
     async def _wait_for_space(self, size: int) -> None:
@@ -310,10 +333,6 @@ class Producer:
                 pass
 
     # ------------------------------------------------------------------ sender
-
-    def _ensure_sender(self) -> None:
-        if self._sender is None or self._sender.done():
-            self._sender = asyncio.get_running_loop().create_task(self._run_sender())
 
     async def _run_sender(self) -> None:
         while not self._closed:
@@ -387,9 +406,7 @@ class Producer:
                     idem.on_send(tp, b)
                 total += size
             self._in_flight[node] = self._in_flight.get(node, 0) + 1
-            task = asyncio.get_running_loop().create_task(self._produce(node, chosen))
-            self._request_tasks.add(task)
-            task.add_done_callback(self._request_tasks.discard)
+            self._tasks.start_soon(self._produce, node, chosen)
             sent = True
         return 0 if sent else next_check
 
@@ -532,15 +549,20 @@ class Producer:
     # ------------------------------------------------------------------ producer id
 
     def _ensure_producer_id(self) -> None:
-        if self._init_task is None or self._init_task.done():
-            self._init_task = asyncio.get_running_loop().create_task(self._init_producer_id())
-            self._init_task.add_done_callback(self._init_task_done)
+        if not self._initializing:
+            self._initializing = True
+            self._tasks.start_soon(self._get_producer_id, name="producer InitProducerId")
 
-    def _init_task_done(self, task: asyncio.Task) -> None:
-        # a bug must fail the records waiting for a producer id, not leave them hanging
-        if not task.cancelled() and task.exception() is not None and self._fatal is None:
-            self._set_fatal(KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
-                                       f"getting a producer id failed: {task.exception()!r}"))
+    async def _get_producer_id(self) -> None:
+        try:
+            await self._init_producer_id()
+        except Exception as exc:
+            # a bug must fail the records waiting for a producer id, not leave them hanging
+            if self._fatal is None:
+                self._set_fatal(KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                           f"getting a producer id failed: {exc!r}"))
+        finally:
+            self._initializing = False
 
     async def _init_producer_id(self) -> None:
         """InitProducerId without a transactional id, until it answers (or fails for good)."""

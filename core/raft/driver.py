@@ -132,6 +132,7 @@ class RaftDriver:
         self._task_group: TaskGroup | None = None
         self._stopped = False
         self._sending = 0
+        self._all_sent: anyio.Event | None = None    # set when _sending drops to 0 (resign_and_flush)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -211,8 +212,9 @@ class RaftDriver:
             return
         with anyio.move_on_after(timeout_s):
             await self.resign()
-            while self._sending:
-                await anyio.sleep(0.01)
+            if self._sending:
+                self._all_sent = anyio.Event()
+                await self._all_sent.wait()
 
     async def create_snapshot(self, end_offset: int, data: bytes) -> SnapshotId:
         """The application's state up to `end_offset` (which it has applied): write it as a
@@ -335,6 +337,8 @@ class RaftDriver:
             response = RESPONSE_OF[type(data)](error_code=ErrorCode.UNKNOWN_SERVER_ERROR)
         finally:
             self._sending -= 1
+            if not self._sending and self._all_sent is not None:
+                self._all_sent.set()
         if self._stopped:
             return
         self._inbox.append(RaftMessage(destination, self.node_id, message.correlation_id, response))

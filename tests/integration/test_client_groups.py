@@ -16,6 +16,7 @@ import time
 import uuid
 from collections import Counter
 
+import anyio
 import pytest
 
 from core.client import (Admin, CommitFailedError, Consumer, ErrorCode, KafkaClient, KafkaError, NewTopic,
@@ -98,7 +99,9 @@ class Ownership:
 
 
 class Member:
-    """One consumer with its own client and poll loop."""
+    """One consumer with its own client and poll loop, in a task of its own. The client is
+    started and closed in that task (its task group must be left in the task that entered it),
+    so members can stop in any order."""
 
     def __init__(self, bootstrap: str, name: str, topic: str, group: str, ledger: Ownership | None = None, **kw):
         self.name = name
@@ -110,21 +113,35 @@ class Member:
         self.records: list[tuple[int, int, bytes]] = []
         self.error: BaseException | None = None
         self._task: asyncio.Task | None = None
+        self._polling = anyio.CancelScope()    # cancelled by stop()
+        self._close_consumer = True
 
     async def start(self) -> "Member":
-        await self.client.start()
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        started = asyncio.get_running_loop().create_future()
+        self._task = asyncio.get_running_loop().create_task(self._run(started))
+        await started
         return self
 
-    async def _run(self):
+    async def _run(self, started: asyncio.Future):
         try:
-            while True:
-                for r in await self.consumer.poll(timeout_ms=100):
-                    self.records.append((r.partition, r.offset, r.value))
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # surfaced by the test's checks
-            self.error = exc
+            async with self.client:
+                started.set_result(None)
+                with self._polling:
+                    try:
+                        while True:
+                            for r in await self.consumer.poll(timeout_ms=100):
+                                self.records.append((r.partition, r.offset, r.value))
+                    except asyncio.CancelledError:
+                        raise
+                    except BaseException as exc:  # surfaced by the test's checks
+                        self.error = exc
+                        await anyio.sleep_forever()   # until stop(), as the poll loop
+                if self._close_consumer:
+                    await self.consumer.close()
+        except BaseException as exc:
+            if started.done():
+                raise
+            started.set_exception(exc)   # the client did not start: raised by start()
 
     def assignment(self) -> set:
         return self.consumer.assignment()
@@ -133,12 +150,14 @@ class Member:
         return self.consumer.group_metadata().generation_id
 
     async def stop(self, close: bool = True) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        if close:
-            await self.consumer.close()
-        await self.client.close()
+        if self._task is None:   # the test started the client and polls itself
+            if close:
+                await self.consumer.close()
+            await self.client.close()
+            return
+        self._close_consumer = close
+        self._polling.cancel()
+        await self._task
 
 
 def settled(members: list[Member], partitions: int) -> bool:
