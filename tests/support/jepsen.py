@@ -42,7 +42,7 @@ from typing import Mapping
 from crc32c import crc32c
 
 from core.log.checkpoint import LOG_START_OFFSET_FILE, read_offset
-from core.protocol.records import CRC_START, iter_batch_headers
+from core.protocol.records import CRC_AT, CRC_START, iter_batch_headers
 
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 
@@ -282,7 +282,7 @@ def compare_replicas(replicas: Mapping[object, Path], high_watermark: int) -> li
         for b in mine:
             if b.base_offset > expect:
                 problems.append(f"replica {name}: offsets {expect}..{b.base_offset - 1} missing")
-            if crc32c(b.data[CRC_START:]) != int.from_bytes(b.data[17:21], "big"):
+            if crc32c(b.data[CRC_START:]) != int.from_bytes(b.data[CRC_AT:CRC_AT + 4], "big"):
                 problems.append(f"replica {name}: batch at offset {b.base_offset} fails its CRC")
             expect = max(expect, b.last_offset + 1)
         if expect < high_watermark:

@@ -24,7 +24,7 @@ class FakeAdmin:
         self.ongoing = dict(ongoing or {})
         self.fail = fail or {}                      # {(topic, partition): ErrorCode} for alter
         self.brokers = brokers
-        self.refuse_broker_configs = refuse_broker_configs   # as a standalone node does
+        self.refuse_broker_configs = refuse_broker_configs   # as a broker without dynamic broker configs does
         self.calls: list[tuple] = []
 
     async def describe_topics(self, names=None):
