@@ -122,6 +122,14 @@ class KRaftLink:
         self.replicas = ReplicaManager(broker, self)
         self.sync = MetadataSync(broker, quorum)
 
+    @property
+    def image(self):
+        """The image this broker describes to clients: the one its partitions were last
+        reconciled with, not the loader's newest. Between the two, a topic the loader already
+        holds is not yet opened here, and a client told about it would be answered
+        NOT_LEADER_OR_FOLLOWER by the very broker its Metadata named leader."""
+        return self.sync.reconciled
+
     async def allocate_producer_ids(self, timeout_s: float = 10.0) -> tuple[int, int]:
         """A block of producer ids from the controller: (first id, count). Raises BrokerError
         (COORDINATOR_LOAD_IN_PROGRESS, retriable) until the broker is registered and a

@@ -103,9 +103,17 @@ def test_deleted_topics_leave_no_work_behind(tmp_path):
         asked = _metadata(node.bootstrap, names[0], allow_create=False)
         assert asked.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         assert names[0] not in admin.list_topics(timeout=30).topics
-        asked = _metadata(node.bootstrap, names[1], allow_create=True)
-        assert asked.error_code in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE)
-        assert names[1] in admin.list_topics(timeout=30).topics
+        # LEADER_NOT_AVAILABLE means "ask again", as a client does, until the topic is there.
+        deadline = time.monotonic() + 30
+        while (asked := _metadata(node.bootstrap, names[1], allow_create=True)).error_code:
+            assert asked.error_code == ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode(asked.error_code)
+            assert time.monotonic() < deadline, "auto-creation never finished"
+            time.sleep(0.2)
+        assert [p.leader_id for p in asked.partitions] != [] and all(p.leader_id > 0 for p in asked.partitions)
+        deadline = time.monotonic() + 30
+        while names[1] not in admin.list_topics(timeout=30).topics:   # other brokers catch up
+            assert time.monotonic() < deadline, "an auto-created topic is missing on another broker"
+            time.sleep(0.2)
 
 
 def _metadata(bootstrap: str, topic: str, *, allow_create: bool):

@@ -26,7 +26,7 @@ async def handle(ctx, req):
            if req.include_cluster_authorized_operations else UNKNOWN_OPS)
     # The unfenced brokers of the image; like Metadata, a broker names itself as the
     # controller, since it forwards what clients send the controller.
-    image = b.kraft.quorum.loader.image
+    image = b.kraft.image
     brokers = [R.DescribeClusterBroker(broker_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
                for e in image_brokers(image, ctx.listener.name)]
     return R(throttle_time_ms=0, error_code=0, endpoint_type=1, cluster_id=b.cluster_id,

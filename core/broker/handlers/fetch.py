@@ -133,7 +133,7 @@ class _PendingFetch:
         r.params = (fetch_offset, max_bytes, current_leader_epoch, last_fetched_epoch, log_start_offset)
         if not error and not self.from_follower and self.selector and p.is_leader:
             r.preferred = preferred_read_replica(self.selector, self.client_rack, p, fetch_offset,
-                                                 b.kraft.quorum.loader.image, ctx.listener.name)
+                                                 b.kraft.image, ctx.listener.name)
             self.any_error |= r.preferred is not None   # answer at once, without records
         if self.from_follower and not error:
             r.follower = FollowerFetch(self.replica_id, self.broker_epoch, current_leader_epoch,

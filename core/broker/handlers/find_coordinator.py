@@ -24,7 +24,7 @@ def _coordinator_node(ctx, key: str):
     """(node id, host, port) of the group's coordinator: the leader of the group's
     __consumer_offsets partition."""
     b = ctx.broker
-    image = b.kraft.quorum.loader.image
+    image = b.kraft.image
     index = b.groups.coordinator_partition(key)
     reg = image.partition(TOPIC, index) if index is not None else None
     broker = image.brokers.get(reg.leader) if reg is not None else None

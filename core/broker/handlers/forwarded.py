@@ -205,15 +205,15 @@ def _shown(ctx, request, answer, synced_before: int, image_before):
             return timg is not None and len(timg.partitions) >= wanted[name]
         return (lambda: all(grown(n) for n in done)) if done else None
     if ctx.api_key == m.ApiKey.ALTER_PARTITION_REASSIGNMENTS:
-        return _reassignment_shown(broker.kraft.quorum.loader, request, answer)
+        return _reassignment_shown(broker.kraft, request, answer)
     if ctx.api_key == m.ApiKey.LIST_PARTITION_REASSIGNMENTS:
         return None
     if ctx.api_key == m.ApiKey.ELECT_LEADERS:
         elected = [(r.topic, p.partition_id) for r in answer.replica_election_results
                    for p in r.partition_result if p.error_code == 0]
-        loader = broker.kraft.quorum.loader
-        # Metadata answers from the loader's image: wait until it has the new leader epochs.
-        return (lambda: all(_leader_epoch(loader.image, t, p) > _leader_epoch(image_before, t, p)
+        kraft = broker.kraft
+        # Metadata answers from the reconciled image: wait until it has the new leader epochs.
+        return (lambda: all(_leader_epoch(kraft.image, t, p) > _leader_epoch(image_before, t, p)
                             for t, p in elected)) if elected else None
     if any(r.error_code == 0 for r in answer.responses):
         return lambda: broker.kraft.sync.synced_offset > synced_before
@@ -239,8 +239,8 @@ async def elect_leaders(ctx, request):
 # --------------------------------------------------------------------------- reassignments
 
 
-def _reassignment_shown(loader, request, answer):
-    """Holds once the loader's image (Metadata answers from it) shows every partition that
+def _reassignment_shown(kraft, request, answer):
+    """Holds once the reconciled image (Metadata answers from it) shows every partition that
     succeeded started or done (its replicas begin with the target) or cancelled (no
     reassignment in progress)."""
     targets = {(t.name, p.partition_index): p.replicas for t in request.topics
@@ -249,7 +249,7 @@ def _reassignment_shown(loader, request, answer):
             if r.error_code == 0]
 
     def shown(name: str, index: int) -> bool:
-        part = loader.image.partition(name, index)
+        part = kraft.image.partition(name, index)
         if part is None:
             return True          # deleted meanwhile: nothing more to wait for
         target = targets.get((name, index))

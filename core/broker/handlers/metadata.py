@@ -4,8 +4,9 @@ Brokers, controller and the requested topics (all topics when the list is null; 
 empty list for "all"). Topics that do not exist are auto-created when the request allows it
 (v4+, always before v4) and auto.create.topics.enable is on: the broker asks the controller,
 and describes the new topic if its image shows it by the time the controller answers, else
-answers LEADER_NOT_AVAILABLE (retriable), as Kafka does. The answer comes from the broker's
-metadata image: unfenced brokers with an endpoint on the request's listener, and each
+answers LEADER_NOT_AVAILABLE (retriable), as Kafka does. The answer comes from the image this
+broker last reconciled (KRaftLink.image), so a topic is named only once this broker has opened
+its partitions here: unfenced brokers with an endpoint on the request's listener, and each
 partition's leader, replicas and ISR. A broker names itself as the controller, since it
 forwards what clients send the controller.
 v10+ carries topic ids, and v10+ requests may name topics by id (v12 with a null name).
@@ -61,7 +62,7 @@ async def handle(ctx, req):
     v = ctx.api_version
     kraft = b.kraft
     include_ops = bool(req.include_topic_authorized_operations)
-    image = kraft.quorum.loader.image
+    image = kraft.image
     brokers = image_brokers(image, ctx.listener.name)
     live = {e.node_id for e in brokers}
     topics = []
@@ -88,7 +89,7 @@ async def handle(ctx, req):
             # Auto-creation uses this broker's defaults, as Kafka's AutoTopicCreationManager.
             codes = await kraft.create_topics(missing, b.config["num.partitions"],
                                               b.config["default.replication.factor"])
-            image = kraft.quorum.loader.image
+            image = kraft.image
             created = iter(missing)
             for i, entry in enumerate(topics):
                 if entry is None:
