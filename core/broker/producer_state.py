@@ -393,77 +393,33 @@ class InitProducerIdResult(NamedTuple):
 
 
 class ProducerIdsExhausted(RuntimeError):
-    """No reserved id is left: persist `reserve_block()` output, call `block_persisted()`."""
-
-
-_ALLOC = struct.Struct(">4sHqI")  # magic, version, next block start, crc32c of the first 14 bytes
-_ALLOC_MAGIC = b"SWPI"
+    """No id of the current block is left: ask the controller for the next block first."""
 
 
 class ProducerIdAllocator:
-    """Hands out producer ids from blocks reserved durably, so no id repeats across restarts.
+    """Hands out producer ids from blocks the KRaft controller allocated (AllocateProducerIds).
 
-    Sans-IO contract (persist before use): when `needs_block()` is true, the driver writes
-    `reserve_block()` bytes to the allocator file (see `write_allocator_state`) and then calls
-    `block_persisted()`; only then are that block's ids handed out. The file stores the first
-    id of the *next* block, so after a crash at most the unused part of one block is lost.
+    A block is durable in the metadata log before the controller answers, and the controller
+    never hands out a block twice, so ids never repeat across restarts or brokers. When
+    `needs_block()` is true, the broker asks for a block and gives it to `use_block()`.
     """
 
-    def __init__(self, next_block_start: int = 0, block_size: int = 1000) -> None:
-        if block_size <= 0 or next_block_start < 0:
-            raise ValueError("block_size must be positive and next_block_start non-negative")
-        self.block_size = block_size
-        self._persisted_end = next_block_start   # ids below this are reserved on disk
-        self._next = next_block_start             # next id to hand out
-        self._end = next_block_start              # end of the usable (persisted) block
-        self._pending_end: int | None = None
-
-    @classmethod
-    def from_bytes(cls, data: bytes | None, block_size: int = 1000) -> "ProducerIdAllocator":
-        """From the allocator file's content; None (no file) starts at 0. Raises ValueError
-        on a damaged file - reusing ids is worse than refusing to start."""
-        if data is None:
-            return cls(0, block_size)
-        if len(data) != _ALLOC.size:
-            raise ValueError("producer id allocator state has the wrong size")
-        magic, version, start, crc = _ALLOC.unpack(data)
-        if magic != _ALLOC_MAGIC or version != 1 or crc != crc32c(data[:_ALLOC.size - 4]) or start < 0:
-            raise ValueError("producer id allocator state is corrupt")
-        return cls(start, block_size)
-
-    @property
-    def next_block_start(self) -> int:
-        return self._persisted_end
+    def __init__(self) -> None:
+        self._next = 0     # next id to hand out
+        self._end = 0      # end of the current block
 
     def needs_block(self) -> bool:
         return self._next >= self._end
 
-    def reserve_block(self) -> bytes:
-        """The bytes to persist before the next block may be used."""
-        end = self._persisted_end + self.block_size
-        if end > 2**63 - 1:
-            raise ProducerIdsExhausted("producer id space exhausted")
-        self._pending_end = end
-        head = struct.pack(">4sHq", _ALLOC_MAGIC, 1, end)
-        return head + struct.pack(">I", crc32c(head))
-
-    def block_persisted(self) -> None:
-        if self._pending_end is None:
-            raise RuntimeError("block_persisted() without reserve_block()")
-        self._end = self._persisted_end = self._pending_end   # contiguous with the last block
-        self._pending_end = None
-
     def use_block(self, start: int, length: int) -> None:
-        """A block the KRaft controller allocated (AllocateProducerIds): it is durable in the
-        metadata log already, so its ids may be handed out at once. Blocks only go up."""
+        """Blocks only go up: one below an id already handed out is refused."""
         if start < self._next or length <= 0:
             raise ValueError(f"producer id block [{start}, {start + length}) does not follow {self._next}")
         self._next, self._end = start, start + length
-        self._persisted_end = self._end
 
     def allocate(self) -> int:
         if self.needs_block():
-            raise ProducerIdsExhausted("no persisted producer id block")
+            raise ProducerIdsExhausted("no producer id block from the controller")
         pid = self._next
         self._next += 1
         return pid
@@ -478,21 +434,10 @@ class ProducerIdAllocator:
         producer id with epoch 0. (Idempotent clients bump their epoch locally instead; the
         partition state accepts a higher epoch starting at sequence 0.) An empty transactional
         id is INVALID_REQUEST. Transactional ids are not supported here: the caller decides.
-        Raises ProducerIdsExhausted when a block must be persisted first.
+        Raises ProducerIdsExhausted when the controller must hand out a block first.
         """
         if transactional_id is not None:
             if transactional_id == "":
                 return InitProducerIdResult(ErrorCode.INVALID_REQUEST)
             raise NotImplementedError("transactional InitProducerId is not implemented")
         return InitProducerIdResult(ErrorCode.NONE, self.allocate(), 0)
-
-
-def read_allocator_state(path: str | os.PathLike) -> bytes | None:
-    try:
-        return Path(path).read_bytes()
-    except FileNotFoundError:
-        return None
-
-
-def write_allocator_state(path: str | os.PathLike, data: bytes) -> None:
-    write_durably(Path(path), data)

@@ -23,9 +23,11 @@ import base64
 import binascii
 import json
 import logging
+import struct
 from pathlib import Path
 
-from core.broker.producer_state import ProducerIdAllocator, read_allocator_state
+from crc32c import crc32c
+
 from core.config import BrokerConfig
 from core.config.defs import ConfigError
 from core.controller.image import TOPIC_RESOURCE
@@ -36,6 +38,10 @@ log = logging.getLogger(__name__)
 
 CATALOG_FILE = "seaway-topics.json"
 PRODUCER_ID_FILE = "producer-id-block"
+# The standalone node's producer-id-block: magic, version, the first id of the next block, and
+# the crc32c of the 14 bytes before it.
+PRODUCER_ID_BLOCK = struct.Struct(">4sHqI")
+PRODUCER_ID_MAGIC = b"SWPI"
 IMPORTED_SUFFIX = ".imported"
 
 
@@ -59,13 +65,28 @@ def bootstrap_records(config: BrokerConfig) -> list:
         raise ConfigError(f"log.dirs: {path} cannot be imported ({exc}); move it aside to start "
                           f"without its topics") from None
     records = [r for group in topics for r in group]
-    state = read_allocator_state(config.log_dirs[0] / PRODUCER_ID_FILE)
-    next_id = ProducerIdAllocator.from_bytes(state).next_block_start if state else 0
+    next_id = next_producer_id(config.log_dirs[0] / PRODUCER_ID_FILE)
     if next_id > 0:
         records.append(m.ProducerIdsRecord(broker_id=config.node_id, broker_epoch=-1,
                                            next_producer_id=next_id))
     log.info("%s: %d topics to import into the metadata log", path, len(topics))
     return records
+
+
+def next_producer_id(path: Path) -> int:
+    """The first id the old node had not reserved (0 without the file). Raises ConfigError on a
+    damaged file: handing an old producer's id to another is worse than refusing to start."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return 0
+    except OSError as exc:
+        raise ConfigError(f"log.dirs: {path} cannot be read ({exc})") from None
+    if len(data) == PRODUCER_ID_BLOCK.size:
+        magic, version, start, crc = PRODUCER_ID_BLOCK.unpack(data)
+        if magic == PRODUCER_ID_MAGIC and version == 1 and crc == crc32c(data[:-4]) and start >= 0:
+            return start
+    raise ConfigError(f"log.dirs: {path} is damaged; producer ids cannot safely continue after it")
 
 
 def _topic_records(obj: dict, node_id: int) -> list:

@@ -9,16 +9,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import struct
 import uuid
 
 import pytest
+from crc32c import crc32c
 
 from core.client import Admin, KafkaClient
 from core.client.admin import ConfigResource
 from core.log import Log, LogConfig
 from core.protocol import messages as m
 from core.protocol.records import build_batch
-from core.broker.producer_state import ProducerIdAllocator, write_allocator_state
 from tests.support.node import NodeError, SeawayNode
 
 pytestmark = pytest.mark.integration
@@ -39,8 +40,13 @@ def write_old_directory(data_dir) -> None:
         if count:
             log.append(build_batch([(b"k%d" % i, b"old-%d-%d" % (index, i), [], 1_000 + i) for i in range(count)]))
         log.close()
-    allocator = ProducerIdAllocator(OLD_NEXT_PRODUCER_ID - 1000)
-    write_allocator_state(data_dir / "producer-id-block", allocator.reserve_block())
+    (data_dir / "producer-id-block").write_bytes(producer_id_block(OLD_NEXT_PRODUCER_ID))
+
+
+def producer_id_block(next_block_start: int) -> bytes:
+    """The old node's producer-id-block: magic, version 1, the next block's first id, crc32c."""
+    head = struct.pack(">4sHq", b"SWPI", 1, next_block_start)
+    return head + struct.pack(">I", crc32c(head))
 
 
 async def describe(bootstrap: str):
@@ -92,6 +98,21 @@ def test_a_catalog_that_cannot_be_read_is_a_one_line_error(tmp_path):
     errors = [line for line in str(failed.value).splitlines() if line.startswith("seaway: error:")]
     assert len(errors) == 1 and "seaway-topics.json cannot be imported" in errors[0], failed.value
     assert "Traceback" not in str(failed.value)
+
+
+def test_a_damaged_producer_id_block_is_a_one_line_error(tmp_path):
+    """Producer ids cannot safely continue after a block file that does not read back."""
+    good = producer_id_block(OLD_NEXT_PRODUCER_ID)
+    for damaged in (good[:-1], good + b"\0", bytes([good[0] ^ 1]) + good[1:], good[:8] + bytes([good[8] ^ 1]) + good[9:]):
+        node = SeawayNode(tmp_path / f"n{len(damaged)}-{damaged[0]}-{damaged[8]}")
+        node.data_dir.mkdir(parents=True)
+        (node.data_dir / "seaway-topics.json").write_text('{"version": 1, "topics": []}')
+        (node.data_dir / "producer-id-block").write_bytes(damaged)
+        with pytest.raises(NodeError) as failed:
+            node.start(timeout=30)
+        errors = [line for line in str(failed.value).splitlines() if line.startswith("seaway: error:")]
+        assert len(errors) == 1 and "producer-id-block is damaged" in errors[0], failed.value
+        assert "Traceback" not in str(failed.value)
 
 
 def test_a_node_of_a_quorum_refuses_a_catalog_and_says_what_to_do(tmp_path):

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from core.broker.producer_state import (
     NUM_BATCHES_TO_RETAIN, CorruptSnapshot, ProducerIdAllocator, ProducerIdsExhausted, ProducerState,
     Verdict, batch_last_sequence, delete_snapshots, latest_snapshot, list_snapshots, next_sequence,
-    read_allocator_state, snapshot_path, write_allocator_state)
+    snapshot_path)
 from core.protocol.errors import ErrorCode
 from core.protocol.records import ATTR_CONTROL, BatchInfo, build_batch, read_batch_header
 
@@ -281,49 +281,9 @@ def test_expire(last, now, ttl, expired):
 # --------------------------------------------------------------------------- allocator
 
 
-def test_allocator_blocks_never_repeat(tmp_path):
-    path = tmp_path / "producer-id-block"
-    seen = set()
-    for _restart in range(4):
-        alloc = ProducerIdAllocator.from_bytes(read_allocator_state(path), block_size=3)
-        for _ in range(5):
-            if alloc.needs_block():
-                data = alloc.reserve_block()
-                with pytest.raises(ProducerIdsExhausted):
-                    alloc.allocate()                             # not usable before persisted
-                write_allocator_state(path, data)
-                alloc.block_persisted()
-            r = alloc.init_producer_id()
-            assert r.code == E.NONE and r.producer_epoch == 0
-            assert r.producer_id not in seen
-            seen.add(r.producer_id)
-    assert min(seen) == 0
-
-
-def test_allocator_early_reserve_is_contiguous():
-    alloc = ProducerIdAllocator(100, block_size=2)
-    alloc.reserve_block()
-    alloc.block_persisted()
-    assert alloc.allocate() == 100
-    alloc.reserve_block()
-    alloc.block_persisted()
-    assert [alloc.allocate() for _ in range(3)] == [101, 102, 103]
-    assert alloc.needs_block() and alloc.next_block_start == 104
-
-
-def test_allocator_state_damage_refused():
-    alloc = ProducerIdAllocator(0, 10)
-    data = alloc.reserve_block()
-    assert ProducerIdAllocator.from_bytes(data).next_block_start == 10
-    for bad in (data[:-1], data + b"\0", bytes([data[0] ^ 1]) + data[1:], data[:8] + bytes([data[8] ^ 1]) + data[9:]):
-        with pytest.raises(ValueError):
-            ProducerIdAllocator.from_bytes(bad)
-
-
 def test_init_producer_id_semantics():
-    alloc = ProducerIdAllocator(0, 10)
-    alloc.reserve_block()
-    alloc.block_persisted()
+    alloc = ProducerIdAllocator()
+    alloc.use_block(0, 10)
     first = alloc.init_producer_id()
     # Kafka: without a transactional id, an existing (producer id, epoch) is ignored and a new
     # id with epoch 0 is handed out ("always blindly accept the request").
@@ -460,3 +420,7 @@ def test_allocator_uses_controller_blocks_and_never_goes_back():
         alloc.use_block(7000, 0)
     alloc.use_block(7000, 1000)
     assert alloc.allocate() == 7000
+    alloc.use_block(9000, 1)
+    assert alloc.allocate() == 9000
+    with pytest.raises(ProducerIdsExhausted):
+        alloc.allocate()                   # until the controller hands out the next block
