@@ -4,20 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
+from core.log.epochs import OffsetAndEpoch as OffsetAndEpoch   # shared with replication
 from core.protocol.messages import DATA, LeaderChangeMessage
 
 NO_LEADER = -1       # Kafka's sentinel for "no known leader" / "no vote" / "unknown replica"
 UNKNOWN_OFFSET = -1  # Kafka's sentinel for an offset nobody knows yet (e.g. an unset HW)
-
-
-class OffsetAndEpoch(NamedTuple):
-    """A log position and the epoch of the entry just before it (Kafka's OffsetAndEpoch).
-
-    Do not compare these with `<`: tuple order is offset first, but logs are ranked epoch
-    first (see election.log_is_up_to_date).
-    """
-    offset: int
-    epoch: int
 
 
 class SnapshotId(NamedTuple):

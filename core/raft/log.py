@@ -1,8 +1,9 @@
 """RaftLog: the replicated log as the state machine sees it (an in-memory model).
 
-It holds the entries from the log start offset to the log end offset, an epoch cache (the offset
-at which each epoch's entries begin, Kafka's leader-epoch checkpoint) and the latest snapshot id.
-Everything below the log start offset lives only in a snapshot.
+It holds the entries from the log start offset to the log end offset, the leader epoch cache
+(the offset at which each epoch's entries begin: core/log/epochs.py, the one the partition
+replicas use too) with the epoch of the entry just below the log start, and the latest snapshot
+id. Everything below the log start offset lives only in a snapshot.
 
 It also remembers which part of itself the driver has not made durable yet: the node turns that
 into a Ready's truncation and entries, and marks it persisted on advance (etcd calls this the
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Iterable, Sequence
 
+from core.log.epochs import LeaderEpochCache
 from core.raft.entries import Entry, OffsetAndEpoch, SnapshotId
 
 UNKNOWN_EPOCH_END = OffsetAndEpoch(-1, -1)
@@ -57,10 +59,10 @@ class RaftLog:
         self._data = bytearray()
         self._positions = array("q", [0])
         self._controls: set[int] = set()   # offsets of the control entries (one per epoch, about)
-        # The epoch cache as two parallel lists. Item 0 is the log start: the epoch of the entry
-        # just before it (the snapshot's epoch, 0 for an empty log) "starting" at the start offset.
-        self._epochs: list[int] = [start.epoch]
-        self._epoch_starts: list[int] = [start.end_offset]
+        # The epoch cache holds the epochs of the entries here; the epoch of the entry just
+        # before the log start (the snapshot's, 0 for an empty log) is kept beside it.
+        self._epochs = LeaderEpochCache()
+        self._start_epoch = start.epoch
         self._latest_snapshot = snapshot
         self._start_advanced = False
         # What the driver has not made durable yet: entries from _dirty_from on, and a
@@ -79,7 +81,7 @@ class RaftLog:
     @property
     def start_epoch(self) -> int:
         """The epoch of the entry at start_offset - 1 (it lives in the snapshot), 0 if none."""
-        return self._epochs[0]
+        return self._start_epoch
 
     @property
     def end_offset(self) -> int:
@@ -87,10 +89,11 @@ class RaftLog:
 
     @property
     def last_epoch(self) -> int:
-        return self._epochs[-1]
+        latest = self._epochs.latest_epoch
+        return self._start_epoch if latest is None else latest
 
     def end_offset_and_epoch(self) -> OffsetAndEpoch:
-        return OffsetAndEpoch(self.end_offset, self._epochs[-1])
+        return OffsetAndEpoch(self.end_offset, self.last_epoch)
 
     @property
     def latest_snapshot(self) -> SnapshotId | None:
@@ -104,29 +107,26 @@ class RaftLog:
     def epoch_of(self, offset: int) -> int:
         """The epoch of the entry at `offset`, which may be the one just below the log start."""
         if offset == self._start_offset - 1:
-            return self._epochs[0]
+            return self._start_epoch
         if not self._start_offset <= offset < self.end_offset:
             raise LogError(f"offset {offset} is outside [{self._start_offset}, {self.end_offset})")
-        return self._epochs[bisect_right(self._epoch_starts, offset) - 1]
+        epoch = self._epochs.epoch_for_offset(offset)
+        assert epoch is not None      # the first entry's epoch starts at the log start
+        return epoch
 
     def _entries_between(self, start: int, end: int) -> tuple[Entry, ...]:
         """The entries at offsets [start, end), made from the payloads and the epoch cache:
         one run of entries per epoch."""
         base, data, positions, controls = self._start_offset, self._data, self._positions, self._controls
         origin = positions[0]
-        epochs, starts = self._epochs, self._epoch_starts
         out: list[Entry] = []
-        k = bisect_right(starts, start) - 1
         # One copy per payload (a bytearray slice would be a second); the view is released
         # before anything can resize the buffer.
         with memoryview(data) as view:
-            while start < end:
-                run_end = min(end, starts[k + 1]) if k + 1 < len(starts) else end
-                epoch = epochs[k]
+            for epoch, run_start, run_end in self._epochs.spans(start, end):
                 out.extend(Entry(offset, epoch, bytes(view[positions[i] - origin:positions[i + 1] - origin]),
                                  offset in controls)
-                           for i, offset in enumerate(range(start, run_end), start - base))
-                start, k = run_end, k + 1
+                           for i, offset in enumerate(range(run_start, run_end), run_start - base))
         return tuple(out)
 
     # --- the epoch cache -------------------------------------------------------------------------
@@ -136,11 +136,15 @@ class RaftLog:
 
         UNKNOWN_EPOCH_END when `epoch` is older than everything since the log start.
         """
-        i = bisect_right(self._epochs, epoch) - 1
-        if i < 0:
+        found = self._epochs.floor(epoch, self.end_offset)
+        if found is not None:
+            return found
+        if epoch < self._start_epoch:
             return UNKNOWN_EPOCH_END
-        end = self._epoch_starts[i + 1] if i + 1 < len(self._epochs) else self.end_offset
-        return OffsetAndEpoch(end, self._epochs[i])
+        # Only the snapshot's epoch is at or below it: that epoch ends where the log's first
+        # cached epoch starts (the log start, or the end of an empty log).
+        first = self._epochs.earliest_entry
+        return OffsetAndEpoch(self.end_offset if first is None else first.start_offset, self._start_epoch)
 
     def validate_offset_and_epoch(self, offset: int, epoch: int) -> ValidOffsetAndEpoch:
         """Does a fetcher whose log ends at `offset`, last epoch `epoch`, agree with ours?
@@ -150,8 +154,8 @@ class RaftLog:
         so is everything before it (the log matching property).
         """
         start = self._start_offset
-        if start > 0 and (offset < start or epoch < self._epochs[0]
-                          or (offset == start and epoch != self._epochs[0])):
+        if start > 0 and (offset < start or epoch < self._start_epoch
+                          or (offset == start and epoch != self._start_epoch)):
             # The entries it would need to compare against, or to fetch, are only in a snapshot.
             assert self._latest_snapshot is not None
             return ValidOffsetAndEpoch(ValidationKind.SNAPSHOT,
@@ -190,9 +194,8 @@ class RaftLog:
             return
         if entries[0].offset != self.end_offset:
             raise LogError(f"append at {entries[0].offset} but the log ends at {self.end_offset}")
-        epochs, starts = self._epochs, self._epoch_starts
         expected = self.end_offset
-        last_epoch = epochs[-1]
+        last_epoch = self.last_epoch
         for entry in entries:   # checked in full before anything changes
             if entry.offset != expected:
                 raise LogError(f"entry offsets skip from {expected} to {entry.offset}")
@@ -200,10 +203,13 @@ class RaftLog:
                 raise LogError(f"epoch {entry.epoch} at {entry.offset} after {last_epoch}")
             last_epoch = entry.epoch
             expected += 1
+        # Compared with the cache's own latest (None when empty), so the first entry after the
+        # log start always starts an epoch there, even the snapshot's epoch continued.
+        epochs, cached_epoch = self._epochs, self._epochs.latest_epoch
         for entry in entries:
-            if entry.epoch != epochs[-1]:
-                epochs.append(entry.epoch)
-                starts.append(entry.offset)
+            if entry.epoch != cached_epoch:
+                epochs.assign(entry.epoch, entry.offset)
+                cached_epoch = entry.epoch
             if entry.control:
                 self._controls.add(entry.offset)
         self._data += b"".join([e.payload for e in entries])
@@ -229,9 +235,7 @@ class RaftLog:
         del self._data[self._positions[i] - self._positions[0]:]
         del self._positions[i + 1:]
         self._controls = {o for o in self._controls if o < offset}
-        while len(self._epoch_starts) > 1 and self._epoch_starts[-1] >= offset:
-            self._epochs.pop()
-            self._epoch_starts.pop()
+        self._epochs.truncate_from_end(offset)
         self._dirty_from = min(self._dirty_from, offset)
 
     def truncate_to_end_offset(self, diverging: OffsetAndEpoch) -> int:
@@ -264,14 +268,16 @@ class RaftLog:
             return
         if new_start > self.end_offset or self.epoch_of(new_start - 1) != snapshot_id.epoch:
             raise LogError(f"snapshot {snapshot_id} does not match the log")
+        end = self.end_offset
         dropped = new_start - self._start_offset
         del self._data[:self._positions[dropped] - self._positions[0]]
         del self._positions[:dropped]
         self._controls = {o for o in self._controls if o >= new_start}
-        kept = [(e, s) for e, s in zip(self._epochs, self._epoch_starts)
-                if s >= new_start and e != snapshot_id.epoch]
-        self._epochs = [snapshot_id.epoch] + [e for e, _ in kept]
-        self._epoch_starts = [new_start] + [s for _, s in kept]
+        if new_start == end:
+            self._epochs.clear()          # no entry is left
+        else:
+            self._epochs.truncate_from_start(new_start)
+        self._start_epoch = snapshot_id.epoch
         self._start_offset = new_start
         self._dirty_from = max(self._dirty_from, new_start)
         self._persisted_end = max(self._persisted_end, new_start)
@@ -283,8 +289,8 @@ class RaftLog:
         self._data = bytearray()
         self._positions = array("q", [0])
         self._controls = set()
-        self._epochs = [snapshot_id.epoch]
-        self._epoch_starts = [snapshot_id.end_offset]
+        self._epochs = LeaderEpochCache()
+        self._start_epoch = snapshot_id.epoch
         self._start_offset = snapshot_id.end_offset
         self._latest_snapshot = snapshot_id
         # The snapshot install itself tells the driver to drop its old log.

@@ -1,4 +1,5 @@
-"""The leader epoch cache (Kafka's LeaderEpochFileCache) and the replica's log shape."""
+"""The leader epoch cache (Kafka's LeaderEpochFileCache, core/log/epochs.py, shared by the replicas
+and the Raft log) and the replica's log shape."""
 from __future__ import annotations
 
 import pytest
@@ -97,6 +98,31 @@ def test_epoch_for_offset_before_every_entry():
 
 
 # --- ReplicaLog ------------------------------------------------------------------------------
+
+# The Raft log's questions: the largest epoch at or below one, with where it ends.
+@pytest.mark.parametrize("epoch, expected", [
+    (0, None),            # every cached epoch is later
+    (1, (10, 1)), (2, (10, 1)), (3, (20, 3)), (4, (20, 3)), (5, (30, 5)), (9, (30, 5)),
+])
+def test_floor(epoch, expected):
+    found = cache((1, 0), (3, 10), (5, 20)).floor(epoch, log_end_offset=30)
+    assert (None if found is None else tuple(found)) == expected
+
+
+@pytest.mark.parametrize("start, end, runs", [
+    (0, 30, [(1, 0, 10), (3, 10, 20), (5, 20, 30)]),
+    (5, 12, [(1, 5, 10), (3, 10, 12)]),
+    (10, 20, [(3, 10, 20)]),
+    (25, 25, []),
+])
+def test_spans(start, end, runs):
+    assert list(cache((1, 0), (3, 10), (5, 20)).spans(start, end)) == runs
+
+
+def test_spans_refuse_an_offset_before_every_epoch():
+    with pytest.raises(ValueError):
+        list(cache((3, 10)).spans(5, 12))
+
 
 def test_log_trims_a_stale_checkpoint_to_the_recovered_log():
     # A crash lost the tail: epochs starting at or after the recovered end are dropped, the

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Hashable
 from core.protocol.errors import ErrorCode
 
 from . import isr as isr_rules
-from .epochs import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from core.log.epochs import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from .isr import (CommittedIsr, IsrState, PendingChange, PendingExpand, PendingShrink,
                   ReplicaProgress)
 from .messages import (RECOVERED, RECOVERING, AlterPartitionAnswer, AlterPartitionRequest,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .epochs import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, EpochEntry, LeaderEpochCache, \
+from core.log.epochs import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, EpochEntry, LeaderEpochCache, \
     OffsetAndEpoch
 
 

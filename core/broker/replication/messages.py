@@ -11,7 +11,7 @@ from typing import Hashable, Union
 
 from core.protocol.errors import ErrorCode
 
-from .epochs import EpochEntry
+from core.log.epochs import EpochEntry
 
 NO_LEADER = -1
 RECOVERED, RECOVERING = 0, 1           # LeaderRecoveryState (KIP-704)
