@@ -39,15 +39,6 @@ _PARTITION_DIR = re.compile(r"^[a-zA-Z0-9._-]+-\d+$")
 DELETE_SUFFIX = "-delete"  # Kafka's: <topic>-<partition>.<id>-delete, removed after the rename
 
 
-class BrokerError(Exception):
-    """A request-level failure with the Kafka error code to answer with."""
-
-    def __init__(self, code: ErrorCode, message: str | None = None):
-        super().__init__(message or code.name)
-        self.code = code
-        self.message = message
-
-
 @dataclass
 class Topic:
     name: str

@@ -114,7 +114,7 @@ class KRaftLink:
 
     def __init__(self, broker, quorum, lifecycle):
         from .metadata_sync import MetadataSync
-        from .replica_manager import ReplicaManager
+        from .replication.manager import ReplicaManager
         self.broker = broker
         self.quorum = quorum
         self.lifecycle = lifecycle
@@ -131,22 +131,20 @@ class KRaftLink:
         return self.sync.reconciled
 
     async def allocate_producer_ids(self, timeout_s: float = 10.0) -> tuple[int, int]:
-        """A block of producer ids from the controller: (first id, count). Raises BrokerError
+        """A block of producer ids from the controller: (first id, count). Raises KafkaError
         (COORDINATOR_LOAD_IN_PROGRESS, retriable) until the broker is registered and a
         controller answers."""
         from core.protocol import messages as m
-
-        from .broker import BrokerError
         epoch = self.lifecycle.broker_epoch
         if epoch < 0:
-            raise BrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "this broker is not registered yet")
+            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "this broker is not registered yet")
         try:
             answer = await self.channel.send(m.ApiKey.ALLOCATE_PRODUCER_IDS, m.AllocateProducerIdsRequest(
                 broker_id=self.broker.node_id, broker_epoch=epoch), 0, timeout_s)
         except KafkaError as exc:
-            raise BrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, str(exc)) from None
+            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, str(exc)) from None
         if answer.error_code:
-            raise BrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                               f"the controller refused a producer id block: {ErrorCode(answer.error_code).name}")
         return answer.producer_id_start, answer.producer_id_len
 

@@ -22,7 +22,7 @@ The first reconcile of a bootstrapped image also sweeps partition directories of
 image does not hold (a topic deleted while this broker was down). The broker serves clients only once it has caught
 up and been unfenced (core/node/server.py), so no client sees the empty image of a starting broker.
 
-* each local partition gets its PartitionReplica (replica_manager.py) when opened, and every
+* each local partition gets its PartitionReplica (replication/manager.py) when opened, and every
   image's registration of it, with the brokers' epochs and fencing: it leads, follows (its
   fetcher pulls from the leader) or, when the image no longer places it here, it is closed and
   its directory deleted.
@@ -41,10 +41,10 @@ from core.controller.controller import METADATA_VERSION
 from core.controller.image import MetadataImage
 from core.raft.storage import METADATA_PARTITION_DIR
 
-from . import replica_files
 from .broker import DELETE_SUFFIX, Topic, _PARTITION_DIR
 from .heap_freezer import HeapFreezer
-from .replica_manager import recover_replica_log
+from .replication import files as replica_files
+from .replication.manager import recover_replica_log
 from .replication import BrokerInfo
 
 log = logging.getLogger(__name__)

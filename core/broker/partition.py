@@ -3,7 +3,7 @@
 All appends and reads run on the event loop; only fsync leaves it, in a worker thread, under
 the partition's lock, so that a flush never races an append or a segment deletion.
 
-Its `replica` (core/broker/replication's PartitionReplica, driven by replica_manager.py) owns
+Its `replica` (core/broker/replication's PartitionReplica, driven by replication/manager.py) owns
 the high watermark, the leader epoch and who may append; appends, truncations and metadata
 changes all go through the partition lock, so the log bytes and the replica's idea of them
 change together. A partition gets its replica as soon as it is opened (metadata_sync.py), and
@@ -48,7 +48,7 @@ class Partition:
         self.index = index
         self.log = log
         self.leader_epoch = 0
-        self.is_leader = False   # the metadata image says, through the replica (replica_manager.py)
+        self.is_leader = False   # the metadata image says, through the replica (replication/manager.py)
         self.producers = producers if producers is not None else ProducerState()
         self.snapshot_offset = -1  # log end offset of the latest producer snapshot written
         self._cuts = 0             # truncations so far: a snapshot begun before one is void
@@ -59,7 +59,7 @@ class Partition:
         self.written: Callable[["Partition"], None] | None = None
         self._lock = anyio.Lock()
         self.failure: str | None = None  # why the partition went offline, if it did
-        self.replica = None     # PartitionReplica (replica_manager.py); None once stopped
+        self.replica = None     # PartitionReplica (replication/manager.py); None once stopped
         self.replicas = None    # its ReplicaManager
 
     @property
@@ -180,7 +180,7 @@ class Partition:
 
     async def append_as_follower(self, data, batches: list[BatchInfo]) -> None:
         """Batches fetched from the leader, offsets and epochs as they are (caller holds the
-        lock: replica_manager.py)."""
+        lock: replication/manager.py)."""
         self.log.append(data, batches, assign_offsets=False, apply_flush_policy=False)
         self.producers.replay(batches)
         self.note_written()

@@ -52,10 +52,10 @@ import logging
 
 from core.protocol import messages as m
 from core.protocol.codegen import Message
-from core.protocol.errors import ErrorCode
+from core.protocol.errors import ErrorCode, KafkaError
 
 from .brokers import check_broker_epoch
-from .common import ApiError, Working
+from .common import Working
 from .election import RECOVERED, RECOVERING, is_active, partition_change
 from .image import NO_LEADER_CHANGE, MetadataImage, PartitionRegistration, TopicImage, uuid_str
 
@@ -95,36 +95,36 @@ def _ineligible(image: MetadataImage, broker_id: int, epoch: int) -> str | None:
 
 def _validate(image: MetadataImage, requester: int, part: PartitionRegistration | None,
               p: m.AlterPartitionRequest.PartitionData, version: int) -> list[int]:
-    """The new ISR, or ApiError with the partition's error."""
+    """The new ISR, or KafkaError with the partition's error."""
     if part is None:
-        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "unknown partition")
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "unknown partition")
     epochs = (f"leader/partition epochs {p.leader_epoch}/{p.partition_epoch}, ours "
               f"{part.leader_epoch}/{part.partition_epoch}")
     if p.leader_epoch > part.leader_epoch or p.partition_epoch > part.partition_epoch:
-        raise ApiError(ErrorCode.NOT_CONTROLLER, epochs)
+        raise KafkaError(ErrorCode.NOT_CONTROLLER, epochs)
     if p.leader_epoch < part.leader_epoch:
-        raise ApiError(ErrorCode.FENCED_LEADER_EPOCH, epochs)
+        raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH, epochs)
     if requester != part.leader:
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"the leader is {part.leader}")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"the leader is {part.leader}")
     if p.partition_epoch < part.partition_epoch:
-        raise ApiError(ErrorCode.INVALID_UPDATE_VERSION, epochs)
+        raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, epochs)
     members = _members(p, version)
     isr = [b for b, _ in members]
     if len(set(isr)) != len(isr) or not set(isr) <= set(part.replicas):
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"invalid ISR {isr}")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"invalid ISR {isr}")
     if part.leader not in isr:
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"ISR {isr} does not include the leader")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"ISR {isr} does not include the leader")
     state = p.leader_recovery_state
     if state not in (RECOVERED, RECOVERING):
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"unknown leader recovery state {state}")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown leader recovery state {state}")
     if state == RECOVERING and len(isr) > 1:
-        raise ApiError(ErrorCode.INVALID_REQUEST, "a recovering leader must be alone in the ISR")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "a recovering leader must be alone in the ISR")
     if part.leader_recovery_state == RECOVERED and state == RECOVERING:
-        raise ApiError(ErrorCode.INVALID_REQUEST, "RECOVERED cannot become RECOVERING")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "RECOVERED cannot become RECOVERING")
     ineligible = [(b, why) for b, epoch in members
                   if (why := _ineligible(image, b, epoch)) is not None]
     if ineligible:
-        raise ApiError(ErrorCode.INELIGIBLE_REPLICA if version >= 2
+        raise KafkaError(ErrorCode.INELIGIBLE_REPLICA if version >= 2
                        else ErrorCode.OPERATION_NOT_ATTEMPTED, f"ineligible replicas {ineligible}")
     return isr
 
@@ -157,12 +157,12 @@ def alter_partition(w: Working, request: m.AlterPartitionRequest,
             part = changed.get(key) or topic.partitions.get(p.partition_index)
             try:
                 isr = _validate(image, request.broker_id, part, p, version)
-            except ApiError as exc:
+            except KafkaError as exc:
                 # A leader a step behind (or ahead) of this controller is routine; Kafka logs
                 # those at debug too.
                 level = logging.DEBUG if exc.code in _ROUTINE else logging.INFO
                 log.log(level, "AlterPartition from broker %d for %s-%d refused: %s (%s)",
-                        request.broker_id, topic.name, p.partition_index, exc.code.name,
+                        request.broker_id, topic.name, p.partition_index, ErrorCode(exc.code).name,
                         exc.message)
                 out.partitions.append(R.PartitionData(partition_index=p.partition_index,
                                                       error_code=exc.code))

@@ -41,9 +41,9 @@ from typing import Callable
 
 from core.protocol import messages as m
 from core.protocol.codegen import Message
-from core.protocol.errors import ErrorCode
+from core.protocol.errors import ErrorCode, KafkaError
 
-from .common import ApiError, Working
+from .common import Working
 from .election import all_partitions, leader_and_isr_updates, leaderless, leads_any
 from .image import FENCING_FENCE, FENCING_UNFENCE, SHUTDOWN_IN_CONTROLLED_SHUTDOWN, MetadataImage
 from .settings import ControllerConfig
@@ -55,10 +55,10 @@ def check_broker_epoch(w: Working, broker_id: int, broker_epoch: int) -> None:
     """Kafka's ClusterControlManager.checkBrokerEpoch, against the pending image."""
     reg = w.image.brokers.get(broker_id)
     if reg is None:
-        raise ApiError(ErrorCode.STALE_BROKER_EPOCH,
+        raise KafkaError(ErrorCode.STALE_BROKER_EPOCH,
                        f"No broker registration found for broker id {broker_id}")
     if reg.epoch != broker_epoch:
-        raise ApiError(ErrorCode.STALE_BROKER_EPOCH,
+        raise KafkaError(ErrorCode.STALE_BROKER_EPOCH,
                        f"Expected broker epoch {reg.epoch}, but got broker epoch {broker_epoch}")
 
 
@@ -170,25 +170,25 @@ class ClusterControl:
                  epoch: int) -> m.BrokerRegistrationResponse:
         broker_id = request.broker_id
         if request.cluster_id != self.cluster_id:
-            raise ApiError(ErrorCode.INCONSISTENT_CLUSTER_ID,
+            raise KafkaError(ErrorCode.INCONSISTENT_CLUSTER_ID,
                            f"Expected cluster ID {self.cluster_id}, but got cluster ID "
                            f"{request.cluster_id}")
         if broker_id < 0:
-            raise ApiError(ErrorCode.INVALID_REGISTRATION, f"Invalid broker id {broker_id}.")
+            raise KafkaError(ErrorCode.INVALID_REGISTRATION, f"Invalid broker id {broker_id}.")
         image = w.image
         existing = image.brokers.get(broker_id)
         incarnation = bytes(request.incarnation_id)
         same = existing is not None and existing.incarnation_id == incarnation
         if existing is not None and not same and self.has_valid_session(image, broker_id):
-            raise ApiError(ErrorCode.DUPLICATE_BROKER_REGISTRATION,
+            raise KafkaError(ErrorCode.DUPLICATE_BROKER_REGISTRATION,
                            "Another broker is registered with that broker id.")
         if version >= 1 and request.is_migrating_zk_broker:
-            raise ApiError(ErrorCode.BROKER_ID_NOT_REGISTERED,
+            raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED,
                            "Controller does not support registering ZK brokers.")
         for f in request.features:
             level = image.features.get(f.name)
             if level is not None and not f.min_supported_version <= level <= f.max_supported_version:
-                raise ApiError(ErrorCode.UNSUPPORTED_VERSION,
+                raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
                                f"Unable to register because the broker does not support finalized "
                                f"version {level} of {f.name}. The broker wants a version between "
                                f"{f.min_supported_version} and {f.max_supported_version}, "
@@ -251,10 +251,10 @@ class ClusterControl:
         broker_id = request.broker_id
         reg = w.image.brokers.get(broker_id)
         if reg is None or register_offset is None:
-            raise ApiError(ErrorCode.STALE_BROKER_EPOCH,
+            raise KafkaError(ErrorCode.STALE_BROKER_EPOCH,
                            f"No broker registration found for broker id {broker_id}")
         if reg.epoch != request.broker_epoch:
-            raise ApiError(ErrorCode.STALE_BROKER_EPOCH,
+            raise KafkaError(ErrorCode.STALE_BROKER_EPOCH,
                            f"Expected broker epoch {reg.epoch}, but got broker epoch "
                            f"{request.broker_epoch}")
         session = self.sessions.setdefault(broker_id, Session(self.clock()))
@@ -288,7 +288,7 @@ class ClusterControl:
         broker_id = request.broker_id
         reg = w.image.brokers.get(broker_id)
         if reg is None:
-            raise ApiError(ErrorCode.BROKER_ID_NOT_REGISTERED,
+            raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED,
                            f"Broker ID {broker_id} is not currently registered")
         w.add(self._updates(w, broker_id, remove=True))
         w.add([m.UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=reg.epoch)])

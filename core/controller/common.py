@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterable, Protocol, TypeVar
 
 from core.protocol.codegen import Message
-from core.protocol.errors import ErrorCode
+from core.protocol.errors import ErrorCode, KafkaError
 
 from .image import MetadataDelta, MetadataImage
 
@@ -32,15 +32,6 @@ class ControllerResult:
     response: Message | None = None
 
 
-class ApiError(Exception):
-    """A request (or one item of it) fails with this Kafka error code and message."""
-
-    def __init__(self, code: ErrorCode, message: str | None = None):
-        super().__init__(message or code.name)
-        self.code = code
-        self.message = message
-
-
 class ItemResult(Protocol):
     """A per-item result of a response: every one carries an error code and message."""
     error_code: int
@@ -55,7 +46,7 @@ def answer_each(items: Iterable[Item], key: Callable[[Item], Hashable], duplicat
                 result: Callable[[Item], R], act: Callable[[Item, R], None]) -> list[R]:
     """One result per request item, in request order. An item whose key appears more than
     once fails with INVALID_REQUEST (`duplicate` is the message); otherwise `act(item,
-    result)` fills in the result or raises ApiError, whose code and message the result gets."""
+    result)` fills in the result or raises KafkaError, whose code and message the result gets."""
     items = list(items)
     seen = Counter(key(item) for item in items)
     out = []
@@ -63,9 +54,9 @@ def answer_each(items: Iterable[Item], key: Callable[[Item], Hashable], duplicat
         res = result(item)
         try:
             if seen[key(item)] > 1:
-                raise ApiError(ErrorCode.INVALID_REQUEST, duplicate)
+                raise KafkaError(ErrorCode.INVALID_REQUEST, duplicate)
             act(item, res)
-        except ApiError as exc:
+        except KafkaError as exc:
             res.error_code, res.error_message = exc.code, exc.message
         out.append(res)
     return out

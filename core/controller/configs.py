@@ -32,9 +32,9 @@ from core.config.broker import BROKER_CONFIGS
 from core.config.topic import TOPIC_CONFIG_LIST, TOPIC_CONFIGS, check_policy_combination
 from core.protocol import messages as m
 from core.protocol.codegen import Message
-from core.protocol.errors import ErrorCode
+from core.protocol.errors import ErrorCode, KafkaError
 
-from .common import (TOO_LARGE_MESSAGE, ApiError, ControllerResult, Working, answer_each,
+from .common import (TOO_LARGE_MESSAGE, ControllerResult, Working, answer_each,
                      topic_name_error)
 from .image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from .settings import ControllerConfig
@@ -98,16 +98,16 @@ def unclean_enabled(image: MetadataImage, config: ControllerConfig, node_id: int
 
 
 def check_topic_configs(values: Mapping[str, str | None]) -> dict[str, str]:
-    """The whole config of a topic, as it would be stored; ApiError(INVALID_CONFIG). Returns
+    """The whole config of a topic, as it would be stored; KafkaError(INVALID_CONFIG). Returns
     the values, which are then known not to be null."""
     nulls = [k for k, v in values.items() if v is None]
     if nulls:
-        raise ApiError(ErrorCode.INVALID_CONFIG,
+        raise KafkaError(ErrorCode.INVALID_CONFIG,
                        f"Null value not supported for topic configs: {','.join(nulls)}")
     try:
         check_policy_combination(TopicConfigs.validate(dict(values)))
     except ConfigError as exc:
-        raise ApiError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
     return {k: v for k, v in values.items() if v is not None}
 
 
@@ -116,58 +116,58 @@ def _check_broker_configs(values: Mapping[str, str | None]) -> None:
         if name not in DYNAMIC_BROKER_CONFIGS:
             what = "cannot be updated dynamically" if name in BROKER_CONFIGS \
                 else "unknown broker config"
-            raise ApiError(ErrorCode.INVALID_CONFIG, f"{name}: {what}")
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{name}: {what}")
         if value is None:
-            raise ApiError(ErrorCode.INVALID_CONFIG,
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
                            f"Null value not supported for broker configs: {name}")
         definition = BROKER_CONFIGS.get(name) or _TOPIC_BY_SYNONYM[name]
         try:
             definition.parse(value)
         except ConfigError as exc:
-            raise ApiError(ErrorCode.INVALID_CONFIG, f"{name}: {str(exc).split(': ', 1)[-1]}") \
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{name}: {str(exc).split(': ', 1)[-1]}") \
                 from None
 
 
 def _check_resource_name(rtype: int, name: str) -> None:
     if rtype == TOPIC_RESOURCE:
         if name == "":
-            raise ApiError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
         error = topic_name_error(name)
         if error is not None:
-            raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, error)
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, error)
     elif name != "":
         if not (name.lstrip("-").isdigit() and name.isascii()):
-            raise ApiError(ErrorCode.INVALID_REQUEST,
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
                            "Unable to parse broker name as a base 10 number.")
         if int(name) < 0:
-            raise ApiError(ErrorCode.INVALID_REQUEST, "Invalid negative broker ID.")
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Invalid negative broker ID.")
 
 
 def _check_exists(image: MetadataImage, config: ControllerConfig, node_id: int, rtype: int,
                   name: str) -> None:
     if rtype == TOPIC_RESOURCE:
         if name not in image.topic_ids:
-            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                            f"The topic '{name}' does not exist.")
     elif name != "":
         broker = int(name)
         if broker not in image.brokers and broker not in config.controller_ids \
                 and broker != node_id:
-            raise ApiError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"No node with id {broker} found.")
+            raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"No node with id {broker} found.")
 
 
 def _check_resource_type(rtype: int) -> None:
     if rtype not in _KNOWN_RESOURCE_TYPES:
-        raise ApiError(ErrorCode.UNSUPPORTED_VERSION, f"Unknown resource type {rtype}.")
+        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"Unknown resource type {rtype}.")
     if rtype not in (TOPIC_RESOURCE, BROKER_RESOURCE):
-        raise ApiError(ErrorCode.INVALID_REQUEST,
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
                        f"Resource type {rtype} is not supported by the controller.")
 
 
 def _no_duplicate_names(names: list[str]) -> None:
     dupes = [n for n, c in Counter(names).items() if c > 1]
     if dupes:
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"Config {dupes[0]!r} appears more than once.")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Config {dupes[0]!r} appears more than once.")
 
 
 # --------------------------------------------------------------------------- changes
@@ -195,7 +195,7 @@ def _incremental(rtype: int, current: Stored,
         if op == SET:
             if c.value is None:
                 kind = "topic" if rtype == TOPIC_RESOURCE else "broker"
-                raise ApiError(ErrorCode.INVALID_CONFIG,
+                raise KafkaError(ErrorCode.INVALID_CONFIG,
                                f"Null value not supported for {kind} configs: {c.name}")
             changes[c.name] = c.value
         elif op == DELETE:
@@ -203,7 +203,7 @@ def _incremental(rtype: int, current: Stored,
         elif op in (APPEND, SUBTRACT):
             definition = _definition(rtype, c.name)
             if definition is None or definition.type != ConfigType.LIST:
-                raise ApiError(ErrorCode.INVALID_CONFIG, f"Can't {_OP_NAMES[op]} to key "
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Can't {_OP_NAMES[op]} to key "
                                                          f"{c.name} because its type is not LIST.")
             items = _list_items(current.get(c.name), definition)
             given = [part for part in (c.value or "").split(",") if part]
@@ -213,7 +213,7 @@ def _incremental(rtype: int, current: Stored,
                 items = [part for part in items if part not in given]
             changes[c.name] = ",".join(items)
         else:
-            raise ApiError(ErrorCode.INVALID_REQUEST,
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
                            f"Unknown config operation {op} for key {c.name}.")
     return changes
 
@@ -240,7 +240,7 @@ def _apply_resource(w: Working, config: ControllerConfig, node_id: int, rtype: i
         records += [m.ConfigRecord(resource_type=rtype, resource_name=name, name=key, value=None)
                     for key in current if key not in changes]
     if len(records) > w.room():
-        raise ApiError(ErrorCode.POLICY_VIOLATION, TOO_LARGE_MESSAGE)
+        raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_LARGE_MESSAGE)
     w.add(records)
 
 
@@ -295,7 +295,7 @@ def alter_configs(request: m.AlterConfigsRequest, version: int, *, image: Metada
         nulls = [k for k, v in changes.items() if v is None]
         if nulls:
             kind = "topic" if res.resource_type == TOPIC_RESOURCE else "broker"
-            raise ApiError(ErrorCode.INVALID_CONFIG,
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
                            f"Null value not supported for {kind} configs: {','.join(nulls)}")
         _apply_resource(w, config, node_id, res.resource_type, res.resource_name, changes,
                         replace=True)

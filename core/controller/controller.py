@@ -86,7 +86,7 @@ configs.py (IncrementalAlterConfigs, AlterConfigs, effective topic configs), pro
 elect_leaders.py (ElectLeaders: preferred and unclean elections an operator asks for),
 reassignment.py (AlterPartitionReassignments, ListPartitionReassignments: moving partitions
 between brokers, KIP-455), settings.py (ControllerConfig), common.py (ControllerResult,
-ApiError, the working image).
+KafkaError, the working image).
 """
 from __future__ import annotations
 
@@ -98,13 +98,13 @@ from typing import Any, Callable, Iterable, Sequence
 
 from core.protocol import messages as m
 from core.protocol.codegen import Message
-from core.protocol.errors import ErrorCode
+from core.protocol.errors import ErrorCode, KafkaError
 from core.protocol.metadata_records import MetadataRecord
 
 from . import (alter_partition, brokers, configs, elect_leaders, election, producer_ids,
                reassignment, topics)
 from .brokers import ClusterControl
-from .common import ApiError, ControllerResult, Working
+from .common import ControllerResult, Working
 from .image import MetadataImage
 from .placement import StripedReplicaPlacer
 from .settings import ControllerConfig
@@ -313,9 +313,9 @@ class QuorumController:
         w = Working(self._pending)
         try:
             result = generate(w)
-        except ApiError as exc:
+        except KafkaError as exc:
             return ControllerResult([], self._error_response(api_key, request, version,
-                                                             exc.code, exc.message))
+                                                             ErrorCode(exc.code), exc.message))
         except Exception:  # noqa: BLE001 — a controller bug must not take the node down
             log.exception("controller failed to handle API %d v%d", api_key, version)
             return ControllerResult([], self._error_response(

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from core.protocol import messages as m
 from core.protocol.codegen import Message
-from core.protocol.errors import ErrorCode
+from core.protocol.errors import ErrorCode, KafkaError
 
-from .common import TOO_LARGE_MESSAGE, ApiError, Working
+from .common import TOO_LARGE_MESSAGE, Working
 from .election import Election, is_active, partition_change
 from .image import NO_LEADER, MetadataImage, PartitionRegistration
 
@@ -52,37 +52,37 @@ class _Elections:
         self.records: list[Message] = []
         self.changed: dict[tuple[bytes, int], PartitionRegistration] = {}
 
-    def elect(self, name: str, partition_id: int) -> ApiError | None:
+    def elect(self, name: str, partition_id: int) -> KafkaError | None:
         """None when a leader was elected, else why not."""
         image = self.image
         topic = image.topic(name)
         if topic is None:
-            return ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {name}")
+            return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {name}")
         key = (topic.id, partition_id)
         part = self.changed.get(key) or topic.partitions.get(partition_id)
         if part is None:
-            return ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                             f"No such partition as {name}-{partition_id}")
         preferred = self.election_type == PREFERRED
         if preferred:
             if part.leader == (part.replicas[0] if part.replicas else NO_LEADER):
-                return ApiError(ErrorCode.ELECTION_NOT_NEEDED, NOT_NEEDED_MESSAGE)
+                return KafkaError(ErrorCode.ELECTION_NOT_NEEDED, NOT_NEEDED_MESSAGE)
         elif part.leader != NO_LEADER:
-            return ApiError(ErrorCode.ELECTION_NOT_NEEDED, NOT_NEEDED_MESSAGE)
+            return KafkaError(ErrorCode.ELECTION_NOT_NEEDED, NOT_NEEDED_MESSAGE)
         record = partition_change(topic.id, partition_id, part, lambda r: is_active(image, r),
                                   election=Election.PREFERRED if preferred else Election.UNCLEAN)
         if record is None:
             if preferred:
-                return ApiError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                return KafkaError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
                                 "The preferred leader was not available.")
-            return ApiError(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+            return KafkaError(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
                             "Eligible topic partition leaders are not available.")
         self.records.append(record)
         self.changed[key] = part.merge(record)
         return None
 
 
-def _result(partition_id: int, error: ApiError | None) -> m.ElectLeadersResponse.PartitionResult:
+def _result(partition_id: int, error: KafkaError | None) -> m.ElectLeadersResponse.PartitionResult:
     if error is None:
         return R.PartitionResult(partition_id=partition_id, error_code=0, error_message=None)
     return R.PartitionResult(partition_id=partition_id, error_code=error.code,
@@ -93,7 +93,7 @@ def elect_leaders(w: Working, request: m.ElectLeadersRequest, version: int) -> m
     """Answer an ElectLeaders; adds its PartitionChangeRecords to `w`."""
     election_type = PREFERRED if version == 0 else request.election_type
     if election_type not in (PREFERRED, UNCLEAN):
-        raise ApiError(ErrorCode.INVALID_REQUEST, f"Unknown election type {election_type}")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown election type {election_type}")
     image = w.image
     elections = _Elections(image, election_type)
     results = []
@@ -110,7 +110,7 @@ def elect_leaders(w: Working, request: m.ElectLeadersRequest, version: int) -> m
             results.append(R.ReplicaElectionResult(topic=t.topic, partition_result=[
                 _result(p, elections.elect(t.topic, p)) for p in t.partitions]))
     if len(elections.records) > w.room():
-        raise ApiError(ErrorCode.POLICY_VIOLATION, TOO_LARGE_MESSAGE)
+        raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_LARGE_MESSAGE)
     w.add(elections.records)
     return R(throttle_time_ms=0, error_code=0, replica_election_results=results)
 

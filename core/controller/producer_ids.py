@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from core.protocol import messages as m
 from core.protocol.codegen import Message
-from core.protocol.errors import ErrorCode
+from core.protocol.errors import ErrorCode, KafkaError
 
 from .brokers import check_broker_epoch
-from .common import ApiError, Working
+from .common import Working
 
 PRODUCER_ID_BLOCK_SIZE = 1000   # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
 MAX_PRODUCER_ID = 2**63 - 1     # Long.MAX_VALUE
@@ -37,7 +37,7 @@ def allocate_producer_ids(w: Working,
     check_broker_epoch(w, request.broker_id, request.broker_epoch)
     first = w.image.next_producer_id
     if first > MAX_PRODUCER_ID - PRODUCER_ID_BLOCK_SIZE:
-        raise ApiError(ErrorCode.UNKNOWN_SERVER_ERROR,
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
                        "Exhausted all producerIds as the next block's end producerId has "
                        "exceeded the int64 type limit")
     w.add([m.ProducerIdsRecord(broker_id=request.broker_id, broker_epoch=request.broker_epoch,

@@ -59,9 +59,9 @@ from typing import Callable
 
 from core.protocol import messages as m
 from core.protocol.codegen import Message
-from core.protocol.errors import ErrorCode
+from core.protocol.errors import ErrorCode, KafkaError
 
-from .common import TOO_LARGE_MESSAGE, ApiError, Working
+from .common import TOO_LARGE_MESSAGE, Working
 from .election import Election, is_active, partition_change
 from .image import MetadataImage, PartitionRegistration
 from .topics import check_manual_assignment
@@ -92,7 +92,7 @@ def revert(part: PartitionRegistration) -> tuple[list[int], list[int], bool]:
     if isr:
         return replicas, isr, False
     if not replicas:
-        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                        "Invalid replica assignment: addingReplicas contains all replicas.")
     return replicas, [replicas[0]], True
 
@@ -112,12 +112,12 @@ class _Reassignments:
         image = self.image
         topic = image.topic(name)
         if topic is None:
-            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                            f"Unable to find a topic named {name}.")
         key = (topic.id, partition_id)
         part = self.changed.get(key) or topic.partitions.get(partition_id)
         if part is None:
-            raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                            f"Unable to find partition {name}:{partition_id}.")
 
         def acceptable(replica: int) -> bool:
@@ -126,11 +126,11 @@ class _Reassignments:
         if target is None:
             if not in_progress(part):
                 # Kafka leaves out a message that only repeats the error's own.
-                raise ApiError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)
+                raise KafkaError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)
             replicas, isr, unclean = revert(part)
             allowed = self.unclean(name)
             if unclean and not allowed:
-                raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                f"Unable to revert partition assignment for {name}:{partition_id} "
                                "because it would require an unclean leader election.")
             record = partition_change(
@@ -146,7 +146,7 @@ class _Reassignments:
         if record is None:
             return
         if len(self.records) >= self.room:
-            raise ApiError(ErrorCode.POLICY_VIOLATION, TOO_LARGE_MESSAGE)
+            raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_LARGE_MESSAGE)
         self.records.append(record)
         after = self.changed[key] = part.merge(record)
         log.info("%s reassignment of %s-%d: replicas %s -> %s, adding %s, removing %s, "
@@ -172,9 +172,9 @@ def alter_partition_reassignments(w: Working, request: m.AlterPartitionReassignm
             try:
                 work.alter(t.name, p.partition_index,
                            None if p.replicas is None else list(p.replicas))
-            except ApiError as exc:
+            except KafkaError as exc:
                 log.info("Unable to alter the reassignment of %s-%d: %s (%s)", t.name,
-                         p.partition_index, exc.code.name, exc.message)
+                         p.partition_index, ErrorCode(exc.code).name, exc.message)
                 res.error_code, res.error_message = exc.code, exc.message
             out.partitions.append(res)
     w.add(work.records)

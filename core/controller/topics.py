@@ -26,9 +26,9 @@ from typing import Callable
 
 from core.protocol import messages as m
 from core.protocol.codegen import Message
-from core.protocol.errors import ErrorCode
+from core.protocol.errors import ErrorCode, KafkaError
 
-from .common import (CLUSTER_METADATA_TOPIC, INTERNAL_TOPICS, TOO_LARGE_MESSAGE, ApiError, ControllerResult,
+from .common import (CLUSTER_METADATA_TOPIC, INTERNAL_TOPICS, TOO_LARGE_MESSAGE, ControllerResult,
                      Working, answer_each, topic_name_error)
 from .configs import check_topic_configs, effective_topic_configs
 from .election import is_active
@@ -57,21 +57,21 @@ def check_manual_assignment(image: MetadataImage, replicas: list[int],
                             replication_factor: int | None) -> None:
     """Kafka's validateManualPartitionAssignment."""
     if not replicas:
-        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                        "The manual partition assignment includes an empty replica list.")
     previous = None
     for broker in sorted(replicas):
         if broker not in image.brokers:
-            raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                            f"The manual partition assignment includes broker {broker}, but no "
                            "such broker is registered.")
         if broker == previous:
-            raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                            f"The manual partition assignment includes the broker {broker} more "
                            "than once.")
         previous = broker
     if replication_factor is not None and len(replicas) != replication_factor:
-        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                        f"The manual partition assignment includes a partition with "
                        f"{len(replicas)} replica(s), but this is not consistent with previous "
                        f"partitions, which have {replication_factor} replica(s).")
@@ -89,8 +89,8 @@ def _partition_record(topic_id: bytes, partition_id: int, replicas: list[int],
                              directories=[])
 
 
-def _unplaceable(replication_factor: int) -> ApiError:
-    return ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
+def _unplaceable(replication_factor: int) -> KafkaError:
+    return KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                     f"Unable to replicate the partition {replication_factor} time(s): All brokers "
                     "are currently fenced or in controlled shutdown.")
 
@@ -103,7 +103,7 @@ def _manual_partitions(image: MetadataImage, assignments: list[tuple[int, list[i
         replication_factor = len(replicas)
         isr = _active_isr(image, replicas)
         if not isr:
-            raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                            f"All brokers specified in the manual partition assignment for "
                            f"partition {partition_id} are fenced or in controlled shutdown.")
         out.append((replicas, isr))
@@ -119,7 +119,7 @@ def _placed_partitions(image: MetadataImage, placer: StripedReplicaPlacer, count
         message = str(exc)
         if wrap:
             message = f"Unable to replicate the partition {replication_factor} time(s): {message}"
-        raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, message) from None
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, message) from None
     out = []
     for replicas in placed:
         isr = _active_isr(image, replicas)
@@ -137,52 +137,52 @@ def _create_topic(w: Working, ct: m.CreateTopicsRequest.CreatableTopic, config: 
                   new_topic_id: NewTopicId) -> tuple[bytes, int, int, dict[str, str]]:
     image = w.image
     if ct.name == CLUSTER_METADATA_TOPIC:
-        raise ApiError(ErrorCode.INVALID_REQUEST,
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
                        f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited.")
     error = topic_name_error(ct.name)
     if error is not None:
-        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, error)
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, error)
     if ct.name in image.topic_ids:
-        raise ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{ct.name}' already exists.")
+        raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{ct.name}' already exists.")
     other = _collision(image, ct.name)
     if other is not None:
-        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                        f"Topic '{ct.name}' collides with existing topic: {other}")
     # Kafka reads the configs into a map: a key given twice keeps its last value.
     configs = check_topic_configs({c.name: c.value for c in ct.configs})
 
     if ct.assignments:
         if ct.replication_factor != -1:
-            raise ApiError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was "
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was "
                            "specified, but replication factor was not set to -1.")
         if ct.num_partitions != -1:
-            raise ApiError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was "
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was "
                            "specified, but numPartitions was not set to -1.")
         counts = Counter(a.partition_index for a in ct.assignments)
         twice = next((p for p, n in counts.items() if n > 1), None)
         if twice is not None:
-            raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                            f"Found multiple manual partition assignments for partition {twice}")
         count = len(ct.assignments)
         if 1 + len(configs) + count > w.room():
-            raise ApiError(ErrorCode.POLICY_VIOLATION, TOO_LARGE_MESSAGE)
+            raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_LARGE_MESSAGE)
         by_index = sorted((a.partition_index, list(a.broker_ids)) for a in ct.assignments)
         partitions = _manual_partitions(image, by_index, None)
         if [p for p, _ in by_index] != list(range(count)):
-            raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                            "partitions should be a consecutive 0-based integer sequence")
     else:
         if ct.replication_factor < -1 or ct.replication_factor == 0:
-            raise ApiError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be "
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be "
                            "larger than 0, or -1 to use the default value.")
         if ct.num_partitions < -1 or ct.num_partitions == 0:
-            raise ApiError(ErrorCode.INVALID_PARTITIONS,
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS,
                            "Number of partitions was set to an invalid non-positive value.")
         count = config.num_partitions if ct.num_partitions == -1 else ct.num_partitions
         rf = config.default_replication_factor if ct.replication_factor == -1 \
             else ct.replication_factor
         if 1 + len(configs) + count > w.room():
-            raise ApiError(ErrorCode.POLICY_VIOLATION, TOO_LARGE_MESSAGE)
+            raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_LARGE_MESSAGE)
         partitions = _placed_partitions(image, placer, count, rf, wrap=True)
 
     topic_id = new_topic_id(image)
@@ -243,7 +243,7 @@ def delete_topics(request: m.DeleteTopicsRequest, version: int, *, image: Metada
             topic = _topic_to_delete(image, config, version, name, tid, names, ids)
             w.add([m.RemoveTopicRecord(topic_id=topic.id)])
             res.name, res.topic_id = topic.name, topic.id
-        except ApiError as exc:
+        except KafkaError as exc:
             res.error_code, res.error_message = exc.code, exc.message
         results.append(res)
     return ControllerResult(w.records, R(throttle_time_ms=0, responses=results))
@@ -255,7 +255,7 @@ def _topic_to_delete(image: MetadataImage, config: ControllerConfig, version: in
     if topic.name in INTERNAL_TOPICS:
         # Deleting __consumer_offsets would silently lose every group's committed offsets
         # (Kafka's own tools refuse it too).
-        raise ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                        f"{topic.name} is an internal topic and cannot be deleted")
     return topic
 
@@ -265,27 +265,27 @@ def _resolve_topic_to_delete(image: MetadataImage, config: ControllerConfig, ver
                              ids: Counter[bytes]) -> TopicImage:
     if not config.delete_topic_enable:
         if version < 3:
-            raise ApiError(ErrorCode.INVALID_REQUEST, "Topic deletion is disabled.")
-        raise ApiError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Topic deletion is disabled.")
+        raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
     if name is None and tid == ZERO_UUID:
-        raise ApiError(ErrorCode.INVALID_REQUEST, "Neither topic name nor id were specified.")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Neither topic name nor id were specified.")
     if name is not None and tid != ZERO_UUID:
-        raise ApiError(ErrorCode.INVALID_REQUEST,
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
                        "You may not specify both topic name and topic id.")
     if name is None:
         if ids[tid] > 1:
-            raise ApiError(ErrorCode.INVALID_REQUEST, "Duplicate topic id.")
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate topic id.")
         topic = image.topics.get(tid)
         if topic is None:
-            raise ApiError(ErrorCode.UNKNOWN_TOPIC_ID, "This server does not host this topic ID.")
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, "This server does not host this topic ID.")
         return topic
     if names[name] > 1:
-        raise ApiError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
     topic = image.topic(name)
     if topic is None:
-        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
     if topic.id in ids:
-        raise ApiError(ErrorCode.INVALID_REQUEST,
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
                        "The provided topic name maps to an ID that was already supplied.")
     return topic
 
@@ -298,23 +298,23 @@ def _create_partitions(w: Working, t: m.CreatePartitionsRequest.CreatePartitions
     image = w.image
     topic = image.topic(t.name)
     if topic is None:
-        raise ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{t.name}' does not exist.")
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{t.name}' does not exist.")
     current = len(topic.partitions)
     if t.count == current:
-        raise ApiError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
     if t.count < current:
-        raise ApiError(ErrorCode.INVALID_PARTITIONS,
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS,
                        f"The topic {t.name} currently has {current} partition(s); {t.count} would "
                        "not be an increase.")
     additional = t.count - current
     if t.assignments is not None and len(t.assignments) != additional:
-        raise ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                        f"Attempted to add {additional} additional partition(s), but only "
                        f"{len(t.assignments)} assignment(s) were specified.")
     if additional > w.room():
-        raise ApiError(ErrorCode.POLICY_VIOLATION, TOO_LARGE_MESSAGE)
+        raise KafkaError(ErrorCode.POLICY_VIOLATION, TOO_LARGE_MESSAGE)
     if not topic.partitions:
-        raise ApiError(ErrorCode.UNKNOWN_SERVER_ERROR,
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
                        f"Invalid state: topic {t.name} appears to have no partitions.")
     rf = len(topic.partitions[min(topic.partitions)].replicas)
     if t.assignments is not None:

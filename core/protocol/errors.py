@@ -178,10 +178,13 @@ _RETRIABLE = frozenset({
 
 
 class KafkaError(Exception):
-    """An error a broker answered with, carried to the caller of our client."""
+    """A Kafka error code with its message: answered by a broker to our client, or raised inside
+    a broker or controller and answered to a client (the response's error code and message).
+    The one error class for Kafka errors, on both sides of the wire."""
 
     def __init__(self, code: int, message: str | None = None):
         self.code = ErrorCode(code) if code in ErrorCode._value2member_map_ else code
+        self.message = message
         name = self.code.name if isinstance(self.code, ErrorCode) else f"error {code}"
         super().__init__(f"{name}: {message}" if message else name)
 

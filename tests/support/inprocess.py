@@ -17,6 +17,7 @@ tests/support/group_node.py wraps both with the group tests' properties.
 """
 from __future__ import annotations
 
+from core.protocol.errors import KafkaError
 import itertools
 import logging
 from contextlib import asynccontextmanager
@@ -26,7 +27,6 @@ from typing import AsyncIterator
 
 import anyio
 
-from core.broker.groups.manager import CoordinatorError
 from core.broker.groups.storage import TOPIC as OFFSETS_TOPIC
 from core.broker.groups.storage import partition_for
 from core.client import Admin, KafkaClient, NewTopic
@@ -137,6 +137,6 @@ async def offsets_topic_ready(node: NodeHandle) -> None:
         while not offsets_topic_loaded(node):
             try:
                 await groups.ensure_topic()
-            except CoordinatorError:
+            except KafkaError:
                 pass   # COORDINATOR_NOT_AVAILABLE: being created
             await sync.wait_synced(lambda: offsets_topic_loaded(node), timeout_s=1.0)

@@ -327,13 +327,23 @@ class Sync:
         return self.shown[-1]
 
 
+class KRaft:
+    """The broker's link to the quorum; its reconciled image is the loader's, at once."""
+
+    def __init__(self, h: Harness):
+        self.channel, self.quorum, self.sync = Channel(h), SimpleNamespace(loader=Loader(h)), Sync()
+
+    @property
+    def image(self):
+        return self.quorum.loader.image
+
+
 def broker_ctx(version: int, *, allow: bool = True, topics=None, h: Harness | None = None):
     """A request context on a broker that holds `topics` (name -> partition count) and, with
     `h`, forwards to `h`'s controller (without, it has no controller to reach)."""
     kraft = None
     if h is not None:
-        kraft = SimpleNamespace(channel=Channel(h), quorum=SimpleNamespace(loader=Loader(h)),
-                                sync=Sync())
+        kraft = KRaft(h)
     broker = SimpleNamespace(kraft=kraft, topics={
         name: SimpleNamespace(partitions=[object()] * n) for name, n in (topics or {}).items()})
     return RequestContext(broker=broker, authorizer=Authorizer(allow), listener=None,

@@ -6,9 +6,9 @@ import pytest
 
 from core.controller import MetadataImage, QuorumController
 from core.controller import producer_ids
-from core.controller.common import ApiError, Working
+from core.controller.common import Working
 from core.protocol import messages as m
-from core.protocol.errors import ErrorCode as E
+from core.protocol.errors import ErrorCode as E, KafkaError
 
 from tests.support import controller_harness as harness
 from tests.support.controller_harness import CLUSTER, Clock, Harness, new_topic
@@ -181,7 +181,7 @@ def test_exhaustion_says_why():
                                end_points=[], features=[], rack=None, fenced=True),
         m.ProducerIdsRecord(broker_id=1, broker_epoch=5, next_producer_id=LONG_MAX - 1)])
     w = Working(image)
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(KafkaError) as info:
         producer_ids.allocate_producer_ids(w, request(1, 5))
     assert info.value.code == E.UNKNOWN_SERVER_ERROR
     assert "Exhausted all producerIds" in info.value.message

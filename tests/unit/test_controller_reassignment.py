@@ -681,15 +681,24 @@ class Sync:
         return self.shown[-1]
 
 
+class KRaft:
+    """The broker's link to the quorum; its reconciled image is the loader's."""
+
+    def __init__(self, h: Harness, loader: Loader):
+        self.channel, self.quorum, self.sync = Channel(h), SimpleNamespace(loader=loader), Sync()
+
+    @property
+    def image(self):
+        return self.quorum.loader.image
+
+
 def broker_ctx(api_key: int, *, allow: bool = True, topics=None, h: Harness | None = None,
                lagging: bool = False):
     """A request context on broker 7 holding `topics` (name -> partition count) that, with `h`,
     forwards to `h`'s controller; a `lagging` broker's image is the one before the request."""
     kraft = None
     if h is not None:
-        loader = Loader(h, h.ctl.committed_image if lagging else None)
-        kraft = SimpleNamespace(channel=Channel(h), quorum=SimpleNamespace(loader=loader),
-                                sync=Sync())
+        kraft = KRaft(h, Loader(h, h.ctl.committed_image if lagging else None))
     broker = SimpleNamespace(kraft=kraft, node_id=7, topics={
         name: SimpleNamespace(partitions=[object()] * n) for name, n in (topics or {}).items()})
     return RequestContext(broker=broker, authorizer=Authorizer(allow), listener=None,

@@ -195,7 +195,7 @@ async def test_a_live_group_in_a_rebalance_keeps_its_offsets(tmp_path, anyio_bac
 
 
 async def test_an_unexpected_write_error_fails_the_request_not_the_node(tmp_path, anyio_backend):
-    """Any exception other than CoordinatorError escaped the writer task and took the whole
+    """Any exception other than KafkaError escaped the writer task and took the whole
     task group (the node) down, leaving every queued request unanswered. Here: metadata that
     offset.metadata.max.bytes allows but the record format's int16 string cannot carry."""
     clock = Clock()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from core.broker.replica_fetcher import ReplicaFetcher
+from core.broker.replication.fetcher import ReplicaFetcher
 from core.broker.replication.messages import FollowerFetch, SendFetch
 
 

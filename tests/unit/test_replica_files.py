@@ -1,9 +1,9 @@
-"""leader-epoch-checkpoint and replication-offset-checkpoint (core/broker/replica_files.py)."""
+"""leader-epoch-checkpoint and replication-offset-checkpoint (core/broker/replication/files.py)."""
 from __future__ import annotations
 
 import pytest
 
-from core.broker import replica_files as rf
+from core.broker.replication import files as rf
 from core.broker.replication import EpochEntry
 
 
@@ -50,7 +50,7 @@ def test_a_log_without_an_epoch_checkpoint_gets_its_epochs_from_the_batches(tmp_
     is rebuilt from the batches' partitionLeaderEpoch; the high watermark comes from the log
     dir's checkpoint, clamped to the log."""
     from core.broker.partition import Partition
-    from core.broker.replica_manager import recover_replica_log
+    from core.broker.replication.manager import recover_replica_log
     from core.log import Log, LogConfig
     from core.protocol.records import build_batch
 

@@ -1,9 +1,9 @@
-"""The replication throttle's rate measure (core/broker/replication_quota.py)."""
+"""The replication throttle's rate measure (core/broker/replication/quota.py)."""
 from __future__ import annotations
 
 import pytest
 
-from core.broker.replication_quota import UNLIMITED, WINDOW_MS, WINDOWS, ReplicationQuota
+from core.broker.replication.quota import UNLIMITED, WINDOW_MS, WINDOWS, ReplicationQuota
 
 
 class Clock:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Mapping, Optional
 
 import anyio
 
-from core.protocol.errors import DecodeError
+from core.protocol.errors import DecodeError, KafkaError
 from core.protocol.errors import ErrorCode as E
 from core.protocol.records import build_batch, iter_records, scan_batches
 
@@ -51,14 +51,6 @@ log = logging.getLogger(__name__)
 
 # Append errors that mean another broker leads (or is about to lead) the group's partition.
 _MOVED = frozenset({E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH, E.UNKNOWN_TOPIC_OR_PARTITION})
-
-
-class CoordinatorError(Exception):
-    """The offsets log cannot take a write; answered with `code`."""
-
-    def __init__(self, code: E, message: str):
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)
@@ -315,10 +307,10 @@ class GroupManager:
                         await self._write_offsets(action)
                     elif isinstance(action, DropTopicOffsets):
                         await self._drop_topic_offsets(action.topic)
-                except CoordinatorError as exc:
+                except KafkaError as exc:
                     log.error("group %s: cannot write to %s: %s", getattr(action, "group_id", "*"),
                               TOPIC, exc)
-                    failure = exc.code
+                    failure = E(exc.code)
                 except Exception:
                     # never let the writer die: that would take the node down and leave
                     # every queued request unanswered
@@ -357,7 +349,7 @@ class GroupManager:
             if gone:
                 try:
                     await self._write_offsets(WriteOffsets(gid, dict.fromkeys(gone)))
-                except CoordinatorError as exc:
+                except KafkaError as exc:
                     log.error("group %s: cannot remove offsets of deleted topic %s: %s", gid, topic, exc)
 
     async def _append(self, group_id: str, records: list[tuple[bytes, Optional[bytes]]],
@@ -365,27 +357,27 @@ class GroupManager:
         await self.ensure_topic()
         topic = self.broker.topics.get(TOPIC)
         if topic is None:
-            raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE, f"{TOPIC} is not available")
+            raise KafkaError(E.COORDINATOR_NOT_AVAILABLE, f"{TOPIC} is not available")
         partition = topic.partition(storage.partition_for(group_id, len(topic.partitions)))
         if partition is None:
             # Another broker leads this group's partition, so it coordinates the group.
-            raise CoordinatorError(E.NOT_COORDINATOR, f"this broker does not lead the group's {TOPIC} partition")
+            raise KafkaError(E.NOT_COORDINATOR, f"this broker does not lead the group's {TOPIC} partition")
         if not partition.is_leader:
-            raise CoordinatorError(E.NOT_COORDINATOR, f"this broker does not lead the group's {TOPIC} partition")
+            raise KafkaError(E.NOT_COORDINATOR, f"this broker does not lead the group's {TOPIC} partition")
         now = self.broker.clock()
         data = bytearray(build_batch([(k, v, None, now) for k, v in records]))
         limit = topic.configs.get("max.message.bytes")
         if len(data) > limit:
-            raise CoordinatorError(E.INVALID_COMMIT_OFFSET_SIZE if commit else E.UNKNOWN_SERVER_ERROR,
+            raise KafkaError(E.INVALID_COMMIT_OFFSET_SIZE if commit else E.UNKNOWN_SERVER_ERROR,
                                    f"a {len(data)}-byte batch exceeds max.message.bytes {limit}")
         try:
             result = await partition.append(data, scan_batches(data), now)
         except OSError as exc:
-            raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
+            raise KafkaError(E.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
         code = result if isinstance(result, E) else await partition.wait_replicated(result)
         if code:
             # As Kafka's GroupMetadataManager maps a failed append of the group's records.
-            raise CoordinatorError(E.NOT_COORDINATOR if code in _MOVED else E.COORDINATOR_NOT_AVAILABLE,
+            raise KafkaError(E.NOT_COORDINATOR if code in _MOVED else E.COORDINATOR_NOT_AVAILABLE,
                                    f"writing {TOPIC} failed: {code.name}")
 
     async def ensure_topic(self) -> None:
@@ -400,7 +392,7 @@ class GroupManager:
         if TOPIC in self.broker.topics:
             return
         self._topic_wanted.set()
-        raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE, f"{TOPIC} is being created")
+        raise KafkaError(E.COORDINATOR_NOT_AVAILABLE, f"{TOPIC} is being created")
 
     def _topic_configs(self) -> dict[str, str]:
         return {"cleanup.policy": "compact", "compression.type": "producer",

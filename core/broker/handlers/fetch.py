@@ -16,7 +16,7 @@ something new. v13+ names topics by id.
 
 KIP-392: with replica.selector.class=RackAwareReplicaSelector a leader answers a consumer (v11+,
 with client.rack) with a preferred read replica in the client's rack and no records
-(replica_selector.py); a follower serves v11+ consumer fetches up to its own high watermark.
+(replication/selector.py); a follower serves v11+ consumer fetches up to its own high watermark.
 
 A follower's fetch (replica id >= 0: ReplicaState from v15, ReplicaId before) needs
 CLUSTER_ACTION on the cluster. Each partition goes to its replica (on_follower_fetch), which
@@ -39,7 +39,7 @@ from core.security.authorizer import Operation, ResourceType
 
 from ..fetch_session import (FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, CachedPartition, FetchSession,
                              next_epoch)
-from ..replica_selector import preferred_read_replica
+from ..replication.selector import preferred_read_replica
 from ..replication import FetchAnswer, FollowerFetch
 
 log = logging.getLogger(__name__)

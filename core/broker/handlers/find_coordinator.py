@@ -10,10 +10,9 @@ any other key type is INVALID_REQUEST.
 """
 from __future__ import annotations
 
-from core.broker.groups.manager import CoordinatorError
 from core.broker.groups.storage import TOPIC
 from core.protocol import messages as m
-from core.protocol.errors import ErrorCode
+from core.protocol.errors import ErrorCode, KafkaError
 from core.security.authorizer import Operation, ResourceType
 
 R = m.FindCoordinatorResponse
@@ -43,8 +42,8 @@ async def _lookup(ctx, key: str, key_type: int) -> tuple[ErrorCode, str | None]:
         return ErrorCode.GROUP_AUTHORIZATION_FAILED, None
     try:
         await ctx.broker.groups.ensure_topic()
-    except CoordinatorError as exc:
-        return exc.code, str(exc)
+    except KafkaError as exc:
+        return ErrorCode(exc.code), exc.message
     return ErrorCode.NONE, None
 
 

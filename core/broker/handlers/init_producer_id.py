@@ -13,9 +13,7 @@ COORDINATOR_LOAD_IN_PROGRESS, which clients retry.
 from __future__ import annotations
 
 from core.protocol import messages as m
-from core.protocol.errors import ErrorCode
-
-from ..broker import BrokerError
+from core.protocol.errors import ErrorCode, KafkaError
 from core.security.authorizer import Operation, ResourceType
 
 R = m.InitProducerIdResponse
@@ -30,7 +28,7 @@ async def handle(ctx, req):
                  producer_epoch=-1)
     try:
         producer_id = await ctx.broker.allocate_producer_id()
-    except BrokerError as exc:   # KRaft: no producer id block from the controller yet
+    except KafkaError as exc:   # KRaft: no producer id block from the controller yet
         return R(throttle_time_ms=0, error_code=exc.code, producer_id=-1, producer_epoch=-1)
     return R(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)
 

@@ -72,15 +72,21 @@ start. Truncating below our own high watermark loses committed records: possible
 unclean election, and reported as RecordsLost; a leader elected uncleanly reports
 UncleanLeadership.
 
-Where things live: messages.py (inputs, answers, actions), epochs.py (LeaderEpochCache),
-log.py (ReplicaLog), isr.py (follower progress, ISR states and rules), leader.py, follower.py,
-replica.py (PartitionReplica, ReplicationConfig, Role).
+Where things live. The state machine, pure: messages.py (inputs, answers, actions), log.py
+(ReplicaLog, over core/log/epochs.py's LeaderEpochCache, which the Raft log shares), isr.py
+(follower progress, ISR states and rules), leader.py, follower.py, replica.py
+(PartitionReplica, ReplicationConfig, Role). Its driver, the
+only modules here that do I/O or read a clock: manager.py (ReplicaManager: feeds every
+partition's replica and carries out its actions), fetcher.py (one ReplicaFetcher per leader,
+over a fetch session), files.py (the checkpoint files), quota.py (the replication throttle) and
+selector.py (KIP-392's preferred read replica). This package's __init__ imports only the pure
+modules, so importing the state machine never pulls in the driver.
 """
 from . import messages as _messages
 # `X as X`: re-exported explicitly, since type checkers cannot read the computed __all__ below.
-from .epochs import EpochEntry as EpochEntry
-from .epochs import LeaderEpochCache as LeaderEpochCache
-from .epochs import OffsetAndEpoch as OffsetAndEpoch
+from core.log.epochs import EpochEntry as EpochEntry
+from core.log.epochs import LeaderEpochCache as LeaderEpochCache
+from core.log.epochs import OffsetAndEpoch as OffsetAndEpoch
 from .log import ReplicaLog as ReplicaLog
 from .messages import *  # noqa: F401,F403
 from .replica import PartitionReplica as PartitionReplica

@@ -33,11 +33,11 @@ from core.protocol.records import InvalidBatch, scan_batches
 
 from core.client.fetch_session import SESSION_ERRORS, FetchSessionHandler
 
-from .replication import (DivergingEpoch, FetchedBatch, FetchResponse, LeaderOffsets, SendFetch,
+from . import (DivergingEpoch, FetchedBatch, FetchResponse, LeaderOffsets, SendFetch,
                           SendListOffsets)
 
 if TYPE_CHECKING:
-    from .partition import Partition
+    from ..partition import Partition
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Iterable
 
 from core.log.checkpoint import write_durably
 
-from .replication import EpochEntry
+from . import EpochEntry
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ right after the call that produced them (`_execute`):
     apply_metadata                           MetadataSync, for every new image
     append_as_leader                         Partition.append (Produce, group commits)
     on_follower_fetch                        the Fetch handler, for a follower's fetch
-    on_fetch_response / on_fetch_failed /    ReplicaFetcher (replica_fetcher.py), one task per
+    on_fetch_response / on_fetch_failed /    ReplicaFetcher (fetcher.py), one task per
       on_leader_offsets                      leader broker
     on_alter_partition_response              the AlterPartition sender below
     tick                                     the ticker below, at next_deadline_ms()
@@ -48,17 +48,17 @@ from core.protocol.errors import ErrorCode
 
 from core.config.topic import is_throttled
 
-from . import replica_files
-from .replication_quota import ReplicationQuota
-from .replication import (AlterPartitionAnswer, AppendAsFollower, BrokerInfo, CheckpointEpochs,
+from . import files as replica_files
+from .quota import ReplicationQuota
+from . import (AlterPartitionAnswer, AppendAsFollower, BrokerInfo, CheckpointEpochs,
                           CompleteProduce, HighWatermarkChanged, LogStartOffsetChanged,
                           PartitionMetadata, PartitionReplica, RecordsLost, ReplicaLog,
                           ReplicationConfig, SendAlterPartition, SendFetch, SendListOffsets,
                           StopReplica, TruncateFullyAndStartAt, TruncateTo, UncleanLeadership)
 
 if TYPE_CHECKING:
-    from .partition import Partition
-    from .replica_fetcher import ReplicaFetcher
+    from ..partition import Partition
+    from .fetcher import ReplicaFetcher
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def recover_replica_log(partition, high_watermarks: dict[tuple[str, int], int]) 
 
 def _epochs_from_batches(plog):
     from core.protocol.records import iter_batch_headers
-    from .replication import EpochEntry
+    from . import EpochEntry
     entries: list[EpochEntry] = []
     offset, end = plog.log_start_offset, plog.log_end_offset
     while offset < end:
@@ -429,7 +429,7 @@ class ReplicaManager:
     def _fetcher(self, leader_id: int):
         fetcher = self._fetchers.get(leader_id)
         if fetcher is None:
-            from .replica_fetcher import ReplicaFetcher
+            from .fetcher import ReplicaFetcher
             fetcher = ReplicaFetcher(self, leader_id)
             self._fetchers[leader_id] = fetcher
             if self._task_group is not None:
