@@ -27,6 +27,7 @@ from core.raft.storage import METADATA_PARTITION_DIR
 from .fetch_session import FetchSessionCache
 from .groups.manager import GroupManager
 from .metrics import BrokerMetrics
+from .open_connections import OpenConnections
 from .partition import Partition
 from .producer_state import ProducerIdAllocator, delete_snapshots
 
@@ -68,7 +69,7 @@ class Broker:
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[bytes, Topic] = {}
         self.started_at = 0
-        self.connections: set = set()   # open client connections (connection.Connection)
+        self.connections = OpenConnections()   # open client connections
         self.draining = False           # set at shutdown: finish current requests, take no more
         self.metrics = metrics or BrokerMetrics()
         self.metrics.watch_broker(self)

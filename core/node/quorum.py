@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 
+from core.broker.open_connections import OpenConnections
 from core.config import BrokerConfig
 from core.config.defs import ConfigError
 from core.raft.config import QuorumConfig
@@ -69,7 +70,7 @@ class ControllerServer:
         self.config = config
         self.quorum = quorum
         self.metrics = metrics
-        self.connections: set = set()   # touched on the raft thread only
+        self.connections = OpenConnections()   # touched on the raft thread only
         self.draining = False
         self.driver = quorum.driver.driver   # the RaftDriver: this role runs on its thread
         self.loader = MetadataLoader(keep_image=False)

@@ -83,13 +83,15 @@ class NodeHandle:
             broker.groups.unload_all()  # parked joins and syncs answer NOT_COORDINATOR now
             for p in broker.all_partitions():
                 p.wake_waiters()  # long polls answer now
-        if broker is not None:
-            _close_when_idle(broker.connections)
-        if self.controller is not None:
-            on_raft_thread(_close_when_idle, self.controller.connections)
         with anyio.move_on_after(self.config["shutdown.timeout.ms"] / 1000):
-            while any(server.connections for server in self._servers()):
-                await anyio.sleep(0.01)
+            async with anyio.create_task_group() as draining:
+                if broker is not None:
+                    broker.connections.close_when_idle()
+                    draining.start_soon(broker.connections.drained)
+                if self.controller is not None:
+                    connections = self.controller.connections   # on the raft thread's loop
+                    on_raft_thread(connections.close_when_idle)
+                    draining.start_soon(self.quorum.driver.call, connections.drained)
         busy = sum(len(server.connections) for server in self._servers())
         if busy:
             log.warning("%d connections still busy after shutdown.timeout.ms; cancelling them", busy)
@@ -122,11 +124,6 @@ class NodeHandle:
             seen.append(f"broker {self.config.node_id} registered (epoch {self.lifecycle.broker_epoch}), "
                         f"unfenced and serving")
         return True, "healthy: " + "; ".join(seen)
-
-
-def _close_when_idle(connections) -> None:
-    for conn in list(connections):
-        conn.close_when_idle()
 
 
 async def _serve_listener(listener_cfg: Listener, tcp_listener, server, authorizer,
