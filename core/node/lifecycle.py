@@ -19,6 +19,12 @@ register again.
 Controlled shutdown: `shutdown()` sends heartbeats with want_shut_down until the controller
 answers should_shut_down (it has moved leadership away), bounded by the caller's timeout.
 
+Registering, unfencing and controlled shutdown each wait on the quorum: on a leader, an active
+controller, or metadata this broker has yet to apply. So while in one of them the lifecycle
+does not wait out its backoff or heartbeat interval: it tries again as soon as the Raft node
+reports a leader change or a commit (Kafka heartbeats every 10 ms while a broker starts). A
+one-node cluster registers and is unfenced within milliseconds of electing itself.
+
 `run()` runs on the raft thread (core/raft/thread.py), so that a busy data plane never delays a
 heartbeat past broker.session.timeout.ms; the node's main loop waits on `registered`,
 `unfenced` and `shutdown_granted` (events that cross threads) and reads the plain attributes.
@@ -42,6 +48,7 @@ log = logging.getLogger(__name__)
 
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 RETRY_BACKOFF_S = 0.1
+FENCED_HEARTBEAT_S = 0.25   # the longest wait between heartbeats while fenced or shutting down
 _REREGISTER = (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED)
 
 
@@ -63,6 +70,16 @@ class BrokerLifecycle:
         self._conn_target = -1
         self._wake = anyio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None   # run()'s, where _wake belongs
+        quorum.driver.add_local_listener(_QuorumProgress(self))   # called on run()'s thread
+
+    @property
+    def waiting_on_quorum(self) -> bool:
+        return self.broker_epoch < 0 or self.fenced or self.want_shutdown
+
+    def quorum_progressed(self) -> None:
+        """The raft thread's Raft node changed leader or committed (called on that thread)."""
+        if self.waiting_on_quorum and self._loop is not None:
+            self._wake.set()
 
     @property
     def interval_s(self) -> float:
@@ -83,7 +100,7 @@ class BrokerLifecycle:
                 except (KafkaError, OSError) as exc:
                     log.debug("broker %d: controller request failed: %s", self.config.node_id, exc)
                     await self._drop_connection()
-                    await anyio.sleep(RETRY_BACKOFF_S)
+                    await self._sleep(RETRY_BACKOFF_S)
         finally:
             with anyio.CancelScope(shield=True):
                 await self._drop_connection()
@@ -91,7 +108,11 @@ class BrokerLifecycle:
     async def _sleep_until_next(self) -> None:
         # Heartbeat sooner while fenced or shutting down: both wait on the controller's answer.
         fast = self.fenced or self.want_shutdown
-        with anyio.move_on_after(min(self.interval_s, 0.25) if fast else self.interval_s):
+        await self._sleep(min(self.interval_s, FENCED_HEARTBEAT_S) if fast else self.interval_s)
+
+    async def _sleep(self, seconds: float) -> None:
+        """Up to `seconds`, or until woken (shutdown, or the quorum moved while we wait on it)."""
+        with anyio.move_on_after(seconds):
             await self._wake.wait()
         self._wake = anyio.Event()
 
@@ -181,3 +202,19 @@ class BrokerLifecycle:
         with anyio.move_on_after(timeout_s):
             await self.shutdown_granted.wait()
         return self.shutdown_granted.is_set()
+
+
+class _QuorumProgress:
+    """A Raft listener on the raft thread that wakes the lifecycle when the quorum moves."""
+
+    def __init__(self, lifecycle: BrokerLifecycle):
+        self.lifecycle = lifecycle
+
+    def handle_snapshot(self, snapshot) -> None:
+        self.lifecycle.quorum_progressed()
+
+    def handle_commit(self, entries, high_watermark: int) -> None:
+        self.lifecycle.quorum_progressed()
+
+    def handle_leader_change(self, leader) -> None:
+        self.lifecycle.quorum_progressed()
