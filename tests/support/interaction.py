@@ -25,8 +25,9 @@ message is from and to (`message_route`), its type name (`message_type`), how it
 (`message_text`), how it is delivered (`deliver_message`), and for `stabilize` what a node's
 state is (`node_states`) and how a changed node prints (`settled_line`).
 
-tests/raft/interaction.py (scripts in tests/raft/testdata) and tests/replication/interaction.py
-(tests/replication/testdata) are the environments so far. A test runs every script of a
+tests/raft/interaction.py (scripts in tests/raft/testdata), tests/replication/interaction.py
+(tests/replication/testdata) and tests/groups/interaction.py (tests/groups/testdata) are the
+environments so far. A test runs every script of a
 directory with `script_paths` and `check_script`; with the rewrite variable set to 1 the actual
 output is written back into the scripts, for review as a diff.
 """
