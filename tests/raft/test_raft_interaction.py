@@ -13,14 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.raft.interaction import Env
-from tests.support.interaction import check_script, script_paths
+from tests.support.interaction import script_test
 
-SCRIPTS = script_paths(Path(__file__).parent / "testdata")
-
-
-@pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
-def test_interaction_script(script: Path) -> None:
-    check_script(script, Env, rewrite_variable="SEAWAY_RAFT_REWRITE")
+test_interaction_script = script_test(Path(__file__).parent / "testdata", Env, "SEAWAY_RAFT_REWRITE")

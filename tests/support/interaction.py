@@ -211,3 +211,18 @@ def check_script(path: Path, make_env: Callable[[], ScriptEnv], rewrite_variable
     write the actual output back instead."""
     failures = run_script(path, make_env(), rewrite=os.environ.get(rewrite_variable) == "1")
     assert not failures, "\n\n".join(failures)
+
+
+def script_test(testdata: Path, make_env: Callable[[], ScriptEnv], rewrite_variable: str):
+    """A pytest test that runs each script of `testdata` on a fresh `make_env()`, one case a
+    script; a test module binds it to a test name:
+
+        test_interaction_script = script_test(Path(__file__).parent / "testdata", Env, "SEAWAY_X_REWRITE")
+    """
+    import pytest
+    scripts = script_paths(testdata)
+
+    @pytest.mark.parametrize("script", scripts, ids=[p.stem for p in scripts])
+    def test(script: Path) -> None:
+        check_script(script, make_env, rewrite_variable)
+    return test
