@@ -21,7 +21,7 @@ import time
 
 import anyio
 
-from core.client import Admin
+from core.client import Admin, NewTopic
 from core.client.errors import KafkaError
 
 from .records import Checkpoint, encode_checkpoint
@@ -55,7 +55,6 @@ class CheckpointEmitter:
             await anyio.sleep(self.interval_s)
 
     async def _ensure_topic(self) -> None:
-        from core.client import NewTopic
         admin = Admin(self.link.target)
         if self.topic in await admin.list_topics(internal=True):
             return

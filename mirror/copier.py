@@ -52,9 +52,10 @@ from anyio.abc import TaskGroup
 from core.client import KafkaClient
 from core.client.errors import KafkaConnectionError, KafkaError
 from core.client.fetch_session import SESSION_ERRORS, FetchSessionHandler
+from core.client.offsets import list_offsets
 from core.protocol import messages as m
-from core.protocol.records import MAX_TIMESTAMP_AT
 from core.protocol.errors import ErrorCode
+from core.protocol.records import MAX_TIMESTAMP_AT
 
 from .batches import MirrorBatchError, prepare_for_target, restamp_producer
 
@@ -370,7 +371,6 @@ class PartitionCopier:
         return records, p.aborted_transactions or [], p.last_stable_offset
 
     async def _start_at_log_start(self) -> None:
-        from core.client.offsets import list_offsets
         found = await list_offsets(self.source, {(self.source_topic, self.partition): "earliest"})
         answer = next(iter(found.values()))
         if isinstance(answer, KafkaError):

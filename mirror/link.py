@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.client import Admin, KafkaClient, NewTopic
 from core.client.admin import ConfigResource
+from core.client.consumer import Consumer
 from core.client.errors import KafkaError
 from core.client.producer import Producer
 from core.protocol.errors import ErrorCode
@@ -35,7 +36,7 @@ from core.protocol.errors import ErrorCode
 from .checkpoints import CheckpointEmitter
 from .copier import PartitionCopier, ProducerIdentity
 from .policy import DefaultReplicationPolicy, IdentityReplicationPolicy, TopicFilter, should_replicate
-from .records import OffsetSync, decode_offset_sync, encode_offset_sync
+from .records import Heartbeat, OffsetSync, decode_offset_sync, encode_heartbeat, encode_offset_sync
 from .translation import OffsetSyncStore
 
 log = logging.getLogger("mirror.link")
@@ -209,7 +210,6 @@ class MirrorLink:
         """MM2's heartbeats: one record a second in the source's `heartbeats` topic, which the
         link itself mirrors (as `<source>.heartbeats`), so replication latency stays measured
         while the data topics are idle, and the target can tell which clusters feed it."""
-        from .records import Heartbeat, encode_heartbeat
         topic = self.policy.heartbeats_topic()
         admin = Admin(self.source)
         if topic not in await admin.list_topics(internal=True):
@@ -240,7 +240,6 @@ class MirrorLink:
 
     async def _load_syncs(self) -> None:
         """Read the offset-syncs topic to its end: resume points and the translation store."""
-        from core.client.consumer import Consumer
         consumer = Consumer(self.source, isolation_level="read_committed")
         try:
             await consumer.start()

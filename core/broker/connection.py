@@ -154,7 +154,8 @@ class Connection:
             log.warning("%s: malformed %s v%d request: %s; closing connection", self.peer, api.name, version, exc)
             raise CloseConnection from None
         ctx = RequestContext(self.broker, self.authorizer, self.listener, self.peer, api_key, version,
-                             correlation_id, header.client_id, controller=self.controller)
+                             correlation_id, header.client_id, controller=self.controller,
+                             handlers=self.handlers)
         requests, latency = self.broker.metrics.for_api(api.name)
         requests.inc()
         started = time.perf_counter()

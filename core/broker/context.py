@@ -23,6 +23,7 @@ class RequestContext:
     client_id: str | None = None
     principal: str = ANONYMOUS
     controller: object = None   # the controller role, on controller listeners
+    handlers: dict | None = None   # the request table of the listener it came on (ApiVersions answers from it)
     close_after_response: bool = field(default=False)  # acks=0 errors: Kafka closes the socket
 
     def authorize(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:

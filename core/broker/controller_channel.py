@@ -23,7 +23,11 @@ import anyio
 
 from core.client.connection import BrokerConnection
 from core.client.errors import KafkaError
+from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
+
+from .metadata_sync import MetadataSync
+from .replication.manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +117,6 @@ class KRaftLink:
     to the active controller, and the sync of its partitions."""
 
     def __init__(self, broker, quorum, lifecycle):
-        from .metadata_sync import MetadataSync
-        from .replication.manager import ReplicaManager
         self.broker = broker
         self.quorum = quorum
         self.lifecycle = lifecycle
@@ -134,7 +136,6 @@ class KRaftLink:
         """A block of producer ids from the controller: (first id, count). Raises KafkaError
         (COORDINATOR_LOAD_IN_PROGRESS, retriable) until the broker is registered and a
         controller answers."""
-        from core.protocol import messages as m
         epoch = self.lifecycle.broker_epoch
         if epoch < 0:
             raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "this broker is not registered yet")
@@ -155,7 +156,6 @@ class KRaftLink:
         this broker has reconciled those that were created (their partitions opened, leading or
         following), so the Metadata answer that follows never names a leader not ready yet.
         Error codes by name."""
-        from core.protocol import messages as m
         R = m.CreateTopicsRequest
         request = R(topics=[R.CreatableTopic(name=n, num_partitions=num_partitions,
                                              replication_factor=replication_factor, assignments=[],

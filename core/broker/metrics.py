@@ -13,6 +13,8 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from core.metrics_http import serve_http
+
 log = logging.getLogger(__name__)
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -80,7 +82,6 @@ class BrokerMetrics:
         """Start the /metrics HTTP endpoint in a daemon thread; returns the bound port. With
         `health`, GET /health answers 200 or 503 with its one-line reason: what a container
         healthcheck asks (a probe that costs no Python start)."""
-        from core.metrics_http import serve_http
         return serve_http(self.registry, port, host, health)
 
 

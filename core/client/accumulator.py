@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Iterator
 
-from core.protocol.compression import Compression
-from core.protocol.errors import KafkaError
 from crc32c import crc32c
 
+from core.protocol.compression import Compression
+from core.protocol.errors import ErrorCode, KafkaError
 from core.protocol.records import CRC_START, HEADER_SIZE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, build_batch
 
 __all__ = ["RecordMetadata", "ProducerBatch", "Accumulator", "estimate_size", "RECORD_OVERHEAD"]
@@ -230,7 +230,6 @@ class Accumulator:
 
 
 def expired_error(batch: ProducerBatch) -> KafkaError:
-    from core.protocol.errors import ErrorCode
     age = (time.monotonic() - batch.created) * 1000
     return KafkaError(ErrorCode.REQUEST_TIMED_OUT,
                       f"{len(batch.records)} record(s) for {batch.topic}-{batch.partition} expired "

@@ -42,7 +42,7 @@ def _raft_handler(api_key: int):
 
 
 async def _api_versions(ctx, request):
-    return api_versions_response(handlers=CONTROLLER_HANDLERS)
+    return api_versions_response(ErrorCode.NONE, CONTROLLER_HANDLERS)
 
 
 async def _describe_cluster(ctx, request):

@@ -22,7 +22,7 @@ import anyio
 
 from core.controller.image import MetadataImage
 from core.protocol import messages as m
-from core.protocol.metadata_records import decode_record
+from core.protocol.metadata_records import decode_record, encode_record
 from core.raft.entries import Entry
 from core.raft.messages import LeaderIdAndEpoch
 from core.raft.ready import Snapshot
@@ -42,7 +42,6 @@ SnapshotListener = Callable[[MetadataImage, int], None]          # (image, offse
 
 def snapshot_bytes(image: MetadataImage, epoch: int = 0) -> bytes:
     """A snapshot's content: the image as metadata records, in record batches."""
-    from core.protocol.metadata_records import encode_record
     return entries_to_records(Entry(i, epoch, encode_record(r)) for i, r in enumerate(image_records(image)))
 
 

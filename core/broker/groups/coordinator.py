@@ -18,7 +18,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from core.protocol.errors import ErrorCode as E
+from core.protocol.consumer_protocol import PROTOCOL_TYPE, decode_subscription
+from core.protocol.errors import DecodeError, ErrorCode as E
 
 from .events import (
     FENCED_INSTANCE_ID, GROUP_MAX_SIZE_REACHED, Action, CancelTimer, DeleteGroups, DeleteResult, DescribeGroups, DescribeResult,
@@ -611,8 +612,6 @@ class Coordinator:
     def subscribed_topics(self, group_id: str) -> Optional[set[str]]:
         """Topics the members of a "consumer" group subscribe to, or None when unknown (not a
         consumer group, no protocol chosen yet, or a subscription that does not parse)."""
-        from core.protocol.consumer_protocol import PROTOCOL_TYPE, decode_subscription
-        from core.protocol.errors import DecodeError
         group = self.groups.get(group_id)
         if group is None or group.protocol_type != PROTOCOL_TYPE or group.protocol_name is None:
             return None

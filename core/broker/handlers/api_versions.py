@@ -12,11 +12,9 @@ from core.protocol.errors import ErrorCode
 R = m.ApiVersionsResponse
 
 
-def api_versions_response(error: ErrorCode = ErrorCode.NONE, handlers=None) -> R:
+def api_versions_response(error: ErrorCode, handlers: dict) -> R:
     """Our ranges for the APIs of one listener's table. A table may narrow an API's range
     with a `VERSIONS` attribute on its handler (the controller serves Fetch only for KRaft)."""
-    if handlers is None:
-        from . import HANDLERS as handlers
     keys = []
     for k, api in sorted(m.API.items()):
         if k in handlers:
@@ -27,7 +25,7 @@ def api_versions_response(error: ErrorCode = ErrorCode.NONE, handlers=None) -> R
 
 
 async def handle(ctx, req):
-    return api_versions_response()
+    return api_versions_response(ErrorCode.NONE, ctx.handlers)
 
 
 HANDLES = {m.ApiKey.API_VERSIONS: handle}

@@ -29,7 +29,9 @@ import logging
 from core.client.errors import KafkaError
 from core.controller import elect_leaders as elections
 from core.controller import reassignment
+from core.controller.configs import effective_topic_configs
 from core.controller.controller import QuorumController
+from core.controller.settings import ControllerConfig
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.security.authorizer import Operation, ResourceType
@@ -91,8 +93,6 @@ async def reconcile_resend(ctx, request, answer, image_before, offset_before: in
 
 
 async def _reconcile_creates(ctx, loader, request, answer, offset_before: int) -> None:
-    from core.controller.configs import effective_topic_configs
-    from core.controller.settings import ControllerConfig
     suspects = [t for t in answer.topics if t.error_code == ErrorCode.TOPIC_ALREADY_EXISTS]
     if not suspects:
         return

@@ -43,22 +43,22 @@ from typing import TYPE_CHECKING, Hashable
 import anyio
 
 from core.client.errors import KafkaError
+from core.config.topic import is_throttled
+from core.log.epochs import EpochEntry
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
+from core.protocol.records import iter_batch_headers
 
-from core.config.topic import is_throttled
-
+from . import (AlterPartitionAnswer, AppendAsFollower, BrokerInfo, CheckpointEpochs, CompleteProduce,
+               HighWatermarkChanged, LogStartOffsetChanged, PartitionMetadata, PartitionReplica, RecordsLost,
+               ReplicaLog, ReplicationConfig, SendAlterPartition, SendFetch, SendListOffsets, StopReplica,
+               TruncateFullyAndStartAt, TruncateTo, UncleanLeadership)
 from . import files as replica_files
+from .fetcher import ReplicaFetcher
 from .quota import ReplicationQuota
-from . import (AlterPartitionAnswer, AppendAsFollower, BrokerInfo, CheckpointEpochs,
-                          CompleteProduce, HighWatermarkChanged, LogStartOffsetChanged,
-                          PartitionMetadata, PartitionReplica, RecordsLost, ReplicaLog,
-                          ReplicationConfig, SendAlterPartition, SendFetch, SendListOffsets,
-                          StopReplica, TruncateFullyAndStartAt, TruncateTo, UncleanLeadership)
 
 if TYPE_CHECKING:
     from ..partition import Partition
-    from .fetcher import ReplicaFetcher
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,6 @@ def recover_replica_log(partition, high_watermarks: dict[tuple[str, int], int]) 
 
 
 def _epochs_from_batches(plog):
-    from core.protocol.records import iter_batch_headers
-    from . import EpochEntry
     entries: list[EpochEntry] = []
     offset, end = plog.log_start_offset, plog.log_end_offset
     while offset < end:
@@ -429,7 +427,6 @@ class ReplicaManager:
     def _fetcher(self, leader_id: int):
         fetcher = self._fetchers.get(leader_id)
         if fetcher is None:
-            from .fetcher import ReplicaFetcher
             fetcher = ReplicaFetcher(self, leader_id)
             self._fetchers[leader_id] = fetcher
             if self._task_group is not None:
