@@ -16,8 +16,11 @@ from __future__ import annotations
 import sys
 import time
 
+from core.protocol.errors import ErrorCode, KafkaError
+
 from .common import CliError, admin_command
 from .output import add_bootstrap_flag, emit_json, table
+from .reset_plan import STRATEGIES, parse_reset_spec, parse_topic_partitions, plan_reset
 
 STATES = ("Empty", "Stable", "PreparingRebalance", "CompletingRebalance", "Dead")
 INACTIVE = ("Empty", "Dead")
@@ -129,7 +132,6 @@ def _prepare_describe(args) -> None:
 
 
 async def _descriptions(admin, args):
-    from core.protocol.errors import KafkaError
     if args.all_groups:
         ids = [g.group_id for g in await admin.list_groups()]
     else:
@@ -168,7 +170,6 @@ async def _offset_rows(admin, descs):
     """Per group: one row per partition the group has a committed offset for or a member is
     assigned, with the log end offset and the lag."""
     from core.client import OffsetAndMetadata
-    from core.protocol.errors import KafkaError
     fetched = await admin.list_groups_offsets({gid: None for gid in descs}) if descs else {}
     committed = {}
     for gid in descs:
@@ -256,7 +257,6 @@ async def run_describe(admin, args) -> int:
 # ---------------------------------------------------------------------------------- delete
 
 async def run_delete(admin, args) -> int:
-    from core.protocol.errors import KafkaError
     ids = list(dict.fromkeys(args.groups))
     results = await admin.delete_groups(ids)
     out, failed = {}, None
@@ -280,7 +280,6 @@ async def run_delete(admin, args) -> int:
 # ---------------------------------------------------------------------------------- delete-offsets
 
 def _prepare_delete_offsets(args) -> None:
-    from .reset_plan import parse_topic_partitions
     if not args.topic:
         raise CliError("delete-offsets: give --topic TOPIC[:P,P]")
     try:
@@ -290,7 +289,6 @@ def _prepare_delete_offsets(args) -> None:
 
 
 async def run_delete_offsets(admin, args) -> int:
-    from core.protocol.errors import KafkaError
     gid = args.group
     tps = await _named_partitions(admin, args.topic_specs)
     try:
@@ -314,7 +312,6 @@ async def run_delete_offsets(admin, args) -> int:
 # ---------------------------------------------------------------------------------- reset-offsets
 
 def _prepare_reset(args) -> None:
-    from .reset_plan import STRATEGIES, parse_reset_spec, parse_topic_partitions
     try:
         args.spec = parse_reset_spec({s: getattr(args, s) for s in STRATEGIES}, int(time.time() * 1000))
         args.topic_specs = [parse_topic_partitions(t) for t in args.topic]
@@ -346,7 +343,6 @@ async def _reset_partitions(admin, args, committed) -> list[tuple[str, int]]:
 
 async def _named_partitions(admin, topic_specs) -> list[tuple[str, int]]:
     """--topic T (every partition) and T:P,P -> partitions, checked against the topics."""
-    from core.protocol.errors import KafkaError
     names = list(dict.fromkeys(t for t, _ in topic_specs))
     topics = await admin.describe_topics(names)
     tps = set()
@@ -363,7 +359,6 @@ async def _named_partitions(admin, topic_specs) -> list[tuple[str, int]]:
 
 
 async def _offsets(admin, specs, what: str) -> dict:
-    from core.protocol.errors import KafkaError
     found = await admin.list_offsets(specs) if specs else {}
     for (t, p), res in sorted(found.items()):
         if isinstance(res, KafkaError):
@@ -373,8 +368,6 @@ async def _offsets(admin, specs, what: str) -> dict:
 
 async def run_reset(admin, args) -> int:
     from core.client import OffsetAndMetadata
-    from core.protocol.errors import ErrorCode, KafkaError
-    from .reset_plan import plan_reset
 
     gid = args.group
     desc = (await admin.describe_groups([gid]))[gid]
