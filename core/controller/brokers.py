@@ -7,6 +7,11 @@ the controller activates and when it registers; a heartbeat renews it. An unfenc
 session is older than broker.session.timeout.ms is fenced (tick), oldest first, each fencing
 seeing the ones before it. A fenced broker has no valid session, so a new incarnation may take
 its id at once; an unfenced one with a live session keeps it (DUPLICATE_BROKER_REGISTRATION).
+One exception, where Kafka would make the new incarnation wait out the session: the broker of
+the controller's own process (a combined node) whose session is only the one activation
+presumed, with no heartbeat heard since. Its old incarnation lived in an earlier run of this very
+process, which has exited (kill -9, a crash), so nothing can still hold the id; waiting would
+only keep a restarted one-node cluster from serving for broker.session.timeout.ms.
 
 A heartbeat moves the broker through Kafka's BrokerControlState machine:
 
@@ -81,6 +86,7 @@ class BrokerState(enum.Enum):
 class Session:
     last_contact_ms: int
     metadata_offset: int = -1             # CurrentMetadataOffset of the last heartbeat
+    presumed: bool = False                # given at activation; no heartbeat heard since
     controlled_shutdown_offset: int = -1  # last offset of the records that began it; -1: none
 
     @property
@@ -101,7 +107,7 @@ class ClusterControl:
 
     def activate(self, image: MetadataImage) -> None:
         now = self.clock()
-        self.sessions = {broker_id: Session(now) for broker_id in image.brokers}
+        self.sessions = {broker_id: Session(now, presumed=True) for broker_id in image.brokers}
 
     def deactivate(self) -> None:
         self.sessions = {}
@@ -179,7 +185,8 @@ class ClusterControl:
         existing = image.brokers.get(broker_id)
         incarnation = bytes(request.incarnation_id)
         same = existing is not None and existing.incarnation_id == incarnation
-        if existing is not None and not same and self.has_valid_session(image, broker_id):
+        if existing is not None and not same and self.has_valid_session(image, broker_id) \
+                and not self._restarted_here(broker_id):
             raise KafkaError(ErrorCode.DUPLICATE_BROKER_REGISTRATION,
                            "Another broker is registered with that broker id.")
         if version >= 1 and request.is_migrating_zk_broker:
@@ -214,9 +221,16 @@ class ClusterControl:
         session = self.sessions.get(broker_id)
         if same and session is not None:
             session.last_contact_ms = self.clock()
+            session.presumed = False
         else:
             self.sessions[broker_id] = Session(self.clock())
         return m.BrokerRegistrationResponse(throttle_time_ms=0, error_code=0, broker_epoch=epoch)
+
+    def _restarted_here(self, broker_id: int) -> bool:
+        """A new incarnation of the broker in this controller's own process, whose old one has
+        not been heard from since activation (see the module doc)."""
+        session = self.sessions.get(broker_id)
+        return broker_id == self.config.colocated_broker_id and session is not None and session.presumed
 
     # ------------------------------------------------------------------ BrokerHeartbeat
 
@@ -271,6 +285,7 @@ class ClusterControl:
             else:
                 self._enter_controlled_shutdown(w, broker_id, reg.epoch)
         session.last_contact_ms = self.clock()
+        session.presumed = False
         session.metadata_offset = request.current_metadata_offset
         if state.fenced:
             session.controlled_shutdown_offset = -1

@@ -29,6 +29,8 @@ class ControllerConfig:
     # Ids in controller.quorum.voters: a BROKER config resource may name them as well as
     # registered brokers (Kafka's ConfigResourceExistenceChecker).
     controller_ids: frozenset[int] = frozenset()
+    # The broker role of this controller's own process (a combined node's node.id), if any.
+    colocated_broker_id: int | None = None
     # Topic settings the node's properties set under their broker synonym (log.retention.ms,
     # ...), rendered as strings: the STATIC_BROKER_CONFIG layer of a topic's effective config.
     topic_defaults: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
@@ -73,6 +75,7 @@ class ControllerConfig:
             leader_imbalance_check_interval_ms=get("leader.imbalance.check.interval.seconds") * 1000,
             unclean_leader_election_interval_ms=get("unclean.leader.election.interval.ms"),
             controller_ids=frozenset(config.quorum_voters),
+            colocated_broker_id=config.node_id if {"broker", "controller"} <= set(config.roles) else None,
             topic_defaults=MappingProxyType(defaults),
         )
 

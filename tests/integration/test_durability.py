@@ -106,6 +106,9 @@ def test_kill_9_keeps_every_acknowledged_record(tmp_path):
         acked = run_workload_then(node, "killed", node.kill, seconds=2.0)
         node.start()
         check_acked(acked, read_all(node.bootstrap, "killed"))
+    # The restarted one-node cluster took its broker id back at once: its controller knew the
+    # old incarnation died with the process, rather than waiting out broker.session.timeout.ms.
+    assert "DUPLICATE_BROKER_REGISTRATION" not in node.log_path.read_text(), node.log_tail()
 
 
 def _active_segment(data_dir: Path, topic: str, partition: int) -> Path:

@@ -293,6 +293,41 @@ def test_activation_gives_every_registered_broker_a_fresh_session():
     assert h.ctl.next_deadline_ms() == h.clock.now + TIMEOUT + 1
 
 
+@pytest.mark.parametrize("colocated, heard_since, new_incarnation_code", [
+    # Kafka's rule: an unfenced broker keeps its id while its session (presumed at activation)
+    # lasts, whatever process the new incarnation comes from.
+    (None, False, E.DUPLICATE_BROKER_REGISTRATION),
+    (2, False, E.DUPLICATE_BROKER_REGISTRATION),
+    # The controller's own broker (a combined node) restarted: the old incarnation lived in
+    # an earlier run of this process, so the new one takes the id at once...
+    (1, False, 0),
+    # ...unless the old incarnation has heartbeated this controller since it activated.
+    (1, True, E.DUPLICATE_BROKER_REGISTRATION),
+])
+def test_after_activation_only_the_colocated_broker_restarting_takes_its_id_at_once(
+        colocated, heard_since, new_incarnation_code):
+    h = Harness(ControllerConfig(colocated_broker_id=colocated))
+    h.add_brokers({1: None, 2: None})
+    h.ctl.deactivate()
+    h.append(h.ctl.activate(h.end_offset))
+    if heard_since:
+        h.heartbeat(1)
+    result = h.register(1, generation=1)
+    assert result.response.error_code == new_incarnation_code
+    if new_incarnation_code == 0:
+        assert h.image.brokers[1].fenced        # a new incarnation starts fenced
+        assert result.response.broker_epoch > 0
+
+
+def test_a_combined_node_names_its_own_broker_as_colocated():
+    voters = {"controller.quorum.voters": "1@127.0.0.1:9093", "controller.listener.names": "CONTROLLER",
+              "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093", "node.id": "1"}
+    combined = ControllerConfig.from_properties({**voters, "process.roles": "broker,controller"})
+    alone = ControllerConfig.from_properties({**voters, "process.roles": "controller",
+                                              "listeners": "CONTROLLER://127.0.0.1:9093"})
+    assert (combined.colocated_broker_id, alone.colocated_broker_id) == (1, None)
+
+
 # --------------------------------------------------------------------------- unregister
 
 
