@@ -175,7 +175,8 @@ class Partition:
         waiter = getattr(result, "replication", None)
         if waiter is None:
             return ErrorCode.NONE
-        await waiter.done.wait()
+        if not waiter.done.is_set():   # an ISR of one is done as the append returns
+            await waiter.done.wait()
         return waiter.error
 
     async def append_as_follower(self, data, batches: list[BatchInfo]) -> None:
