@@ -268,8 +268,10 @@ def test_config_from_properties_uses_kafka_names():
 
 def test_config_defaults_are_kafkas():
     config = ControllerConfig.from_properties({})
-    # Without controller.quorum.voters, node 1 (the default node.id) is its own controller.
-    assert config == dataclasses.replace(ControllerConfig(), controller_ids=frozenset({1}))
+    # Without controller.quorum.voters, node 1 (the default node.id) is its own controller,
+    # and the broker of its own process.
+    assert config == dataclasses.replace(ControllerConfig(), controller_ids=frozenset({1}),
+                                         colocated_broker_id=1)
     assert (config.broker_session_timeout_ms, config.broker_heartbeat_interval_ms) == (9000, 2000)
     assert config.unclean_leader_election_enable is False
     assert dict(config.topic_defaults) == {}
