@@ -71,6 +71,10 @@ class BrokerLifecycle:
         self._wake = anyio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None   # run()'s, where _wake belongs
         quorum.driver.add_local_listener(_QuorumProgress(self))   # called on run()'s thread
+        # The metadata offset a heartbeat reports is the broker's loader's, on the main loop,
+        # which applies a commit after the raft thread hears of it: wake on that too, or a
+        # heartbeat woken by the commit could still report the offset before it.
+        quorum.loader.publishers.append(self._metadata_applied)
 
     @property
     def waiting_on_quorum(self) -> bool:
@@ -80,6 +84,15 @@ class BrokerLifecycle:
         """The raft thread's Raft node changed leader or committed (called on that thread)."""
         if self.waiting_on_quorum and self._loop is not None:
             self._wake.set()
+
+    def _metadata_applied(self, before, after, next_offset: int) -> None:
+        """The broker's loader applied records (called on the main loop)."""
+        loop = self._loop
+        if self.waiting_on_quorum and loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self.quorum_progressed)
+            except RuntimeError:   # run()'s loop closed meanwhile: nobody to wake
+                pass
 
     @property
     def interval_s(self) -> float:
