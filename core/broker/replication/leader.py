@@ -179,6 +179,8 @@ def enough_replicas_reach(replica: PartitionReplica, state: LeaderState,
 
 
 def complete_produces(replica: PartitionReplica, state: LeaderState) -> None:
+    if not state.produces:
+        return
     for request_id, produce in list(state.produces.items()):
         done, error = enough_replicas_reach(replica, state, produce.required_offset)
         if done:
@@ -205,9 +207,12 @@ def maybe_increment_high_watermark(replica: PartitionReplica, state: LeaderState
             len(state.isr_state.isr) < effective_min_isr(replica, state):
         return False
     log = replica.log
-    candidate = isr_rules.high_watermark_candidate(
-        log.end_offset, state.remotes, state.isr_state.maximal_isr, replica.brokers,
-        replica.now(), config.replica_lag_time_max_ms)
+    if state.remotes:
+        candidate = isr_rules.high_watermark_candidate(
+            log.end_offset, state.remotes, state.isr_state.maximal_isr, replica.brokers,
+            replica.now(), config.replica_lag_time_max_ms)
+    else:   # a sole replica: its own log end (the common one-node case, on every append)
+        candidate = log.end_offset
     if not log.maybe_increment_high_watermark(candidate):
         return False
     replica.emit(HighWatermarkChanged(log.high_watermark))

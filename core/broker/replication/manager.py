@@ -241,33 +241,31 @@ class ReplicaManager:
     def append_as_leader(self, partition, count: int, acks: int, timeout_ms: int):
         """Called by Partition.append under its lock, before the bytes are written: the
         replica's AppendResult, and for acks=all the waiter its CompleteProduce will end."""
-        waiter = None
-        request_id = None
-        if acks == -1:
-            request_id = next(self._seq)
-            waiter = ReplicationWaiter(anyio.Event())
+        request_id = next(self._seq) if acks == -1 else None
         replicated = partition.replica.append_as_leader(count, acks=acks, request_id=request_id,
                                                         timeout_ms=timeout_ms)
-        if replicated.pending:
-            assert request_id is not None and waiter is not None   # only acks=all waits
-            self._waiters[request_id] = waiter
-        return replicated, waiter
+        return replicated, self._waiter_for(replicated.pending, request_id)
+
+    def _waiter_for(self, pending: bool, request_id: int | None) -> ReplicationWaiter | None:
+        """The waiter a pending acks=all answer ends by. Only a pending answer gets one: its
+        CompleteProduce comes from a later input, and an ISR of one (a one-node cluster) never
+        waits, so most appends there allocate nothing."""
+        if not pending:
+            return None
+        assert request_id is not None   # only acks=all waits
+        waiter = self._waiters[request_id] = ReplicationWaiter(anyio.Event())
+        return waiter
 
     def duplicate_as_leader(self, partition, base_offset: int, last_offset: int, acks: int,
                             timeout_ms: int):
         """Called by Partition.append under its lock for a retried batch the log holds:
         (error, waiter); the waiter (acks=all) ends when the ISR has the original."""
-        waiter = request_id = None
-        if acks == -1:
-            request_id = next(self._seq)
-            waiter = ReplicationWaiter(anyio.Event())
+        request_id = next(self._seq) if acks == -1 else None
         answer = partition.replica.duplicate_as_leader(base_offset, last_offset, acks=acks,
                                                        request_id=request_id, timeout_ms=timeout_ms)
-        if answer.pending:
-            assert request_id is not None and waiter is not None   # only acks=all waits
-            self._waiters[request_id] = waiter
+        waiter = self._waiter_for(answer.pending, request_id)
         self._execute_sync(partition)
-        return answer.error, (waiter if answer.pending else None)
+        return answer.error, waiter
 
     def appended(self, partition, replicated, waiter, result) -> None:
         """The bytes of an append_as_leader are in the log: carry out its actions."""
@@ -277,7 +275,12 @@ class ReplicaManager:
                           f"{replicated.base_offset}")
         if replicated.pending:
             result.replication = waiter
-        self._execute_sync(partition)
+        # An append changes neither the ISR nor whom we fetch from, so of _after_input only the
+        # schedule applies (the ISR check falls due again). This runs for every produce request.
+        for action in partition.replica.take_actions():
+            if not self._do_light(partition, action):
+                raise RuntimeError(f"{partition!r}: {action} needs the partition lock")
+        self._schedule(partition)
 
     def answer_follower_fetch(self, partition, fetch, *, update_fetch_state: bool = True):
         answer = partition.replica.on_follower_fetch(fetch, update_fetch_state=update_fetch_state)
