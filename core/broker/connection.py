@@ -23,6 +23,8 @@ from core.protocol.codegen import Writer
 from core.protocol.errors import DecodeError, EncodeError, ErrorCode
 from core.protocol.framing import FrameReader, FrameTooLarge
 
+from core.security.authorizer import ANONYMOUS
+
 from .context import RequestContext
 from .handlers import HANDLERS
 from .handlers.api_versions import api_versions_response
@@ -32,6 +34,8 @@ log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hh")
 RECEIVE_SIZE = 1 << 20
+# A TLS ClientHello starts 0x16 0x03: read as a size prefix, 0x1603xxxx, far over any limit.
+_TLS_HANDSHAKE_RECORD = 0x1603
 
 
 class CloseConnection(Exception):
@@ -56,7 +60,7 @@ class Connection:
     `handlers` is that listener's request table."""
 
     def __init__(self, server, authorizer, listener, stream: ByteStream, peer: str, *,
-                 handlers=None, controller=None):
+                 handlers=None, controller=None, principal: str = ANONYMOUS):
         self.broker = server
         self.handlers = HANDLERS if handlers is None else handlers
         self.controller = controller
@@ -64,6 +68,7 @@ class Connection:
         self.listener = listener
         self.stream = stream
         self.peer = peer
+        self.principal = principal   # from the TLS certificate; User:ANONYMOUS on PLAINTEXT
         self.max_request = server.config["socket.request.max.bytes"]
         self.max_idle = server.config["connections.max.idle.ms"] / 1000
         self._idle_scope: anyio.CancelScope | None = None
@@ -96,6 +101,10 @@ class Connection:
                     frames = reader.feed(data)
                 except FrameTooLarge as exc:
                     self.broker.metrics.bad_requests.labels("size").inc()
+                    if exc.size >> 16 == _TLS_HANDSHAKE_RECORD:
+                        log.warning("%s: sent a TLS handshake to %s listener %s; closing connection",
+                                    self.peer, self.listener.security_protocol, self.listener.name)
+                        return
                     log.warning("%s: request size %d is outside 0..socket.request.max.bytes (%d); "
                                 "closing connection", self.peer, exc.size, exc.limit)
                     return
@@ -154,8 +163,8 @@ class Connection:
             log.warning("%s: malformed %s v%d request: %s; closing connection", self.peer, api.name, version, exc)
             raise CloseConnection from None
         ctx = RequestContext(self.broker, self.authorizer, self.listener, self.peer, api_key, version,
-                             correlation_id, header.client_id, controller=self.controller,
-                             handlers=self.handlers)
+                             correlation_id, header.client_id, principal=self.principal,
+                             controller=self.controller, handlers=self.handlers)
         requests, latency = self.broker.metrics.for_api(api.name)
         requests.inc()
         started = time.perf_counter()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .defs import INT_MAX, LONG_MAX, ConfigDef, ConfigError, ConfigType
+from .tls import SSL_CONFIG_LIST, SSL_CONFIGS
 from .topic import TOPIC_CONFIG_LIST
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,9 @@ class Listener:
     def __str__(self) -> str:
         return f"{self.name}://{self.host}:{self.port}"
 
+
+# Kafka's per-listener form of a security setting: listener.name.<listener>.ssl.keystore.location
+_LISTENER_SETTING_RE = re.compile(r"^listener\.name\.([A-Za-z0-9_]+)\.(ssl\..+)$")
 
 _LISTENER_RE = re.compile(r"^([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(\d+)$")
 
@@ -197,6 +201,7 @@ def _broker_defs() -> list[ConfigDef]:
         ConfigDef("cluster.id", _T.STRING, None, "cluster id (normally set by storage format)"),
         ConfigDef("shutdown.timeout.ms", _T.LONG, 10_000, "bound on a graceful shutdown", minimum=0),
     ]
+    defs.extend(SSL_CONFIG_LIST)
     names = {d.name for d in defs}
     # Every topic setting has a broker-wide default under its synonym (log.retention.ms, ...).
     for t in TOPIC_CONFIG_LIST:
@@ -257,6 +262,18 @@ class BrokerConfig:
         props = dict(props or {})
         self.values: dict[str, Any] = {}
         self.explicit: set[str] = set()
+        # listener name (upper case) -> its own ssl.* values, which win over the node's
+        self.listener_settings: dict[str, dict[str, Any]] = {}
+        for key in [k for k in props if k.startswith("listener.name.")]:
+            m = _LISTENER_SETTING_RE.match(key)
+            if m is None or m.group(2) not in SSL_CONFIGS:
+                continue   # reported below as not used, like any other unknown key
+            definition = SSL_CONFIGS[m.group(2)]
+            try:
+                value = definition.parse(props.pop(key))
+            except ConfigError as exc:
+                raise ConfigError(f"{key}: {str(exc).split(': ', 1)[1]}") from None
+            self.listener_settings.setdefault(m.group(1).upper(), {})[m.group(2)] = value
         for name, definition in BROKER_CONFIGS.items():
             if name in props:
                 self.values[name] = definition.parse(props.pop(name))
@@ -312,6 +329,10 @@ class BrokerConfig:
             raise ConfigError(f"{exc} or in controller.listener.names") from None
         if not self.listeners:
             raise ConfigError("listeners: at least one listener is required")
+        known = {li.name for li in self.listeners}
+        for name in self.listener_settings:
+            if name not in known:
+                raise ConfigError(f"listener.name.{name.lower()}.*: {name} is not one of listeners")
         if v["advertised.listeners"]:
             self.advertised_listeners = parse_listeners("advertised.listeners", v["advertised.listeners"], pmap)
             names = {li.name for li in self.listeners}
@@ -380,6 +401,14 @@ class BrokerConfig:
         self.advertised_listeners = [li for li in self.advertised_listeners
                                      if li.name not in self.controller_listener_names] \
             or self.advertised_listeners
+
+    def tls_values(self, listener_name: str) -> tuple[dict[str, Any], str]:
+        """The ssl.* values a listener uses (its own listener.name.* values over the node's),
+        and the key prefix errors should name: the listener's own when it sets anything."""
+        values = {name: self.values[name] for name in SSL_CONFIGS}
+        own = self.listener_settings.get(listener_name.upper(), {})
+        values.update(own)
+        return values, (f"listener.name.{listener_name.lower()}." if own else "")
 
     def is_controller_listener(self, name: str) -> bool:
         return name in self.controller_listener_names

@@ -30,7 +30,9 @@ from core.broker.metrics import BrokerMetrics
 from core.config import BrokerConfig
 from core.config.broker import Listener
 from core.config.defs import ConfigError
-from core.security.authorizer import AllowAll
+from core.client.tls import TlsSettings
+from core.security.authorizer import ANONYMOUS, AllowAll
+from core.security.tls import HandshakeFailed, TlsListener
 
 from . import faults, legacy_catalog
 from .controller_apis import CONTROLLER_HANDLERS
@@ -127,9 +129,11 @@ class NodeHandle:
 
 
 async def _serve_listener(listener_cfg: Listener, tcp_listener, server, authorizer,
-                          accepting: anyio.CancelScope, handlers=None, controller=None) -> None:
+                          accepting: anyio.CancelScope, handlers=None, controller=None,
+                          tls: TlsListener | None = None) -> None:
     """Accept until `accepting` is cancelled; the connections live in their own task group
-    outside that scope, so that they can drain after the listener has closed."""
+    outside that scope, so that they can drain after the listener has closed. On a TLS
+    listener each connection first completes its handshake, which names its principal."""
     async def on_connection(stream):
         try:
             peer = stream.extra(SocketAttribute.remote_address)
@@ -138,13 +142,38 @@ async def _serve_listener(listener_cfg: Listener, tcp_listener, server, authoriz
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except Exception:  # the socket may already be gone
             peer_text = "?"
+        principal = ANONYMOUS
+        if tls is not None:
+            try:
+                stream, principal = await tls.accept(stream)
+            except HandshakeFailed as exc:
+                server.metrics.bad_requests.labels("tls").inc()
+                log.warning("%s on %s: %s; closing connection", peer_text, listener_cfg.name, exc)
+                with anyio.CancelScope(shield=True):
+                    await stream.aclose()
+                return
         await Connection(server, authorizer, listener_cfg, stream, peer_text, handlers=handlers,
-                         controller=controller).run()
+                         controller=controller, principal=principal).run()
 
     async with anyio.create_task_group() as connections:
         async with tcp_listener:
             with accepting:
                 await tcp_listener.serve(on_connection, task_group=connections)
+
+
+def _tls_listeners(config: BrokerConfig) -> dict[str, TlsListener]:
+    """Each SSL listener's TLS, built (keystore read, truststore loaded) before anything starts,
+    so that a listener that cannot serve stops the node with one line naming the setting. No
+    listener ever serves a protocol other than the one it is mapped to."""
+    found = {}
+    for listener in config.listeners:
+        protocol = listener.security_protocol
+        if protocol.startswith("SASL_"):
+            raise ConfigError(f"listener.security.protocol.map: listener {listener.name} is {protocol}, "
+                              f"but SASL authentication is not built yet; use SSL or PLAINTEXT")
+        if protocol == "SSL":
+            found[listener.name] = TlsListener.from_settings(TlsSettings(*config.tls_values(listener.name)))
+    return found
 
 
 def _fix_advertised(config: BrokerConfig, bound: dict[str, tuple[str, int]]) -> None:
@@ -168,6 +197,7 @@ async def run_node(config: BrokerConfig, *, clock=None,
                    task_status: TaskStatus[NodeHandle] = anyio.TASK_STATUS_IGNORED) -> None:
     """Run the roles of `process.roles` (both, on a one-node cluster). `clock` (epoch ms) is
     the broker's, for tests that move time by hand (retention, offset expiry)."""
+    tls = _tls_listeners(config)   # first: a listener that cannot serve stops the node here
     metrics = BrokerMetrics()
     broker: Broker | None = None
     controller: ControllerServer | None = None
@@ -213,12 +243,13 @@ async def run_node(config: BrokerConfig, *, clock=None,
                                                  local_port=lc.port, reuse_port=False)
                     handle.controller_scopes.append(scope)
                     serve = partial(_serve_listener, lc, tcp, controller, authorizer, scope,
-                                    CONTROLLER_HANDLERS, controller)
+                                    CONTROLLER_HANDLERS, controller, tls.get(lc.name))
                 else:
                     tcp = await anyio.create_tcp_listener(local_host=lc.host or None, local_port=lc.port,
                                                           reuse_port=False)
                     handle.listener_scopes.append(scope)
-                    serve = partial(_serve_listener, lc, tcp, broker, authorizer, scope, None, controller)
+                    serve = partial(_serve_listener, lc, tcp, broker, authorizer, scope, None, controller,
+                                    tls.get(lc.name))
                 addr = tcp.extra(SocketAttribute.local_address)
                 assert isinstance(addr, tuple)   # a TCP listener's (host, port, ...)
                 handle.bound[lc.name] = (addr[0], addr[1])

@@ -23,6 +23,8 @@
  *   -> {"offsets": [{"partition": 0, "low": 0, "high": 5}], "requests": {...}}
  *
  * "requests" maps each Kafka API kafkajs sent to the versions it used, e.g. {"Fetch": [11]}.
+ * Any request may carry "ssl": {"ca": PATH, "cert": PATH, "key": PATH} to connect over TLS
+ * (the server is checked against ca; cert and key, for mTLS, are optional).
  *
  * Consuming without a consumer group: kafkajs's public Consumer always joins a group, so the
  * consume action drives kafkajs's own protocol layer the way its ConsumerGroup.fetch() does:
@@ -32,6 +34,7 @@
  * drop records below the fetch offset, control records and aborted transactions.
  */
 
+const fs = require('fs')
 const kafkajs = require('kafkajs')
 const { Kafka, logLevel, CompressionTypes, Partitioners } = kafkajs
 require('./codecs').register(kafkajs) // snappy, lz4, zstd (kafkajs itself has only gzip)
@@ -66,7 +69,15 @@ function client(req) {
     connectionTimeout: 5000,
     requestTimeout: req.request_timeout_ms || 30000,
     retry: { retries: req.retries ?? 5, initialRetryTime: 100, maxRetryTime: 2000 },
+    ssl: tlsOptions(req.ssl),
   })
+}
+
+// {"ssl": {"ca": PATH, "cert": PATH, "key": PATH}}: TLS, checking the server against ca.
+function tlsOptions(ssl) {
+  if (!ssl) return undefined
+  const read = path => (path ? fs.readFileSync(path) : undefined)
+  return { ca: ssl.ca ? [read(ssl.ca)] : undefined, cert: read(ssl.cert), key: read(ssl.key), rejectUnauthorized: true }
 }
 
 // Build the same Cluster object kafkajs's producer/consumer/admin use, without a group.

@@ -4,7 +4,8 @@ Topics (resource type 2) report every topic setting with its value and where it 
 the topic's override (DYNAMIC_TOPIC_CONFIG), the broker's properties file
 (STATIC_BROKER_CONFIG) or the built-in default (DEFAULT_CONFIG). With `include_synonyms`
 (v1+) each also lists the broker setting it falls back to. Brokers (type 4) report their
-settings, all read-only until dynamic broker configs exist. v3+ adds types and documentation.
+settings, all read-only until dynamic broker configs exist; a sensitive one (a password, a
+key) is reported with a null value. v3+ adds types and documentation.
 """
 from __future__ import annotations
 
@@ -20,9 +21,15 @@ RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER = 2, 4, 8
 SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
 
 
+def _shown(definition, value):
+    """What DescribeConfigs may say of a value: nothing of a password or key (Kafka sends null
+    with is_sensitive set, whoever asks)."""
+    return None if definition.sensitive else definition.render(value)
+
+
 def _entry(req, name, value, definition, source, read_only, synonyms):
     return R.DescribeConfigsResourceResult(
-        name=name, value=definition.render(value), read_only=read_only,
+        name=name, value=_shown(definition, value), read_only=read_only,
         is_default=source == SOURCE_DEFAULT, config_source=source, is_sensitive=definition.sensitive,
         synonyms=synonyms if req.include_synonyms else [], config_type=int(definition.type),
         documentation=definition.doc if req.include_documentation else None)
@@ -57,7 +64,7 @@ def _broker_configs(ctx, req, keys):
         if keys is not None and name not in keys:
             continue
         source = SOURCE_STATIC_BROKER if name in b.config.explicit else SOURCE_DEFAULT
-        synonyms = [R.DescribeConfigsSynonym(name=name, value=definition.render(b.config[name]), source=source)]
+        synonyms = [R.DescribeConfigsSynonym(name=name, value=_shown(definition, b.config[name]), source=source)]
         out.append(_entry(req, name, b.config[name], definition, source, True, synonyms))
     return out
 
