@@ -45,3 +45,6 @@ def add_bootstrap_flag(parser, *, leaf: bool = False) -> None:
     default = argparse.SUPPRESS if leaf else os.environ.get("SEAWAY_BOOTSTRAP", "127.0.0.1:9092")
     parser.add_argument("--bootstrap-server", "-b", metavar="HOST:PORT", default=default,
                         help="broker to connect to (default: $SEAWAY_BOOTSTRAP or 127.0.0.1:9092)")
+    parser.add_argument("--command-config", metavar="FILE", default=argparse.SUPPRESS if leaf else None,
+                        help="Kafka client properties to connect with (security.protocol, ssl.*), "
+                             "as Kafka's tools take them")

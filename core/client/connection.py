@@ -18,6 +18,10 @@ Writing encodes the header and body into a list of buffers (record sets stay sep
 buffers, see codegen.Writer) and hands them to `transport.writelines`, so record bytes are
 not copied into one big frame. When the transport's buffer is full, senders wait.
 
+With an ssl_context the connection is TLS (asyncio's own, so frames are read as above from
+the decrypted stream); a certificate the context does not accept fails connect() with a
+KafkaConnectionError that gives OpenSSL's reason.
+
 On connect we send ApiVersions (v3 first, KIP-511). A broker that does not know v3 answers
 UNSUPPORTED_VERSION in a v0 body listing its own range; we retry with the highest version it
 lists (or v0). Afterwards each request goes out in the highest version both sides support.
@@ -32,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import struct
 from typing import Any, Callable
 
@@ -161,7 +166,7 @@ class BrokerConnection:
                  request_timeout_ms: int = 30000, connect_timeout_ms: int = 10000,
                  max_response_size: int = DEFAULT_MAX_RESPONSE_SIZE,
                  on_close: Callable[["BrokerConnection"], None] | None = None,
-                 local_address: str | None = None):
+                 local_address: str | None = None, ssl_context: ssl.SSLContext | None = None):
         self.host = host
         self.port = port
         self.node_id = node_id
@@ -173,6 +178,9 @@ class BrokerConnection:
         # The IP our end binds to (client.local.address): on a multi-homed host it picks the
         # interface; a fault-injection proxy tells nodes apart by it. None: the kernel picks.
         self.local_address = local_address
+        # TLS (security.protocol SSL): the server's certificate is checked against the
+        # context's trust, and its name against `host` unless the context says otherwise.
+        self.ssl_context = ssl_context
         #: api key -> (min, max) versions the broker advertised
         self.api_versions: dict[int, tuple[int, int]] = {}
         self.api_versions_version = -1  # the ApiVersions version the broker accepted
@@ -204,7 +212,8 @@ class BrokerConnection:
             async with asyncio.timeout(self.connect_timeout_ms / 1000):
                 transport, proto = await loop.create_connection(
                     lambda: _FrameProtocol(self, self.max_response_size), self.host, self.port,
-                    local_addr=(self.local_address, 0) if self.local_address else None)
+                    local_addr=(self.local_address, 0) if self.local_address else None,
+                    ssl=self.ssl_context, server_hostname=self.host if self.ssl_context else None)
         except (OSError, TimeoutError) as exc:
             self.closed = True
             raise KafkaConnectionError(f"cannot connect to {self}: {exc or 'timed out'}") from None

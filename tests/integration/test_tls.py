@@ -267,3 +267,36 @@ def start_failure(tmp_path, props: dict) -> str:
 def test_a_listener_that_cannot_serve_stops_the_node_with_one_line(tmp_path, pki, props, message):
     props = {k: (str(pki.keystore) if v == "KEYSTORE" else v) for k, v in props.items()}
     assert message in start_failure(tmp_path, props)
+
+
+# --- Seaway's own CLI ----------------------------------------------------------------------------
+
+def test_the_cli_connects_over_tls_with_a_command_config(node, pki, tmp_path):
+    from tests.support.cli import seaway
+    tls = tmp_path / "tls.properties"
+    tls.write_text(f"security.protocol=SSL\nssl.truststore.location={pki.ca.cert_path}\n")
+    mtls = tmp_path / "mtls.properties"
+    client_keystore = tmp_path / "client.pem"
+    client_keystore.write_bytes(pki.client.key.read_bytes() + pki.client.cert.read_bytes())
+    mtls.write_text(tls.read_text() + f"ssl.keystore.location={client_keystore}\n")
+    topic = unique_topic("tls-cli")
+    seaway("topics", "create", topic, "-b", address(node, "TLS"), "--command-config", str(tls))
+    listed = seaway("topics", "list", "-b", address(node, "MTLS"), "--command-config", str(mtls))
+    assert topic in listed.stdout
+    # Without its certificate the mTLS listener turns the CLI away: one line, no traceback.
+    refused = seaway("topics", "list", "-b", address(node, "MTLS"), "--command-config", str(tls),
+                     "--timeout", "5", check=False)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    # A certificate the CLI does not trust: the reason is OpenSSL's.
+    untrusting = tmp_path / "untrusting.properties"
+    untrusting.write_text(f"security.protocol=SSL\nssl.truststore.location={pki.stranger.ca}\n")
+    refused = seaway("topics", "list", "-b", address(node, "TLS"), "--command-config", str(untrusting),
+                     "--timeout", "5", check=False)
+    assert refused.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in refused.stderr, refused.stderr
+    # A key the CLI does not know is named, with the file.
+    typo = tmp_path / "typo.properties"
+    typo.write_text("security.protocol=SSL\nssl.trustore.location=/x\n")
+    refused = seaway("topics", "list", "-b", address(node, "TLS"), "--command-config", str(typo), check=False)
+    assert refused.returncode == 2
+    assert f"--command-config {typo}: ssl.trustore.location: not a TLS setting" in refused.stderr
