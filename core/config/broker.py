@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -264,6 +265,7 @@ class BrokerConfig:
         self.explicit: set[str] = set()
         # listener name (upper case) -> its own ssl.* values, which win over the node's
         self.listener_settings: dict[str, dict[str, Any]] = {}
+        self._client_tls: dict[str, Any] = {}   # listener name -> ssl.SSLContext | None
         for key in [k for k in props if k.startswith("listener.name.")]:
             m = _LISTENER_SETTING_RE.match(key)
             if m is None or m.group(2) not in SSL_CONFIGS:
@@ -329,7 +331,9 @@ class BrokerConfig:
             raise ConfigError(f"{exc} or in controller.listener.names") from None
         if not self.listeners:
             raise ConfigError("listeners: at least one listener is required")
-        known = {li.name for li in self.listeners}
+        # A broker-only node sets the controller listener's ssl.* for its own connections to
+        # the controllers without listening on it: any listener the map or the quorum names.
+        known = {li.name for li in self.listeners} | set(pmap)
         for name in self.listener_settings:
             if name not in known:
                 raise ConfigError(f"listener.name.{name.lower()}.*: {name} is not one of listeners")
@@ -409,6 +413,30 @@ class BrokerConfig:
         own = self.listener_settings.get(listener_name.upper(), {})
         values.update(own)
         return values, (f"listener.name.{listener_name.lower()}." if own else "")
+
+    def client_tls(self, listener_name: str) -> "ssl.SSLContext | None":
+        """The TLS context this node's own connections to `listener_name` of other nodes use
+        (followers to leaders, brokers to controllers, voters to voters): None for a PLAINTEXT
+        listener, else a client context from that listener's ssl.* settings, its keystore
+        presented as this node's certificate (mTLS). Made once per listener; a ConfigError
+        naming the setting if it cannot work."""
+        if listener_name in self._client_tls:
+            return self._client_tls[listener_name]
+        from core.client.tls import TlsError, TlsSettings, client_context
+        protocol = self.protocol_map.get(listener_name, "PLAINTEXT")
+        context = None
+        if protocol in ("SSL", "SASL_SSL"):
+            try:
+                context = client_context(TlsSettings(*self.tls_values(listener_name)))
+            except TlsError as exc:
+                raise ConfigError(str(exc)) from None
+        self._client_tls[listener_name] = context
+        return context
+
+    @property
+    def controller_client_tls(self) -> "ssl.SSLContext | None":
+        """What this node's connections to the controller quorum use."""
+        return self.client_tls(self.controller_listener_names[0])
 
     def is_controller_listener(self, name: str) -> bool:
         return name in self.controller_listener_names

@@ -140,7 +140,8 @@ class BrokerLifecycle:
         conn = BrokerConnection(host, port, node_id=leader, client_id=f"broker-{self.config.node_id}",
                                 request_timeout_ms=self.config["controller.quorum.request.timeout.ms"],
                                 connect_timeout_ms=self.config["controller.quorum.request.timeout.ms"],
-                                local_address=self.config["client.local.address"])
+                                local_address=self.config["client.local.address"],
+                                ssl_context=self.config.controller_client_tls)
         await conn.connect()
         self._conn, self._conn_target = conn, leader
         return conn

@@ -39,7 +39,8 @@ class QuorumMember:
         # The quorum runs on a loop of its own (core/raft/thread.py), so that a busy data plane
         # never delays its heartbeats, fetches and elections.
         self.driver = RaftThread(RaftDriver(config.node_id, config.quorum_voters, config.metadata_log_dir,
-                                            cluster_id=cluster_id, listener=self.loader, config=quorum_config))
+                                            cluster_id=cluster_id, listener=self.loader, config=quorum_config,
+                                            ssl_context=config.controller_client_tls))
 
     async def run_snapshots(self) -> None:
         """After metadata.log.max.record.bytes.between.snapshots bytes of new records, write

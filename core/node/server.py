@@ -173,6 +173,10 @@ def _tls_listeners(config: BrokerConfig) -> dict[str, TlsListener]:
                               f"but SASL authentication is not built yet; use SSL or PLAINTEXT")
         if protocol == "SSL":
             found[listener.name] = TlsListener.from_settings(TlsSettings(*config.tls_values(listener.name)))
+    # And the node's own connections to other nodes, so that their settings fail here too.
+    config.controller_client_tls
+    if "broker" in config.roles:
+        config.client_tls(config.inter_broker_listener_name)
     return found
 
 

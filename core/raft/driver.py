@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 import time
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence, TypeVar
@@ -106,8 +107,10 @@ class RaftDriver:
     def __init__(self, node_id: int, voters: Mapping[int, tuple[str, int]], metadata_log_dir: Path,
                  *, cluster_id: str, listener: RaftListener, config: QuorumConfig | None = None,
                  clock: Callable[[], int] | None = None, rng: random.Random | None = None,
-                 client_id: str | None = None):
+                 client_id: str | None = None, ssl_context: ssl.SSLContext | None = None):
         self.node_id = node_id
+        # TLS to the other voters when the controller listener is SSL (the node's settings).
+        self.ssl_context = ssl_context
         self.voter_addresses = dict(voters)
         self.metadata_log_dir = Path(metadata_log_dir)
         self.cluster_id = cluster_id
@@ -373,7 +376,8 @@ class RaftDriver:
             conn = BrokerConnection(host, port, node_id=destination, client_id=self.client_id,
                                     request_timeout_ms=self.config.request_timeout_ms,
                                     connect_timeout_ms=self.config.request_timeout_ms,
-                                    local_address=self.config.local_address)
+                                    local_address=self.config.local_address,
+                                    ssl_context=self.ssl_context)
             try:
                 await conn.connect()
             except KafkaError:

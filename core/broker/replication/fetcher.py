@@ -213,7 +213,8 @@ class ReplicaFetcher:
             client_id=f"broker-{self.manager.node_id}-fetcher",
             request_timeout_ms=self.config["replica.socket.timeout.ms"] + self.config["replica.fetch.wait.max.ms"],
             connect_timeout_ms=self.config["replica.socket.timeout.ms"],
-            local_address=self.config["client.local.address"])
+            local_address=self.config["client.local.address"],
+            ssl_context=self.config.client_tls(self.config.inter_broker_listener_name))
         await conn.connect()
         self._conn, self._conn_address = conn, address
         return conn
