@@ -80,6 +80,7 @@ class Connection:
 
     async def run(self) -> None:
         reader = FrameReader(self.max_request)
+        send_parts = getattr(self.stream, "send_parts", None)
         self.broker.connections.add(self)
         self.broker.metrics.connections.inc()
         try:
@@ -114,8 +115,12 @@ class Connection:
                     except CloseConnection:
                         return
                     # Parts go out separately: joining would copy fetched log data once more.
-                    for part in parts or ():
-                        await self.stream.send(part)
+                    # A TLS stream encrypts them all, then sends once (a copy it makes anyway).
+                    if parts and send_parts is not None:
+                        await send_parts(parts)
+                    else:
+                        for part in parts or ():
+                            await self.stream.send(part)
                     if self.broker.draining:
                         return
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):

@@ -84,6 +84,19 @@ class TlsStream(ByteStream):
     async def send(self, item: bytes | bytearray | memoryview) -> None:
         await self._retry(lambda: self.ssl_object.write(item))
 
+    async def send_parts(self, parts: list) -> None:
+        """A response's buffers (header, record sets) encrypted back to back and written
+        out in one send, where separate sends would each cost a write and a wait."""
+        for part in parts:
+            while True:
+                try:
+                    self.ssl_object.write(part)
+                    break
+                except ssl.SSLWantReadError:   # TLS 1.3 post-handshake traffic: rare
+                    await self._flush()
+                    await self._fill()
+        await self._flush()
+
     async def send_eof(self) -> None:
         raise NotImplementedError("TLS has no half-close")
 
