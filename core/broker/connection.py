@@ -24,6 +24,8 @@ from core.protocol.errors import DecodeError, EncodeError, ErrorCode
 from core.protocol.framing import FrameReader, FrameTooLarge
 
 from core.security.authorizer import ANONYMOUS
+from core.security.sasl import SaslSession
+from core.security.sasl import State as SaslState
 
 from .context import RequestContext
 from .handlers import HANDLERS
@@ -60,7 +62,8 @@ class Connection:
     `handlers` is that listener's request table."""
 
     def __init__(self, server, authorizer, listener, stream: ByteStream, peer: str, *,
-                 handlers=None, controller=None, principal: str = ANONYMOUS):
+                 handlers=None, controller=None, principal: str = ANONYMOUS,
+                 sasl: SaslSession | None = None):
         self.broker = server
         self.handlers = HANDLERS if handlers is None else handlers
         self.controller = controller
@@ -69,6 +72,9 @@ class Connection:
         self.stream = stream
         self.peer = peer
         self.principal = principal   # from the TLS certificate; User:ANONYMOUS on PLAINTEXT
+        # SASL listeners: the authentication in progress (the principal comes from it)
+        self.sasl = sasl
+        self._close_after_send = False
         self.max_request = server.config["socket.request.max.bytes"]
         self.max_idle = server.config["connections.max.idle.ms"] / 1000
         self._idle_scope: anyio.CancelScope | None = None
@@ -79,7 +85,9 @@ class Connection:
             self._idle_scope.cancel()
 
     async def run(self) -> None:
-        reader = FrameReader(self.max_request)
+        # Until a SASL client has authenticated, frames are capped at sasl.server.max.receive.size
+        # (CVE-2022-34917): an unauthenticated client must not make us buffer 100 MiB.
+        reader = FrameReader(self.sasl.config.max_receive_size if self.sasl is not None else self.max_request)
         send_parts = getattr(self.stream, "send_parts", None)
         self.broker.connections.add(self)
         self.broker.metrics.connections.inc()
@@ -110,10 +118,17 @@ class Connection:
                                 "closing connection", self.peer, exc.size, exc.limit)
                     return
                 for frame in frames:
+                    parts: list | None
                     try:
-                        parts = await self.dispatch(frame)
+                        if self.sasl is not None and self.sasl.state is SaslState.RAW_TOKENS:
+                            parts = self._raw_sasl_token(frame)
+                        else:
+                            parts = await self.dispatch(frame)
                     except CloseConnection:
                         return
+                    if self.sasl is not None and self.sasl.authenticated and reader.max_frame_size != self.max_request:
+                        reader.max_frame_size = self.max_request
+                        self.principal = self.sasl.principal or self.principal
                     # Parts go out separately: joining would copy fetched log data once more.
                     # A TLS stream encrypts them all, then sends once (a copy it makes anyway).
                     if parts and send_parts is not None:
@@ -121,7 +136,7 @@ class Connection:
                     else:
                         for part in parts or ():
                             await self.stream.send(part)
-                    if self.broker.draining:
+                    if self.broker.draining or self._close_after_send:
                         return
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
             pass
@@ -145,6 +160,11 @@ class Connection:
             log.warning("%s: unknown API key %d; closing connection", self.peer, api_key)
             raise CloseConnection
         (correlation_id,) = _SIZE.unpack_from(frame, 4)
+        if self.sasl is not None and not self.sasl.authenticated and not self.sasl.allows(api_key):
+            bad.labels("unauthenticated").inc()
+            log.warning("%s: %s before SASL authentication completed (%s); closing connection",
+                        self.peer, api.name, self.sasl.state.value)
+            raise CloseConnection
         if not api.supports(version):
             if api_key == m.ApiKey.API_VERSIONS:
                 # KIP-511: answer in v0 with our ranges so the client can retry with one of them.
@@ -167,6 +187,8 @@ class Connection:
             bad.labels("malformed").inc()
             log.warning("%s: malformed %s v%d request: %s; closing connection", self.peer, api.name, version, exc)
             raise CloseConnection from None
+        if self.sasl is not None and not self.sasl.authenticated and api_key != m.ApiKey.API_VERSIONS:
+            return self._sasl_step(api_key, version, correlation_id, api, request)
         ctx = RequestContext(self.broker, self.authorizer, self.listener, self.peer, api_key, version,
                              correlation_id, header.client_id, principal=self.principal,
                              controller=self.controller, handlers=self.handlers)
@@ -190,3 +212,49 @@ class Connection:
         except EncodeError:
             log.exception("%s: cannot encode %s v%d response", self.peer, api.name, version)
             raise CloseConnection from None
+
+    # ------------------------------------------------------------------ SASL
+
+    def _sasl_step(self, api_key: int, version: int, correlation_id: int, api, request) -> list:
+        """SaslHandshake or SaslAuthenticate while the client authenticates (the session
+        said it may send it now)."""
+        sasl = self.sasl
+        assert sasl is not None
+        response: m.SaslHandshakeResponse | m.SaslAuthenticateResponse
+        if api_key == m.ApiKey.SASL_HANDSHAKE:
+            error, mechanisms, close = sasl.handshake(version, request.mechanism)
+            response = m.SaslHandshakeResponse(error_code=error, mechanisms=mechanisms)
+            if error:
+                log.warning("%s: SASL mechanism %r is not enabled on %s (%s); closing connection",
+                            self.peer, request.mechanism, self.listener.name, ", ".join(mechanisms))
+        else:
+            answer = sasl.authenticate(bytes(request.auth_bytes))
+            response = m.SaslAuthenticateResponse(error_code=answer.error, error_message=answer.message,
+                                                  auth_bytes=answer.token)
+            close = answer.close_after
+            self._log_authentication(answer)
+        self._close_after_send = close
+        return encode_response(api_key, version, correlation_id, api.response_header_version(version), response)
+
+    def _raw_sasl_token(self, frame: bytearray) -> list:
+        """After a v0 SaslHandshake the client sends bare tokens; each reply is a bare,
+        size-prefixed token too, and a failure just closes (Kafka's legacy framing)."""
+        sasl = self.sasl
+        assert sasl is not None
+        answer = sasl.authenticate(bytes(frame))
+        self._log_authentication(answer)
+        if answer.error:
+            raise CloseConnection
+        return [_SIZE.pack(len(answer.token)) + answer.token]
+
+    def _log_authentication(self, answer) -> None:
+        sasl = self.sasl
+        assert sasl is not None
+        if answer.error:
+            self.broker.metrics.bad_requests.labels("authentication").inc()
+            log.warning("%s: SASL %s authentication failed on %s: %s", self.peer, sasl.mechanism_name,
+                        self.listener.name, answer.message)
+        elif sasl.authenticated:
+            log.info("%s: authenticated as %s (SASL %s) on %s", self.peer, sasl.principal,
+                     sasl.mechanism_name, self.listener.name)
+

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .defs import INT_MAX, LONG_MAX, ConfigDef, ConfigError, ConfigType
+from .sasl import SASL_CONFIG_LIST, SASL_CONFIGS
 from .tls import SSL_CONFIG_LIST, SSL_CONFIGS
 from .topic import TOPIC_CONFIG_LIST
 
@@ -34,8 +35,10 @@ class Listener:
         return f"{self.name}://{self.host}:{self.port}"
 
 
-# Kafka's per-listener form of a security setting: listener.name.<listener>.ssl.keystore.location
-_LISTENER_SETTING_RE = re.compile(r"^listener\.name\.([A-Za-z0-9_]+)\.(ssl\..+)$")
+# Kafka's per-listener form of a security setting: listener.name.<listener>.ssl.keystore.location,
+# listener.name.<listener>.sasl.enabled.mechanisms, listener.name.<listener>.<mechanism>.sasl.jaas.config
+_LISTENER_SETTING_RE = re.compile(r"^listener\.name\.([A-Za-z0-9_]+)\.((?:[a-z0-9-]+\.)?(?:ssl|sasl)\..+)$")
+_MECHANISM_JAAS_RE = re.compile(r"^([a-z0-9-]+)\.sasl\.jaas\.config$")
 
 _LISTENER_RE = re.compile(r"^([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(\d+)$")
 
@@ -203,6 +206,7 @@ def _broker_defs() -> list[ConfigDef]:
         ConfigDef("shutdown.timeout.ms", _T.LONG, 10_000, "bound on a graceful shutdown", minimum=0),
     ]
     defs.extend(SSL_CONFIG_LIST)
+    defs.extend(SASL_CONFIG_LIST)
     names = {d.name for d in defs}
     # Every topic setting has a broker-wide default under its synonym (log.retention.ms, ...).
     for t in TOPIC_CONFIG_LIST:
@@ -268,9 +272,12 @@ class BrokerConfig:
         self._client_tls: dict[str, Any] = {}   # listener name -> ssl.SSLContext | None
         for key in [k for k in props if k.startswith("listener.name.")]:
             m = _LISTENER_SETTING_RE.match(key)
-            if m is None or m.group(2) not in SSL_CONFIGS:
+            setting = m.group(2) if m else ""
+            jaas = _MECHANISM_JAAS_RE.match(setting)
+            definition = SSL_CONFIGS.get(setting) or SASL_CONFIGS.get(setting) \
+                or (SASL_CONFIGS["sasl.jaas.config"] if jaas else None)
+            if m is None or definition is None:
                 continue   # reported below as not used, like any other unknown key
-            definition = SSL_CONFIGS[m.group(2)]
             try:
                 value = definition.parse(props.pop(key))
             except ConfigError as exc:
@@ -410,9 +417,25 @@ class BrokerConfig:
         """The ssl.* values a listener uses (its own listener.name.* values over the node's),
         and the key prefix errors should name: the listener's own when it sets anything."""
         values = {name: self.values[name] for name in SSL_CONFIGS}
-        own = self.listener_settings.get(listener_name.upper(), {})
+        own = {k: v for k, v in self.listener_settings.get(listener_name.upper(), {}).items()
+               if k in SSL_CONFIGS}
         values.update(own)
         return values, (f"listener.name.{listener_name.lower()}." if own else "")
+
+    def sasl_values(self, listener_name: str) -> tuple[list[str], str | None, str, int]:
+        """A SASL listener's (mechanisms, PLAIN's JAAS line, the key that line came from, the
+        largest frame before authentication): its listener.name.* values over the node's."""
+        own = self.listener_settings.get(listener_name.upper(), {})
+        prefix = f"listener.name.{listener_name.lower()}."
+        mechanisms = own.get("sasl.enabled.mechanisms", self.values["sasl.enabled.mechanisms"])
+        for key in ("plain.sasl.jaas.config", "sasl.jaas.config"):
+            if own.get(key):
+                jaas, where = own[key], prefix + key
+                break
+        else:
+            jaas, where = self.values["sasl.jaas.config"], "sasl.jaas.config"
+        size = own.get("sasl.server.max.receive.size", self.values["sasl.server.max.receive.size"])
+        return [m.upper() for m in mechanisms], jaas, where, size
 
     def client_tls(self, listener_name: str) -> "ssl.SSLContext | None":
         """The TLS context this node's own connections to `listener_name` of other nodes use

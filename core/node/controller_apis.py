@@ -15,6 +15,7 @@ can speak. A request naming another topic or partition gets the error Kafka's ra
 """
 from __future__ import annotations
 
+from core.broker.handlers import sasl
 from core.broker.handlers.api_versions import api_versions_response
 from core.controller.controller import HANDLED_APIS
 from core.protocol import messages as m
@@ -72,7 +73,8 @@ def _controller_handler(api_key: int):
     return handle
 
 
-CONTROLLER_HANDLERS: dict = {m.ApiKey.API_VERSIONS: _api_versions, m.ApiKey.DESCRIBE_CLUSTER: _describe_cluster}
+CONTROLLER_HANDLERS: dict = {m.ApiKey.API_VERSIONS: _api_versions, m.ApiKey.DESCRIBE_CLUSTER: _describe_cluster,
+                              **sasl.HANDLES}
 # The QuorumController's APIs (HANDLED_APIS): those brokers forward here, and the brokers' own.
 for _key in HANDLED_APIS:
     CONTROLLER_HANDLERS[_key] = _controller_handler(_key)

@@ -15,6 +15,7 @@ and flushes and closes every log, so the next start has nothing to recover.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from dataclasses import dataclass, field
 from functools import partial
@@ -32,6 +33,7 @@ from core.config.broker import Listener
 from core.config.defs import ConfigError
 from core.client.tls import TlsSettings
 from core.security.authorizer import ANONYMOUS, AllowAll
+from core.security.sasl import SUPPORTED_MECHANISMS, SaslConfig, SaslSession, parse_jaas, plain_users
 from core.security.tls import HandshakeFailed, TlsListener
 
 from . import faults, legacy_catalog
@@ -130,7 +132,7 @@ class NodeHandle:
 
 async def _serve_listener(listener_cfg: Listener, tcp_listener, server, authorizer,
                           accepting: anyio.CancelScope, handlers=None, controller=None,
-                          tls: TlsListener | None = None) -> None:
+                          tls: TlsListener | None = None, sasl: SaslConfig | None = None) -> None:
     """Accept until `accepting` is cancelled; the connections live in their own task group
     outside that scope, so that they can drain after the listener has closed. On a TLS
     listener each connection first completes its handshake, which names its principal."""
@@ -153,7 +155,8 @@ async def _serve_listener(listener_cfg: Listener, tcp_listener, server, authoriz
                     await stream.aclose()
                 return
         await Connection(server, authorizer, listener_cfg, stream, peer_text, handlers=handlers,
-                         controller=controller, principal=principal).run()
+                         controller=controller, principal=principal,
+                         sasl=SaslSession(sasl) if sasl is not None else None).run()
 
     async with anyio.create_task_group() as connections:
         async with tcp_listener:
@@ -162,21 +165,45 @@ async def _serve_listener(listener_cfg: Listener, tcp_listener, server, authoriz
 
 
 def _tls_listeners(config: BrokerConfig) -> dict[str, TlsListener]:
-    """Each SSL listener's TLS, built (keystore read, truststore loaded) before anything starts,
-    so that a listener that cannot serve stops the node with one line naming the setting. No
-    listener ever serves a protocol other than the one it is mapped to."""
+    """Each SSL and SASL_SSL listener's TLS, built (keystore read, truststore loaded) before
+    anything starts, so that a listener that cannot serve stops the node with one line naming
+    the setting. No listener ever serves a protocol other than the one it is mapped to."""
     found = {}
     for listener in config.listeners:
-        protocol = listener.security_protocol
-        if protocol.startswith("SASL_"):
-            raise ConfigError(f"listener.security.protocol.map: listener {listener.name} is {protocol}, "
-                              f"but SASL authentication is not built yet; use SSL or PLAINTEXT")
-        if protocol == "SSL":
+        if listener.security_protocol in ("SSL", "SASL_SSL"):
             found[listener.name] = TlsListener.from_settings(TlsSettings(*config.tls_values(listener.name)))
     # And the node's own connections to other nodes, so that their settings fail here too.
     config.controller_client_tls
     if "broker" in config.roles:
         config.client_tls(config.inter_broker_listener_name)
+    return found
+
+
+def _sasl_listeners(config: BrokerConfig, scram_secret: bytes) -> dict[str, SaslConfig]:
+    """Each SASL listener's mechanisms and PLAIN users, checked before anything starts."""
+    found = {}
+    for listener in config.listeners:
+        if not listener.security_protocol.startswith("SASL_"):
+            continue
+        mechanisms, jaas, where, max_size = config.sasl_values(listener.name)
+        for name in mechanisms:
+            if name not in SUPPORTED_MECHANISMS:
+                raise ConfigError(f"sasl.enabled.mechanisms: {name} (listener {listener.name}) is not "
+                                  f"supported; use {', '.join(SUPPORTED_MECHANISMS)}")
+        if not mechanisms:
+            raise ConfigError(f"sasl.enabled.mechanisms: listener {listener.name} is "
+                              f"{listener.security_protocol} but enables no mechanism")
+        users: dict[str, str] = {}
+        if "PLAIN" in mechanisms:
+            if not jaas:
+                raise ConfigError(f"listener.name.{listener.name.lower()}.plain.sasl.jaas.config: PLAIN is "
+                                  f"enabled on listener {listener.name} but no users are configured "
+                                  f"(PlainLoginModule required user_<name>=\"<password>\";)")
+            users = plain_users(parse_jaas(jaas, where))
+            if not users:
+                raise ConfigError(f"{where}: PLAIN needs at least one user_<name>=\"<password>\" option")
+        found[listener.name] = SaslConfig(tuple(mechanisms), users, scram_secret=scram_secret,
+                                          max_receive_size=max_size)
     return found
 
 
@@ -202,6 +229,7 @@ async def run_node(config: BrokerConfig, *, clock=None,
     """Run the roles of `process.roles` (both, on a one-node cluster). `clock` (epoch ms) is
     the broker's, for tests that move time by hand (retention, offset expiry)."""
     tls = _tls_listeners(config)   # first: a listener that cannot serve stops the node here
+    sasl = _sasl_listeners(config, os.urandom(32))
     metrics = BrokerMetrics()
     broker: Broker | None = None
     controller: ControllerServer | None = None
@@ -247,13 +275,13 @@ async def run_node(config: BrokerConfig, *, clock=None,
                                                  local_port=lc.port, reuse_port=False)
                     handle.controller_scopes.append(scope)
                     serve = partial(_serve_listener, lc, tcp, controller, authorizer, scope,
-                                    CONTROLLER_HANDLERS, controller, tls.get(lc.name))
+                                    CONTROLLER_HANDLERS, controller, tls.get(lc.name), sasl.get(lc.name))
                 else:
                     tcp = await anyio.create_tcp_listener(local_host=lc.host or None, local_port=lc.port,
                                                           reuse_port=False)
                     handle.listener_scopes.append(scope)
                     serve = partial(_serve_listener, lc, tcp, broker, authorizer, scope, None, controller,
-                                    tls.get(lc.name))
+                                    tls.get(lc.name), sasl.get(lc.name))
                 addr = tcp.extra(SocketAttribute.local_address)
                 assert isinstance(addr, tuple)   # a TCP listener's (host, port, ...)
                 handle.bound[lc.name] = (addr[0], addr[1])

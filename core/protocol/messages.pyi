@@ -1193,6 +1193,28 @@ class ListGroupsResponse(Message):
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None: ...
 
+class SaslHandshakeRequest(Message):
+    mechanism: str
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        mechanism: str = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+class SaslHandshakeResponse(Message):
+    error_code: int
+    mechanisms: list[str]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        error_code: int = ...,
+        mechanisms: list[str] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
 class ApiVersionsRequest(Message):
     client_software_name: str
     client_software_version: str
@@ -1780,6 +1802,32 @@ class AlterConfigsResponse(Message):
             resource_name: str = ...,
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None: ...
+
+class SaslAuthenticateRequest(Message):
+    auth_bytes: bytes
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        auth_bytes: bytes = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+class SaslAuthenticateResponse(Message):
+    error_code: int
+    error_message: str | None
+    auth_bytes: bytes
+    session_lifetime_ms: int
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        error_code: int = ...,
+        error_message: str | None = ...,
+        auth_bytes: bytes = ...,
+        session_lifetime_ms: int = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
 
 class CreatePartitionsRequest(Message):
     topics: list[CreatePartitionsRequest.CreatePartitionsTopic]

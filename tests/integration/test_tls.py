@@ -15,8 +15,6 @@ from __future__ import annotations
 import datetime
 import socket
 import ssl
-import subprocess
-import sys
 import time
 
 import pytest
@@ -25,7 +23,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from core.security.ca import CertificateAuthority
 from tests.support.clients import CLIENTS, Record, create_topic, unique_topic
-from tests.support.node import REPO, SeawayNode, free_port
+from tests.support.node import SeawayNode, free_port, start_failure
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -244,16 +242,6 @@ def test_a_rotated_certificate_is_served_without_a_restart(node, pki):
 
 # --- listeners that cannot serve -----------------------------------------------------------------
 
-def start_failure(tmp_path, props: dict) -> str:
-    config = tmp_path / "node.properties"
-    config.write_text("".join(f"{k}={v}\n" for k, v in {"log.dirs": tmp_path / "data", **props}.items()))
-    proc = subprocess.run([sys.executable, "-m", "core.cli", "node", "--config", str(config)], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr
-    return proc.stderr.strip().splitlines()[-1]
-
-
 @pytest.mark.parametrize("props,message", [
     ({"listeners": "SSL://127.0.0.1:0"},
      "ssl.keystore.location: a TLS listener needs a keystore"),
@@ -262,7 +250,6 @@ def start_failure(tmp_path, props: dict) -> str:
     ({"listeners": "SECURE://127.0.0.1:0", "listener.security.protocol.map": "SECURE:SSL",
       "listener.name.secure.ssl.client.auth": "required", "ssl.keystore.location": "KEYSTORE"},
      "listener.name.secure.ssl.truststore.location: ssl.client.auth=required needs a truststore"),
-    ({"listeners": "SASL_SSL://127.0.0.1:0"}, "SASL authentication is not built yet"),
 ])
 def test_a_listener_that_cannot_serve_stops_the_node_with_one_line(tmp_path, pki, props, message):
     props = {k: (str(pki.keystore) if v == "KEYSTORE" else v) for k, v in props.items()}

@@ -24,7 +24,8 @@
  *
  * "requests" maps each Kafka API kafkajs sent to the versions it used, e.g. {"Fetch": [11]}.
  * Any request may carry "ssl": {"ca": PATH, "cert": PATH, "key": PATH} to connect over TLS
- * (the server is checked against ca; cert and key, for mTLS, are optional).
+ * (the server is checked against ca; cert and key, for mTLS, are optional), and "sasl":
+ * {"mechanism": "plain", "username": U, "password": P} to authenticate (kafkajs's own shape).
  *
  * Consuming without a consumer group: kafkajs's public Consumer always joins a group, so the
  * consume action drives kafkajs's own protocol layer the way its ConsumerGroup.fetch() does:
@@ -70,6 +71,7 @@ function client(req) {
     requestTimeout: req.request_timeout_ms || 30000,
     retry: { retries: req.retries ?? 5, initialRetryTime: 100, maxRetryTime: 2000 },
     ssl: tlsOptions(req.ssl),
+    sasl: req.sasl, // {"mechanism": "plain" | "scram-sha-256" | "scram-sha-512", "username", "password"}
   })
 }
 

@@ -138,3 +138,17 @@ class SeawayNode:
                 pass
         if self.proc is not None and self.proc.stdout:
             self.proc.stdout.close()
+
+
+def start_failure(directory: Path, props: dict) -> str:
+    """Start `seaway node` with these properties (log.dirs under `directory`), expecting it to
+    refuse: the last line of its stderr, checked to be an error and not a traceback."""
+    config = Path(directory) / "node.properties"
+    values = {"log.dirs": Path(directory) / "data", **props}
+    config.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    proc = subprocess.run([sys.executable, "-m", "core.cli", "node", "--config", str(config)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0, "the node started"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.stderr.strip().splitlines()[-1]
+

@@ -63,7 +63,7 @@ def test_controller_table_sources_do_not_overlap():
     from core.node import controller_apis
     from core.controller.controller import HANDLED_APIS
 
-    own = {ApiKey.API_VERSIONS, ApiKey.DESCRIBE_CLUSTER}
+    own = {ApiKey.API_VERSIONS, ApiKey.DESCRIBE_CLUSTER, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
     raft = set(controller_apis._REQUEST_OF)
     assert not (own & HANDLED_APIS) and not (own & raft) and not (HANDLED_APIS & raft)
     assert set(controller_apis.CONTROLLER_HANDLERS) == own | HANDLED_APIS | raft

@@ -1,0 +1,240 @@
+"""SASL listeners with real clients: PLAIN over SASL_PLAINTEXT and SASL_SSL with each client
+family, and every way in that should fail (each CVE named) failing cleanly while the node
+keeps serving.
+
+One node, four listeners:
+
+    PLAIN     PLAINTEXT (setup, and SASL requests where there is no SASL)
+    SASL      SASL_PLAINTEXT, PLAIN and SCRAM-SHA-256 enabled
+    SASLTLS   SASL_SSL, PLAIN
+    TINY      SASL_PLAINTEXT, PLAIN, sasl.server.max.receive.size=1024
+"""
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from core.protocol import messages as m
+from core.protocol.errors import ErrorCode
+from core.security.ca import CertificateAuthority
+from tests.support import raw_kafka
+from tests.support.clients import CLIENTS, Record, create_topic, unique_topic
+from tests.support.node import SeawayNode, free_port, start_failure
+
+pytestmark = pytest.mark.timeout(300)
+
+USERS = {"alice": "alice-secret", "bob": "bob-secret"}
+JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+        + " ".join(f'user_{u}="{p}"' for u, p in USERS.items()) + ";")
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("sasl-pki")
+    authority = CertificateAuthority(directory / "ca")
+    issued = authority.issue("server")
+    authority.keystore = directory / "server.pem"
+    authority.keystore.write_bytes(issued.key.read_bytes() + issued.cert.read_bytes())
+    return authority
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory, ca):
+    ports = {name: free_port() for name in ("PLAIN", "SASL", "SASLTLS", "TINY")}
+    props = {
+        "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+        "listener.security.protocol.map": "PLAIN:PLAINTEXT,SASL:SASL_PLAINTEXT,SASLTLS:SASL_SSL,TINY:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "PLAIN",
+        "ssl.keystore.location": str(ca.keystore),
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+        "sasl.jaas.config": JAAS,
+        "listener.name.tiny.sasl.server.max.receive.size": "1024",
+    }
+    n = SeawayNode(tmp_path_factory.mktemp("sasl-node"), props, port=ports["PLAIN"]).start()
+    n.ports = ports
+    yield n
+    n.stop()
+
+
+def address(node, listener: str) -> str:
+    return f"127.0.0.1:{node.ports[listener]}"
+
+
+def sasl_config(client: str, ca, *, user="alice", password=None, tls=False, mechanism="PLAIN") -> dict:
+    password = USERS.get(user, "x") if password is None else password
+    if client == "kafkajs":
+        return {"sasl": {"mechanism": mechanism.lower(), "username": user, "password": password},
+                **({"ssl": {"ca": str(ca.cert_path)}} if tls else {})}
+    if client == "kafka-python":
+        return {"security_protocol": "SASL_SSL" if tls else "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
+                "sasl_plain_username": user, "sasl_plain_password": password,
+                **({"ssl_cafile": str(ca.cert_path)} if tls else {})}
+    return {"security.protocol": "SASL_SSL" if tls else "SASL_PLAINTEXT", "sasl.mechanisms": mechanism,
+            "sasl.username": user, "sasl.password": password,
+            **({"ssl.ca.location": str(ca.cert_path)} if tls else {})}
+
+
+def mark(node) -> int:
+    return node.log_path.stat().st_size
+
+
+def wait_for_log(node, since: int, text: str, timeout: float = 10.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen = node.log_path.read_bytes()[since:].decode(errors="replace")
+        if text in seen:
+            return seen
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} not logged:\n{node.log_path.read_bytes()[since:].decode(errors='replace')[-3000:]}")
+
+
+def cannot_produce(bootstrap: str, config: dict) -> bool:
+    failed = []
+    producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 4000, "log_level": 0, **config})
+    producer.produce("sasl-refused", b"x", on_delivery=lambda err, msg: failed.append(err) if err else None)
+    producer.flush(10)
+    return bool(failed)
+
+
+def assert_still_serves(node, ca) -> None:
+    topic = unique_topic("sasl-after")
+    client = CLIENTS["confluent"]
+    config = sasl_config("confluent", ca, user="bob")
+    client.produce(address(node, "SASL"), topic, [Record(value=b"after", partition=0)], config=config)
+    got = client.consume(address(node, "SASL"), topic, {0: 0}, count=1, config=config)
+    assert [r.value for r in got] == [b"after"]
+
+
+# --- what should work ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("listener", ["SASL", "SASLTLS"])
+@pytest.mark.parametrize("client_name", ["confluent", "kafka-python", "kcat", "kafkajs"])
+def test_each_client_authenticates_with_plain(node, ca, client_name, listener):
+    client = CLIENTS[client_name]
+    config = sasl_config(client_name, ca, tls=listener == "SASLTLS")
+    topic = unique_topic(f"sasl-{client_name}")
+    create_topic(address(node, "PLAIN"), topic, partitions=1)
+    records = [Record(key=b"k%d" % i, value=b"v%d" % i, partition=0) for i in range(20)]
+    client.produce(address(node, listener), topic, records, config=config)
+    got = client.consume(address(node, listener), topic, {0: 0}, count=20, config=config)
+    assert [(r.key, r.value) for r in got] == [(r.key, r.value) for r in records]
+
+
+# --- what should fail, and leave the node serving ------------------------------------------------
+
+@pytest.mark.parametrize("case,kwargs,logged", [
+    ("wrong password", {"password": "guess"}, "Invalid username or password"),
+    ("unknown user", {"user": "mallory"}, "Invalid username or password"),
+    ("mechanism not enabled", {"mechanism": "SCRAM-SHA-512"}, "SASL mechanism 'SCRAM-SHA-512' is not enabled"),
+])
+def test_bad_credentials_are_refused(node, ca, case, kwargs, logged):
+    since = mark(node)
+    assert cannot_produce(address(node, "SASL"), sasl_config("confluent", ca, **kwargs)), case
+    wait_for_log(node, since, logged)
+    assert_still_serves(node, ca)
+
+
+def test_requests_before_authentication_close_the_connection(node, ca):
+    since = mark(node)
+    with socket.create_connection(("127.0.0.1", node.ports["SASL"]), timeout=10) as sock:
+        # ApiVersions is allowed before the handshake ...
+        versions = raw_kafka.roundtrip(sock, m.ApiKey.API_VERSIONS, 3, m.ApiVersionsRequest(
+            client_software_name="raw", client_software_version="1"))
+        assert versions.error_code == 0
+        assert {17, 36} <= {k.api_key for k in versions.api_keys}
+        # ... Metadata is not.
+        assert raw_kafka.roundtrip(sock, m.ApiKey.METADATA, 9, m.MetadataRequest(topics=None)) is None
+    wait_for_log(node, since, "Metadata before SASL authentication completed (handshake)")
+    with socket.create_connection(("127.0.0.1", node.ports["SASL"]), timeout=10) as sock:
+        assert raw_kafka.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="PLAIN"))\
+            .error_code == 0
+        assert raw_kafka.roundtrip(sock, m.ApiKey.PRODUCE, 9, m.ProduceRequest(acks=1, timeout_ms=1000, topic_data=[])) is None
+    assert_still_serves(node, ca)
+
+
+def test_cve_2022_34917_a_big_frame_before_authentication_is_refused_at_once(node, ca):
+    """An unauthenticated client's size prefix over sasl.server.max.receive.size closes the
+    connection before the broker reads or allocates any of it."""
+    with socket.create_connection(("127.0.0.1", node.ports["TINY"]), timeout=10) as sock:
+        sock.sendall((2000).to_bytes(4, "big"))      # 2000 > 1024: nothing more need be sent
+        assert raw_kafka.closed_without_answer(sock)
+    with socket.create_connection(("127.0.0.1", node.ports["SASL"]), timeout=10) as sock:
+        sock.sendall((100 * 1024 * 1024).to_bytes(4, "big"))   # under socket.request.max.bytes
+        assert raw_kafka.closed_without_answer(sock)
+    # Once authenticated, the listener's ordinary limit applies again.
+    topic = unique_topic("sasl-big")
+    create_topic(address(node, "PLAIN"), topic, partitions=1)
+    CLIENTS["confluent"].produce(address(node, "TINY"), topic, [Record(value=b"x" * 100_000, partition=0)],
+                                 config=sasl_config("confluent", ca))
+
+
+def handshake_and_authenticate(node, listener: str, token: bytes):
+    with socket.create_connection(("127.0.0.1", node.ports[listener]), timeout=10) as sock:
+        shake = raw_kafka.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="PLAIN"))
+        assert shake.error_code == 0 and "PLAIN" in shake.mechanisms
+        answer = raw_kafka.roundtrip(sock, m.ApiKey.SASL_AUTHENTICATE, 2, m.SaslAuthenticateRequest(auth_bytes=token))
+        closed = answer is not None and answer.error_code != 0 and raw_kafka.closed_without_answer(sock)
+        return answer, closed
+
+
+def test_cve_2017_12610_plain_with_another_authorization_id_is_refused(node):
+    answer, closed = handshake_and_authenticate(node, "SASL", b"bob\x00alice\x00alice-secret")
+    assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert "authorization id that is different from username" in answer.error_message
+    assert closed, "the connection stayed open after a failed authentication"
+    answer, _ = handshake_and_authenticate(node, "SASL", b"alice\x00alice\x00alice-secret")
+    assert answer.error_code == 0
+
+
+def test_an_unsupported_mechanism_lists_the_enabled_ones_and_closes(node):
+    with socket.create_connection(("127.0.0.1", node.ports["SASL"]), timeout=10) as sock:
+        shake = raw_kafka.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="GSSAPI"))
+        assert shake.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
+        assert shake.mechanisms == ["PLAIN", "SCRAM-SHA-256"]
+        assert raw_kafka.closed_without_answer(sock)
+
+
+def test_a_v0_handshake_takes_bare_tokens(node):
+    """SaslHandshake v0 (Kafka 0.10): the token then goes as a bare size-prefixed frame."""
+    with socket.create_connection(("127.0.0.1", node.ports["SASL"]), timeout=10) as sock:
+        assert raw_kafka.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 0, m.SaslHandshakeRequest(mechanism="PLAIN"))\
+            .error_code == 0
+        token = b"\x00alice\x00alice-secret"
+        sock.sendall(len(token).to_bytes(4, "big") + token)
+        assert raw_kafka.read_frame(sock) == b""      # PLAIN's empty reply
+        versions = raw_kafka.roundtrip(sock, m.ApiKey.API_VERSIONS, 0, m.ApiVersionsRequest(), correlation_id=2)
+        assert versions.error_code == 0
+    with socket.create_connection(("127.0.0.1", node.ports["SASL"]), timeout=10) as sock:
+        raw_kafka.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 0, m.SaslHandshakeRequest(mechanism="PLAIN"))
+        token = b"\x00alice\x00wrong"
+        sock.sendall(len(token).to_bytes(4, "big") + token)
+        assert raw_kafka.closed_without_answer(sock)
+
+
+def test_sasl_requests_where_there_is_no_sasl_are_illegal(node):
+    with socket.create_connection(("127.0.0.1", node.ports["PLAIN"]), timeout=10) as sock:
+        shake = raw_kafka.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="PLAIN"))
+        assert shake.error_code == ErrorCode.ILLEGAL_SASL_STATE
+        answer = raw_kafka.roundtrip(sock, m.ApiKey.SASL_AUTHENTICATE, 2,
+                                     m.SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-secret"), 2)
+        assert answer.error_code == ErrorCode.ILLEGAL_SASL_STATE and "without SASL" in answer.error_message
+
+
+# --- listeners that cannot serve -----------------------------------------------------------------
+
+@pytest.mark.parametrize("props,message", [
+    ({"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN"},
+     "listener.name.sasl_plaintext.plain.sasl.jaas.config: PLAIN is enabled on listener SASL_PLAINTEXT but no users"),
+    ({"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "GSSAPI"},
+     "sasl.enabled.mechanisms: GSSAPI (listener SASL_PLAINTEXT) is not supported"),
+    ({"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN",
+      "sasl.jaas.config": "PlainLoginModule required user_a=b;"},
+     "sasl.jaas.config: cannot read the option"),
+    ({"listeners": "SASL_SSL://127.0.0.1:0"}, "ssl.keystore.location: a TLS listener needs a keystore"),
+])
+def test_a_sasl_listener_that_cannot_serve_stops_the_node_with_one_line(tmp_path, props, message):
+    assert message in start_failure(tmp_path, props)
