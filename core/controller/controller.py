@@ -102,7 +102,7 @@ from core.protocol.errors import ErrorCode, KafkaError
 from core.protocol.metadata_records import MetadataRecord
 
 from . import (alter_partition, brokers, configs, elect_leaders, election, producer_ids,
-               reassignment, topics)
+               reassignment, scram, topics)
 from .brokers import ClusterControl
 from .common import ControllerResult, Working
 from .image import MetadataImage
@@ -120,7 +120,8 @@ HANDLED_APIS = frozenset({
     m.ApiKey.CREATE_TOPICS, m.ApiKey.DELETE_TOPICS, m.ApiKey.ALTER_CONFIGS, m.ApiKey.CREATE_PARTITIONS,
     m.ApiKey.ELECT_LEADERS, m.ApiKey.INCREMENTAL_ALTER_CONFIGS, m.ApiKey.ALTER_PARTITION_REASSIGNMENTS,
     m.ApiKey.LIST_PARTITION_REASSIGNMENTS, m.ApiKey.ALTER_PARTITION, m.ApiKey.BROKER_REGISTRATION,
-    m.ApiKey.BROKER_HEARTBEAT, m.ApiKey.UNREGISTER_BROKER, m.ApiKey.ALLOCATE_PRODUCER_IDS})
+    m.ApiKey.BROKER_HEARTBEAT, m.ApiKey.UNREGISTER_BROKER, m.ApiKey.ALLOCATE_PRODUCER_IDS,
+    m.ApiKey.ALTER_USER_SCRAM_CREDENTIALS})
 
 
 def _message(record: Message | MetadataRecord) -> Message:
@@ -335,6 +336,9 @@ class QuorumController:
             return configs.error_response(api_key, request, code, message)
         if api_key == m.ApiKey.ALLOCATE_PRODUCER_IDS:
             return producer_ids.error_response(code)
+        if api_key == m.ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+            assert isinstance(request, m.AlterUserScramCredentialsRequest)
+            return scram.error_response(request, code, message)
         if api_key == m.ApiKey.ALTER_PARTITION:
             return alter_partition.error_response(code)
         if api_key == m.ApiKey.ELECT_LEADERS:
@@ -410,6 +414,13 @@ class QuorumController:
             return ControllerResult(w.records, producer_ids.allocate_producer_ids(w, request))
         return self._run(m.ApiKey.ALLOCATE_PRODUCER_IDS, request, version, generate)
 
+    def alter_user_scram_credentials(self, request: m.AlterUserScramCredentialsRequest,
+                                     version: int) -> ControllerResult:
+        """AlterUserScramCredentials (51): set and delete SCRAM credentials (core/controller/scram.py)."""
+        def generate(w: Working) -> ControllerResult:
+            return ControllerResult(w.records, scram.alter_user_scram_credentials(w, request))
+        return self._run(m.ApiKey.ALTER_USER_SCRAM_CREDENTIALS, request, version, generate)
+
     def alter_partition(self, request: m.AlterPartitionRequest, version: int) -> ControllerResult:
         """AlterPartition (56): a partition leader's ISR change."""
         def generate(w: Working) -> ControllerResult:
@@ -450,7 +461,8 @@ class QuorumController:
                    m.ApiKey.BROKER_REGISTRATION: self.broker_registration,
                    m.ApiKey.BROKER_HEARTBEAT: self.broker_heartbeat,
                    m.ApiKey.UNREGISTER_BROKER: self.unregister_broker,
-                   m.ApiKey.ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids}
+                   m.ApiKey.ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
+                   m.ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials}
         handler = handlers.get(api_key)
         if handler is None:
             raise KeyError(f"the controller does not handle API {api_key}")

@@ -23,8 +23,10 @@ This is Kafka's `MetadataImage` / `MetadataDelta` pair, reduced to what Seaway m
   a broker id or "" (the cluster default) – the broker need not be registered, as in Kafka.
 * **producer ids** – ProducerIdsRecord's NextProducerId, which must strictly increase.
 * **features** – FeatureLevelRecord; level 0 removes the feature (Kafka's FeaturesDelta).
+* **SCRAM credentials** – by (user, mechanism): UserScramCredentialRecord sets one,
+  RemoveUserScramCredentialRecord deletes one that must exist.
 
-NoOpRecord is accepted and ignored. Every other record type (ACLs, quotas, SCRAM, delegation
+NoOpRecord is accepted and ignored. Every other record type (ACLs, quotas, delegation
 tokens, controller registrations, transaction markers, ZK migration) raises
 `UnsupportedMetadataRecord` rather than being dropped: an image that silently ignored
 records would not be the state the log describes.
@@ -148,6 +150,19 @@ class PartitionRegistration:
 
 
 @dataclass(frozen=True, slots=True)
+class ScramEntry:
+    """A user's stored SCRAM credential for one mechanism (never the password)."""
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+# Kafka's ScramMechanism type codes, as records and AlterUserScramCredentials carry them.
+SCRAM_MECHANISM_TYPES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+
+
+@dataclass(frozen=True, slots=True)
 class TopicImage:
     name: str
     id: bytes
@@ -162,6 +177,7 @@ class MetadataImage:
     configs: Mapping[tuple[int, str], Mapping[str, str]] = field(default_factory=lambda: _EMPTY)
     next_producer_id: int = 0
     features: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    scram: Mapping[tuple[str, int], ScramEntry] = field(default_factory=lambda: _EMPTY)   # (user, mechanism)
 
     @classmethod
     def empty(cls) -> "MetadataImage":
@@ -208,6 +224,7 @@ class MetadataDelta:
         self._topic_ids: dict[str, bytes] | None = None
         self._configs: dict[tuple[int, str], Mapping[str, str]] | None = None
         self._features: dict[str, int] | None = None
+        self._scram: dict[tuple[str, int], ScramEntry] | None = None
         # topic id -> writable partitions dict
         self._partitions: dict[bytes, dict[int, PartitionRegistration]] = {}
         self._config_copies: set[tuple[int, str]] = set()   # config keys already copied
@@ -410,6 +427,24 @@ class MetadataDelta:
     def _noop(self, r: m.NoOpRecord) -> None:
         pass
 
+    def _w_scram(self) -> dict[tuple[str, int], ScramEntry]:
+        if self._scram is None:
+            self._scram = dict(self._base.scram)
+        return self._scram
+
+    def _scram_credential(self, r: m.UserScramCredentialRecord) -> None:
+        if r.mechanism not in SCRAM_MECHANISM_TYPES:
+            raise MetadataImageError(f"UserScramCredentialRecord for {r.name!r}: unknown mechanism {r.mechanism}")
+        self._w_scram()[(r.name, r.mechanism)] = ScramEntry(bytes(r.salt), bytes(r.stored_key),
+                                                           bytes(r.server_key), r.iterations)
+
+    def _remove_scram_credential(self, r: m.RemoveUserScramCredentialRecord) -> None:
+        scram = self._w_scram()
+        if (r.name, r.mechanism) not in scram:
+            raise MetadataImageError(f"RemoveUserScramCredentialRecord: {r.name!r} has no credential "
+                                     f"for mechanism {r.mechanism}")
+        del scram[(r.name, r.mechanism)]
+
     # -- result
     def image(self) -> MetadataImage:
         base = self._base
@@ -430,6 +465,7 @@ class MetadataDelta:
             next_producer_id=self._next_producer_id,
             features=base.features if self._features is None
             else MappingProxyType(dict(self._features)),
+            scram=base.scram if self._scram is None else MappingProxyType(dict(self._scram)),
         )
 
 
@@ -448,4 +484,6 @@ _HANDLERS: dict[type[Message], Callable[[MetadataDelta, Any], None]] = {
     m.ProducerIdsRecord: MetadataDelta._producer_ids,
     m.FeatureLevelRecord: MetadataDelta._feature_level,
     m.NoOpRecord: MetadataDelta._noop,
+    m.UserScramCredentialRecord: MetadataDelta._scram_credential,
+    m.RemoveUserScramCredentialRecord: MetadataDelta._remove_scram_credential,
 }

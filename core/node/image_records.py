@@ -43,6 +43,10 @@ def image_records(image: MetadataImage) -> Iterator[Message]:
     for (rtype, rname), entries in sorted(image.configs.items()):
         for key, value in sorted(entries.items()):
             yield m.ConfigRecord(resource_type=rtype, resource_name=rname, name=key, value=value)
+    for (user, mechanism), entry in sorted(image.scram.items()):
+        yield m.UserScramCredentialRecord(name=user, mechanism=mechanism, salt=entry.salt,
+                                          stored_key=entry.stored_key, server_key=entry.server_key,
+                                          iterations=entry.iterations)
     if image.next_producer_id > 0:
         # The broker id and epoch of the last allocation are not part of the image; any valid
         # values do, since replay checks only that the next id grows.

@@ -31,9 +31,11 @@ from core.broker.metrics import BrokerMetrics
 from core.config import BrokerConfig
 from core.config.broker import Listener
 from core.config.defs import ConfigError
+from core.controller.image import SCRAM_MECHANISM_TYPES
 from core.client.tls import TlsSettings
 from core.security.authorizer import ANONYMOUS, AllowAll
 from core.security.sasl import SUPPORTED_MECHANISMS, SaslConfig, SaslSession, parse_jaas, plain_users
+from core.security.scram import ScramCredential
 from core.security.tls import HandshakeFailed, TlsListener
 
 from . import faults, legacy_catalog
@@ -207,6 +209,18 @@ def _sasl_listeners(config: BrokerConfig, scram_secret: bytes) -> dict[str, Sasl
     return found
 
 
+_SCRAM_TYPES = {name: code for code, name in SCRAM_MECHANISM_TYPES.items()}
+
+
+def _scram_credential(quorum: QuorumMember, mechanism: str, user: str) -> ScramCredential | None:
+    """A user's SCRAM credential from the metadata this node has loaded (the image is
+    immutable and swapped whole, so reading it from either loop is safe)."""
+    entry = quorum.loader.image.scram.get((user, _SCRAM_TYPES[mechanism]))
+    if entry is None:
+        return None
+    return ScramCredential(entry.salt, entry.stored_key, entry.server_key, entry.iterations)
+
+
 def _fix_advertised(config: BrokerConfig, bound: dict[str, tuple[str, int]]) -> None:
     """A listener on port 0 is advertised with the port the OS chose; so is a one-node
     cluster's own voter, whose controller listener always takes the port the OS gives."""
@@ -238,6 +252,8 @@ async def run_node(config: BrokerConfig, *, clock=None,
     cluster_id = await anyio.to_thread.run_sync(_storage_identity, config)
     bootstrap = await anyio.to_thread.run_sync(legacy_catalog.bootstrap_records, config)
     quorum = QuorumMember(config, cluster_id)
+    for sasl_config in sasl.values():
+        sasl_config.scram_lookup = partial(_scram_credential, quorum)
     if "controller" in config.roles:
         controller = ControllerServer(config, quorum, metrics, bootstrap=bootstrap)
     metrics.watch_quorum(quorum, controller.runner.controller if controller is not None else None)

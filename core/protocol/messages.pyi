@@ -2279,6 +2279,138 @@ class OffsetDeleteResponse(Message):
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None: ...
 
+class DescribeUserScramCredentialsRequest(Message):
+    users: list[DescribeUserScramCredentialsRequest.UserName] | None
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        users: list[DescribeUserScramCredentialsRequest.UserName] | None = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class UserName(Message):
+        name: str
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            name: str = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+class DescribeUserScramCredentialsResponse(Message):
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    results: list[DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        error_message: str | None = ...,
+        results: list[DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class DescribeUserScramCredentialsResult(Message):
+        user: str
+        error_code: int
+        error_message: str | None
+        credential_infos: list[DescribeUserScramCredentialsResponse.CredentialInfo]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            user: str = ...,
+            error_code: int = ...,
+            error_message: str | None = ...,
+            credential_infos: list[DescribeUserScramCredentialsResponse.CredentialInfo] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+    class CredentialInfo(Message):
+        mechanism: int
+        iterations: int
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            mechanism: int = ...,
+            iterations: int = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+class AlterUserScramCredentialsRequest(Message):
+    deletions: list[AlterUserScramCredentialsRequest.ScramCredentialDeletion]
+    upsertions: list[AlterUserScramCredentialsRequest.ScramCredentialUpsertion]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        deletions: list[AlterUserScramCredentialsRequest.ScramCredentialDeletion] = ...,
+        upsertions: list[AlterUserScramCredentialsRequest.ScramCredentialUpsertion] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class ScramCredentialDeletion(Message):
+        name: str
+        mechanism: int
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            name: str = ...,
+            mechanism: int = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+    class ScramCredentialUpsertion(Message):
+        name: str
+        mechanism: int
+        iterations: int
+        salt: bytes
+        salted_password: bytes
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            name: str = ...,
+            mechanism: int = ...,
+            iterations: int = ...,
+            salt: bytes = ...,
+            salted_password: bytes = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+class AlterUserScramCredentialsResponse(Message):
+    throttle_time_ms: int
+    results: list[AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        results: list[AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class AlterUserScramCredentialsResult(Message):
+        user: str
+        error_code: int
+        error_message: str | None
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            user: str = ...,
+            error_code: int = ...,
+            error_message: str | None = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
 class VoteRequest(Message):
     cluster_id: str | None
     voter_id: int

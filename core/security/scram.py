@@ -15,8 +15,12 @@ HMAC(StoredKey, AuthMessage), so the server recovers ClientKey and compares H(Cl
 StoredKey in constant time.
 
 What this checks that broken servers have not (each has a test naming it):
-- the nonce of client-final is exactly the one the server sent (CVE-2024-56128: Kafka before
-  3.7.2 accepted any nonce, so a recorded exchange could be replayed);
+- the nonce of client-final is the one the server sent (CVE-2024-56128: Kafka before 3.7.2
+  accepted any nonce, so a recorded exchange could be replayed). One other form is accepted:
+  librdkafka before 2.6.1 (Debian's kcat among its users) sends its own nonce once more in
+  front (librdkafka PR 4895). That form still carries the server's fresh nonce whole, so a
+  replayed exchange fails all the same; Kafka 3.8.1 and 3.9 accept it too (by a suffix
+  check), Kafka 4 refuses it;
 - the channel-binding field repeats the GS2 header of client-first, and channel binding
   ("p=") is refused, since the server offers none;
 - an authorization id (a=) must name the authenticating user;
@@ -31,6 +35,7 @@ import base64
 import hashlib
 import hmac
 import os
+import secrets
 from dataclasses import dataclass
 from typing import Callable
 
@@ -78,7 +83,7 @@ def make_credential(mechanism: str, password: str | bytes, *, salt: bytes | None
 
 
 def _random_nonce() -> str:
-    return base64.b64encode(os.urandom(NONCE_BYTES)).decode()   # no commas in base64
+    return secrets.token_hex(NONCE_BYTES)   # letters and digits, as Kafka's ScramFormatter makes them
 
 
 def _attributes(message: str, what: str) -> list[tuple[str, str]]:
@@ -128,6 +133,7 @@ class ScramServer:
         self._client_first_bare = ""
         self._server_first = ""
         self._nonce = ""
+        self._client_nonce = ""
         self._credential: ScramCredential | None = None
         self._user = ""
         self._user_known = False
@@ -174,6 +180,7 @@ class ScramServer:
         self._user = user
         self._gs2_header = f"{flag},{authzid},"
         self._client_first_bare = bare
+        self._client_nonce = client_nonce
         self._nonce = client_nonce + self._server_nonce()
         salt = base64.b64encode(self._credential.salt).decode()
         self._server_first = f"r={self._nonce},s={salt},i={self._credential.iterations}"
@@ -199,7 +206,8 @@ class ScramServer:
             raise ScramError("Authentication failed: malformed SCRAM client-final message") from None
         if binding != self._gs2_header:
             raise ScramError("Authentication failed: channel binding does not match the first message")
-        if not hmac.compare_digest(nonce.encode(), self._nonce.encode()):
+        if not (hmac.compare_digest(nonce.encode(), self._nonce.encode())
+                or hmac.compare_digest(nonce.encode(), (self._client_nonce + self._nonce).encode())):
             raise ScramError("Authentication failed: nonce does not match the server's")
         credential = self._credential
         assert credential is not None   # set by the first message
@@ -216,3 +224,11 @@ class ScramServer:
         self.complete = True
         signature = _hmac(self.digest, credential.server_key, auth_message)
         return "v=" + base64.b64encode(signature).decode()
+
+
+def keys_from_salted_password(mechanism: str, salted: bytes) -> tuple[bytes, bytes]:
+    """(StoredKey, ServerKey) from SaltedPassword, which AlterUserScramCredentials carries (the
+    client salts and hashes; the password never reaches the cluster)."""
+    digest = MECHANISMS[mechanism]
+    client_key = _hmac(digest, salted, b"Client Key")
+    return hashlib.new(digest, client_key).digest(), _hmac(digest, salted, b"Server Key")

@@ -5,7 +5,7 @@ keeps serving.
 One node, four listeners:
 
     PLAIN     PLAINTEXT (setup, and SASL requests where there is no SASL)
-    SASL      SASL_PLAINTEXT, PLAIN and SCRAM-SHA-256 enabled
+    SASL      SASL_PLAINTEXT, PLAIN and both SCRAM mechanisms
     SASLTLS   SASL_SSL, PLAIN
     TINY      SASL_PLAINTEXT, PLAIN, sasl.server.max.receive.size=1024
 """
@@ -26,7 +26,8 @@ from tests.support.node import SeawayNode, free_port, start_failure
 
 pytestmark = pytest.mark.timeout(300)
 
-USERS = {"alice": "alice-secret", "bob": "bob-secret"}
+USERS = {"alice": "alice-secret", "bob": "bob-secret"}             # PLAIN, from the JAAS line
+SCRAM_USERS = {"carol": "carol-secret", "dave": "dave-secret"}      # SCRAM, in the metadata log
 JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
         + " ".join(f'user_{u}="{p}"' for u, p in USERS.items()) + ";")
 
@@ -50,7 +51,7 @@ def node(tmp_path_factory, ca):
         "inter.broker.listener.name": "PLAIN",
         "ssl.keystore.location": str(ca.keystore),
         "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+        "listener.name.sasl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         "sasl.jaas.config": JAAS,
         "listener.name.tiny.sasl.server.max.receive.size": "1024",
     }
@@ -65,7 +66,7 @@ def address(node, listener: str) -> str:
 
 
 def sasl_config(client: str, ca, *, user="alice", password=None, tls=False, mechanism="PLAIN") -> dict:
-    password = USERS.get(user, "x") if password is None else password
+    password = {**USERS, **SCRAM_USERS}.get(user, "x") if password is None else password
     if client == "kafkajs":
         return {"sasl": {"mechanism": mechanism.lower(), "username": user, "password": password},
                 **({"ssl": {"ca": str(ca.cert_path)}} if tls else {})}
@@ -124,16 +125,90 @@ def test_each_client_authenticates_with_plain(node, ca, client_name, listener):
     assert [(r.key, r.value) for r in got] == [(r.key, r.value) for r in records]
 
 
+@pytest.fixture(scope="module")
+def scram_users(node):
+    """carol (SCRAM-SHA-256, 8192 iterations) and dave (SCRAM-SHA-512), made with
+    AlterUserScramCredentials as an operator's AdminClient would."""
+    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialUpsertion)
+    admin = AdminClient({"bootstrap.servers": address(node, "PLAIN")})
+    futures = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), b"carol-secret"),
+        UserScramCredentialUpsertion("dave", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"dave-secret")])
+    for future in futures.values():
+        assert future.result(timeout=30) is None
+    return admin
+
+
+@pytest.mark.parametrize("user,mechanism", [("carol", "SCRAM-SHA-256"), ("dave", "SCRAM-SHA-512")])
+@pytest.mark.parametrize("client_name", ["confluent", "kafka-python", "kcat", "kafkajs"])
+def test_each_client_authenticates_with_scram(node, ca, scram_users, client_name, user, mechanism):
+    client = CLIENTS[client_name]
+    config = sasl_config(client_name, ca, user=user, mechanism=mechanism)
+    topic = unique_topic(f"scram-{client_name}")
+    create_topic(address(node, "PLAIN"), topic, partitions=1)
+    records = [Record(value=b"s%d" % i, partition=0) for i in range(10)]
+    client.produce(address(node, "SASL"), topic, records, config=config)
+    got = client.consume(address(node, "SASL"), topic, {0: 0}, count=10, config=config)
+    assert [r.value for r in got] == [r.value for r in records]
+
+
+def test_scram_credentials_are_described_without_secrets_and_can_be_deleted(node, ca, scram_users):
+    from confluent_kafka.admin import ScramMechanism, UserScramCredentialDeletion
+    described = scram_users.describe_user_scram_credentials().result(timeout=20)
+    assert {u: [(i.mechanism, i.iterations) for i in d.scram_credential_infos] for u, d in described.items()} == {
+        "carol": [(ScramMechanism.SCRAM_SHA_256, 8192)], "dave": [(ScramMechanism.SCRAM_SHA_512, 4096)]}
+    with pytest.raises(Exception, match="does not exist"):
+        scram_users.describe_user_scram_credentials(["nobody"])["nobody"].result(timeout=20)
+    # A wrong password, the wrong mechanism for the user, and a user without credentials all fail.
+    assert cannot_produce(address(node, "SASL"), sasl_config("confluent", ca, user="carol", password="guess",
+                                                             mechanism="SCRAM-SHA-256"))
+    assert cannot_produce(address(node, "SASL"), sasl_config("confluent", ca, user="carol", mechanism="SCRAM-SHA-512"))
+    assert cannot_produce(address(node, "SASL"), sasl_config("confluent", ca, user="alice", mechanism="SCRAM-SHA-256"))
+    # Deleted, dave can no longer log in; carol still can.
+    futures = scram_users.alter_user_scram_credentials([
+        UserScramCredentialDeletion("dave", ScramMechanism.SCRAM_SHA_512)])
+    futures["dave"].result(timeout=20)
+    assert cannot_produce(address(node, "SASL"), sasl_config("confluent", ca, user="dave", mechanism="SCRAM-SHA-512"))
+    assert not cannot_produce(address(node, "SASL"), sasl_config("confluent", ca, user="carol", mechanism="SCRAM-SHA-256"))
+    with pytest.raises(Exception, match="does not exist"):
+        scram_users.alter_user_scram_credentials([
+            UserScramCredentialDeletion("dave", ScramMechanism.SCRAM_SHA_512)])["dave"].result(timeout=20)
+
+
+def test_scram_credentials_survive_a_restart(tmp_path):
+    """They are metadata records: after a restart (and a snapshot of the log) they still work."""
+    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialUpsertion)
+    plain, sasl = free_port(), free_port()
+    node = SeawayNode(tmp_path, {"listeners": f"PLAIN://127.0.0.1:{plain},SASL://127.0.0.1:{sasl}",
+                                 "listener.security.protocol.map": "PLAIN:PLAINTEXT,SASL:SASL_PLAINTEXT",
+                                 "metadata.log.max.record.bytes.between.snapshots": "1"}, port=plain).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{plain}"})
+        admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            "erin", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"erin-secret")])["erin"].result(timeout=20)
+        login = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "SCRAM-SHA-256",
+                 "sasl.username": "erin", "sasl.password": "erin-secret"}
+        assert not cannot_produce(f"127.0.0.1:{sasl}", login)
+        node.stop()
+        node.start()
+        assert not cannot_produce(f"127.0.0.1:{sasl}", login)
+        assert cannot_produce(f"127.0.0.1:{sasl}", {**login, "sasl.password": "other"})
+    finally:
+        node.stop()
+
+
 # --- what should fail, and leave the node serving ------------------------------------------------
 
-@pytest.mark.parametrize("case,kwargs,logged", [
-    ("wrong password", {"password": "guess"}, "Invalid username or password"),
-    ("unknown user", {"user": "mallory"}, "Invalid username or password"),
-    ("mechanism not enabled", {"mechanism": "SCRAM-SHA-512"}, "SASL mechanism 'SCRAM-SHA-512' is not enabled"),
+@pytest.mark.parametrize("case,listener,kwargs,logged", [
+    ("wrong password", "SASL", {"password": "guess"}, "Invalid username or password"),
+    ("unknown user", "SASL", {"user": "mallory"}, "Invalid username or password"),
+    ("mechanism not enabled", "TINY", {"mechanism": "SCRAM-SHA-512"}, "SASL mechanism 'SCRAM-SHA-512' is not enabled"),
 ])
-def test_bad_credentials_are_refused(node, ca, case, kwargs, logged):
+def test_bad_credentials_are_refused(node, ca, case, listener, kwargs, logged):
     since = mark(node)
-    assert cannot_produce(address(node, "SASL"), sasl_config("confluent", ca, **kwargs)), case
+    assert cannot_produce(address(node, listener), sasl_config("confluent", ca, **kwargs)), case
     wait_for_log(node, since, logged)
     assert_still_serves(node, ca)
 
@@ -194,7 +269,7 @@ def test_an_unsupported_mechanism_lists_the_enabled_ones_and_closes(node):
     with socket.create_connection(("127.0.0.1", node.ports["SASL"]), timeout=10) as sock:
         shake = raw_kafka.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="GSSAPI"))
         assert shake.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
-        assert shake.mechanisms == ["PLAIN", "SCRAM-SHA-256"]
+        assert shake.mechanisms == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
         assert raw_kafka.closed_without_answer(sock)
 
 

@@ -41,6 +41,9 @@ SAMPLE_REQUESTS = {
     45: (RA(timeout_ms=1, topics=[RA.ReassignableTopic(name="t", partitions=[
         RA.ReassignablePartition(partition_index=0, replicas=[1])])]), 0),
     46: (m.ListPartitionReassignmentsRequest(timeout_ms=1, topics=None), 0),
+    51: (m.AlterUserScramCredentialsRequest(deletions=[], upsertions=[
+        m.AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
+            name="u", mechanism=1, iterations=4096, salt=b"s", salted_password=b"p")]), 0),
 }
 
 

@@ -29,6 +29,7 @@ import logging
 from core.client.errors import KafkaError
 from core.controller import elect_leaders as elections
 from core.controller import reassignment
+from core.controller import scram as scram_control
 from core.controller.configs import effective_topic_configs
 from core.controller.controller import QuorumController
 from core.controller.settings import ControllerConfig
@@ -215,6 +216,9 @@ def _shown(ctx, request, answer, synced_before: int, image_before):
         # Metadata answers from the reconciled image: wait until it has the new leader epochs.
         return (lambda: all(_leader_epoch(kraft.image, t, p) > _leader_epoch(image_before, t, p)
                             for t, p in elected)) if elected else None
+    if ctx.api_key == m.ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+        changed = any(r.error_code == 0 for r in answer.results)
+        return (lambda: broker.kraft.sync.synced_offset > synced_before) if changed else None
     if any(r.error_code == 0 for r in answer.responses):
         return lambda: broker.kraft.sync.synced_offset > synced_before
     return None
@@ -223,6 +227,16 @@ def _shown(ctx, request, answer, synced_before: int, image_before):
 def _leader_epoch(image, topic: str, partition: int) -> int:
     part = image.partition(topic, partition)
     return -1 if part is None else part.leader_epoch
+
+
+# --------------------------------------------------------------------------- SCRAM credentials
+
+
+async def alter_user_scram_credentials(ctx, request):
+    """AlterUserScramCredentials (51, v0): ALTER on the cluster, then the controller decides."""
+    if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE):
+        return scram_control.error_response(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+    return await forward(ctx, request, 0)
 
 
 # --------------------------------------------------------------------------- ElectLeaders
@@ -276,6 +290,7 @@ async def list_partition_reassignments(ctx, request):
 
 
 HANDLES = {m.ApiKey.ELECT_LEADERS: elect_leaders,
+           m.ApiKey.ALTER_USER_SCRAM_CREDENTIALS: alter_user_scram_credentials,
            m.ApiKey.ALTER_PARTITION_REASSIGNMENTS: alter_partition_reassignments,
            m.ApiKey.LIST_PARTITION_REASSIGNMENTS: list_partition_reassignments,
            **{key: forward for key in FORWARDED}}

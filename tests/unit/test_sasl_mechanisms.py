@@ -95,6 +95,20 @@ def test_cve_2024_56128_a_client_final_with_another_nonce_is_refused():
         server.evaluate(tampered)
 
 
+def test_librdkafka_before_2_6_1_doubling_its_nonce_is_accepted_but_nothing_else():
+    """librdkafka < 2.6.1 sends client nonce + (client nonce + server nonce) (its PR 4895)."""
+    server = rfc_server()
+    first = server.evaluate(RFC_CLIENT_FIRST)
+    doubled = b"rOprNGfwEbeRWgbNEkqO" + first.split(b",")[0][2:]
+    assert server.evaluate(client_final(first, "pencil", nonce=doubled)).startswith(b"v=")
+    for other in (b"xyz" + first.split(b",")[0][2:], first.split(b",")[0][2:] + b"x",
+                  first.split(b",")[0][2:-1], b"rOprNGfwEbeRWgbNEkqO" * 2):
+        server = rfc_server()
+        first = server.evaluate(RFC_CLIENT_FIRST)
+        with pytest.raises(ScramError, match="nonce does not match"):
+            server.evaluate(client_final(first, "pencil", nonce=other))
+
+
 @pytest.mark.parametrize("case,client_first,final_kwargs,message", [
     ("channel binding asked for", b"p=tls-unique,,n=user,r=abc", {}, "channel binding is not supported"),
     ("binding field differs", b"n,,n=user,r=abc", {"binding": b"y,,"}, "channel binding does not match"),
