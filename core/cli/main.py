@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import groups_cmd, health_cmd, leaders_cmd, node_cmd, quorum_cmd, reassign_cmd, storage_cmd, topics_cmd
+from . import (groups_cmd, health_cmd, leaders_cmd, node_cmd, quorum_cmd, reassign_cmd, storage_cmd, topics_cmd,
+               users_cmd)
 from .common import CliError, UsageError
 
 __all__ = ["CliError", "UsageError", "build_parser", "main"]
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     reassign_cmd.register(sub)
     leaders_cmd.register(sub)
     health_cmd.register(sub)
+    users_cmd.register(sub)
     return parser
 
 

@@ -36,6 +36,7 @@ from .cluster import NO_TOPIC_ID, BrokerInfo
 from .group_admin import GroupAdmin, GroupDescription, GroupListing, MemberDescription, OffsetAndMetadata
 from .offsets import OffsetAndTimestamp, list_offsets
 from .replica_admin import ElectionType, PartitionReassignment, ReplicaAdmin
+from .user_admin import UserAdmin
 
 __all__ = ["Admin", "NewTopic", "TopicDescription", "PartitionDescription", "ConfigResource",
            "ConfigResourceType", "ConfigEntry", "AlterConfigOp", "ClusterDescription", "check",
@@ -134,9 +135,9 @@ class ClusterDescription:
     brokers: list[BrokerInfo]
 
 
-class Admin(GroupAdmin, ReplicaAdmin):
+class Admin(GroupAdmin, ReplicaAdmin, UserAdmin):
     """Topics, configs, records, offsets and the cluster here; consumer groups in GroupAdmin;
-    leader elections and reassignments in ReplicaAdmin."""
+    leader elections and reassignments in ReplicaAdmin; SCRAM credentials in UserAdmin."""
 
     async def __aenter__(self) -> "Admin":
         await self.client.start()

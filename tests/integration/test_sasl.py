@@ -313,3 +313,28 @@ def test_sasl_requests_where_there_is_no_sasl_are_illegal(node):
 ])
 def test_a_sasl_listener_that_cannot_serve_stops_the_node_with_one_line(tmp_path, props, message):
     assert message in start_failure(tmp_path, props)
+
+
+def test_seaway_users_adds_lists_and_deletes_scram_credentials(node, ca, tmp_path):
+    """The CLI salts and hashes the password itself; the user can then log in with SCRAM."""
+    from tests.support.cli import seaway
+    password_file = tmp_path / "frank.txt"
+    password_file.write_text("frank-secret\n")
+    plain = address(node, "PLAIN")
+    added = seaway("users", "add", "frank", "--mechanism", "SCRAM-SHA-512", "--iterations", "8192",
+                   "--password-file", str(password_file), "-b", plain)
+    assert "Set the SCRAM-SHA-512 credential of user frank" in added.stdout
+    listed = seaway("users", "list", "frank", "-b", plain, "--output", "json")
+    assert '"mechanism": "SCRAM-SHA-512"' in listed.stdout and '"iterations": 8192' in listed.stdout
+    login = sasl_config("confluent", ca, user="frank", password="frank-secret", mechanism="SCRAM-SHA-512")
+    assert not cannot_produce(address(node, "SASL"), login)
+    seaway("users", "delete", "frank", "--mechanism", "SCRAM-SHA-512", "-b", plain)
+    assert cannot_produce(address(node, "SASL"), login)
+    # Mistakes are one line naming what was wrong.
+    missing = seaway("users", "delete", "frank", "--mechanism", "SCRAM-SHA-512", "-b", plain, check=False)
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+    few = seaway("users", "add", "frank", "--password", "x", "--iterations", "100", "-b", plain, check=False)
+    assert few.returncode == 2 and "--iterations: 100 is outside 4096..16384" in few.stderr
+    unknown = seaway("users", "list", "nobody", "-b", plain, check=False)
+    assert unknown.returncode == 1 and "does not exist" in unknown.stderr
