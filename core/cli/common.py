@@ -44,7 +44,7 @@ async def with_admin(func, args) -> int:
     timeout_ms = int(args.timeout * 1000)
     client = KafkaClient(args.bootstrap_server, client_id="seaway-cli", default_api_timeout_ms=timeout_ms,
                          request_timeout_ms=min(timeout_ms, 30_000), allow_auto_create_topics=False,
-                         ssl_context=command_config_tls(getattr(args, "command_config", None)))
+                         security=command_config_security(getattr(args, "command_config", None)))
     try:
         with anyio.fail_after(args.timeout + 5):
             async with client:     # closes its connections even when the time is up
@@ -53,18 +53,17 @@ async def with_admin(func, args) -> int:
         raise CliError(f"no answer from {args.bootstrap_server} within {args.timeout:g}s") from None
 
 
-def command_config_tls(path: str | None):
-    """The TLS context a --command-config file asks for (None: plaintext); a UsageError that
-    names the file and the key when it cannot be read or cannot work."""
+def command_config_security(path: str | None):
+    """The TLS and SASL a --command-config file asks for (plaintext without one); a
+    UsageError that names the file and the key when it cannot be read or cannot work."""
+    from core.client.security import PLAINTEXT, SaslSettingsError, TlsError, security_from_properties
     if path is None:
-        return None
-    from core.client.tls import TlsError, context_from_client_properties
+        return PLAINTEXT
     from core.config import load_properties
     from core.config.defs import ConfigError
     try:
-        props = load_properties(path)
-        return context_from_client_properties(props, where=f"{path}: ")
-    except (ConfigError, TlsError) as exc:
+        return security_from_properties(load_properties(path), where=f"{path}: ")
+    except (ConfigError, TlsError, SaslSettingsError) as exc:
         raise UsageError(f"--command-config {exc}") from None
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import ssl
 import time
 from typing import Any, Awaitable, Callable, Coroutine, Iterable, TypeVar
 
@@ -42,6 +41,7 @@ from core.protocol import messages as m
 
 from .cluster import ClusterView
 from .connection import API_KEY_OF, DEFAULT_MAX_RESPONSE_SIZE, BrokerConnection
+from .security import PLAINTEXT, ClientSecurity
 from .errors import ClientClosedError, KafkaConnectionError, KafkaError
 from .tasks import BackgroundTasks
 
@@ -95,9 +95,9 @@ class KafkaClient:
                  reconnect_backoff_ms: int = 50, connect_timeout_ms: int = 10000,
                  default_api_timeout_ms: int = 60000,
                  max_response_size: int = DEFAULT_MAX_RESPONSE_SIZE,
-                 allow_auto_create_topics: bool = True, ssl_context: ssl.SSLContext | None = None):
+                 allow_auto_create_topics: bool = True, security: ClientSecurity = PLAINTEXT):
         self.bootstrap = parse_bootstrap(bootstrap_servers)
-        self.ssl_context = ssl_context   # TLS to every broker (core/client/tls.py makes one)
+        self.security = security   # TLS and SASL to every broker (core/client/security.py)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.metadata_max_age_ms = metadata_max_age_ms
@@ -269,7 +269,8 @@ class KafkaClient:
                                 request_timeout_ms=self.request_timeout_ms,
                                 connect_timeout_ms=self.connect_timeout_ms,
                                 max_response_size=self.max_response_size,
-                                on_close=self._on_connection_closed, ssl_context=self.ssl_context)
+                                on_close=self._on_connection_closed, ssl_context=self.security.ssl_context,
+                                sasl=self.security.sasl)
 
     def _on_connection_closed(self, conn: BrokerConnection) -> None:
         if self._conns.get(conn.node_id) is conn:

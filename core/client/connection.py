@@ -44,6 +44,7 @@ from core.protocol import messages as m
 from core.protocol.codegen import Writer
 from core.protocol.errors import DecodeError, EncodeError, ErrorCode, KafkaError
 
+from .sasl import SaslCredentials, authenticate
 from .errors import (KafkaConnectionError, ProtocolError, RequestTimedOutError,
                      UnsupportedVersionError)
 
@@ -166,7 +167,8 @@ class BrokerConnection:
                  request_timeout_ms: int = 30000, connect_timeout_ms: int = 10000,
                  max_response_size: int = DEFAULT_MAX_RESPONSE_SIZE,
                  on_close: Callable[["BrokerConnection"], None] | None = None,
-                 local_address: str | None = None, ssl_context: ssl.SSLContext | None = None):
+                 local_address: str | None = None, ssl_context: ssl.SSLContext | None = None,
+                 sasl: SaslCredentials | None = None):
         self.host = host
         self.port = port
         self.node_id = node_id
@@ -181,6 +183,7 @@ class BrokerConnection:
         # TLS (security.protocol SSL): the server's certificate is checked against the
         # context's trust, and its name against `host` unless the context says otherwise.
         self.ssl_context = ssl_context
+        self.sasl = sasl   # SASL_PLAINTEXT / SASL_SSL: authenticate right after ApiVersions
         #: api key -> (min, max) versions the broker advertised
         self.api_versions: dict[int, tuple[int, int]] = {}
         self.api_versions_version = -1  # the ApiVersions version the broker accepted
@@ -226,6 +229,8 @@ class BrokerConnection:
                 pass
         try:
             await self._negotiate_versions()
+            if self.sasl is not None:
+                await authenticate(self, self.sasl)
         except BaseException as exc:
             self._fail(exc if isinstance(exc, KafkaError)
                        else KafkaConnectionError(f"connection to {self} aborted during ApiVersions"))

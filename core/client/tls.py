@@ -52,14 +52,12 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 def context_from_client_properties(props: Mapping[str, str], where: str = "") -> ssl.SSLContext | None:
     """The TLS context Kafka client properties ask for (`security.protocol` and `ssl.*`, as in
-    a client.properties file), or None for PLAINTEXT. Other keys are not this function's."""
+    a client.properties file), or None for PLAINTEXT and SASL_PLAINTEXT. SASL's keys are
+    core/client/security.py's."""
     protocol = (props.get("security.protocol") or "PLAINTEXT").strip().upper()
     if protocol not in SECURITY_PROTOCOLS:
         raise TlsError(f"{where}security.protocol: {protocol!r} is not one of {', '.join(SECURITY_PROTOCOLS)}")
-    if protocol.startswith("SASL_"):
-        raise TlsError(f"{where}security.protocol: {protocol} needs SASL, which Seaway's clients do not "
-                       f"speak yet; use SSL or PLAINTEXT")
-    if protocol == "PLAINTEXT":
+    if protocol in ("PLAINTEXT", "SASL_PLAINTEXT"):
         return None
     return client_context(TlsSettings.from_properties(props, where))
 

@@ -338,3 +338,39 @@ def test_seaway_users_adds_lists_and_deletes_scram_credentials(node, ca, tmp_pat
     assert few.returncode == 2 and "--iterations: 100 is outside 4096..16384" in few.stderr
     unknown = seaway("users", "list", "nobody", "-b", plain, check=False)
     assert unknown.returncode == 1 and "does not exist" in unknown.stderr
+
+
+@pytest.mark.parametrize("listener,lines", [
+    ("SASL", ["security.protocol=SASL_PLAINTEXT", "sasl.mechanism=PLAIN", "sasl.username=alice",
+              "sasl.password=alice-secret"]),
+    ("SASL", ["security.protocol=SASL_PLAINTEXT", "sasl.mechanism=SCRAM-SHA-256",
+              'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required '
+              'username="carol" password="carol-secret";']),
+    ("SASLTLS", ["security.protocol=SASL_SSL", "sasl.mechanism=PLAIN", "sasl.username=bob",
+                 "sasl.password=bob-secret", "ssl.truststore.location=CA"]),
+])
+def test_the_cli_authenticates_with_a_command_config(node, ca, scram_users, tmp_path, listener, lines):
+    """Seaway's own client speaks SASL: PLAIN and SCRAM (Java's sasl.jaas.config form too),
+    over plaintext and TLS."""
+    from tests.support.cli import seaway
+    config = tmp_path / "client.properties"
+    config.write_text("\n".join(line.replace("CA", str(ca.cert_path)) for line in lines) + "\n")
+    topic = unique_topic("sasl-cli")
+    seaway("topics", "create", topic, "-b", address(node, listener), "--command-config", str(config))
+    assert topic in seaway("topics", "list", "-b", address(node, listener), "--command-config", str(config)).stdout
+    wrong = tmp_path / "wrong.properties"
+    wrong.write_text(config.read_text().replace("-secret", "-guess"))
+    refused = seaway("topics", "list", "-b", address(node, listener), "--command-config", str(wrong),
+                     "--timeout", "5", check=False)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "Invalid" in refused.stderr, refused.stderr
+
+
+def test_a_command_config_that_cannot_authenticate_is_named(node, tmp_path):
+    from tests.support.cli import seaway
+    config = tmp_path / "nouser.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n")
+    refused = seaway("topics", "list", "-b", address(node, "SASL"), "--command-config", str(config), check=False)
+    assert refused.returncode == 2
+    assert f"--command-config {config}: sasl.username: SCRAM-SHA-256 needs a user name" in refused.stderr
