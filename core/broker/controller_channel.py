@@ -68,7 +68,8 @@ class ControllerChannel:
                                     client_id=f"broker-{self.config.node_id}-forwarding",
                                     request_timeout_ms=30_000, connect_timeout_ms=timeout,
                                     local_address=self.config["client.local.address"],
-                                    ssl_context=self.config.controller_client_tls)
+                                    ssl_context=self.config.controller_client_tls,
+                                    sasl=self.config.controller_client_sasl)
             await conn.connect()
             self._conn, self._target = conn, leader
             return conn

@@ -270,6 +270,7 @@ class BrokerConfig:
         # listener name (upper case) -> its own ssl.* values, which win over the node's
         self.listener_settings: dict[str, dict[str, Any]] = {}
         self._client_tls: dict[str, Any] = {}   # listener name -> ssl.SSLContext | None
+        self._client_sasl: dict[str, Any] = {}  # listener name -> SaslCredentials | None
         for key in [k for k in props if k.startswith("listener.name.")]:
             m = _LISTENER_SETTING_RE.match(key)
             setting = m.group(2) if m else ""
@@ -437,6 +438,32 @@ class BrokerConfig:
         size = own.get("sasl.server.max.receive.size", self.values["sasl.server.max.receive.size"])
         return [m.upper() for m in mechanisms], jaas, where, size
 
+    def client_sasl(self, listener_name: str) -> Any:
+        """The SASL credentials (core.client.sasl.SaslCredentials) this node presents on
+        `listener_name` of other nodes, or None when that listener is not SASL: the mechanism
+        of sasl.mechanism.inter.broker.protocol (or .controller.protocol) else the first the
+        listener enables, and username="..." password="..." from that mechanism's JAAS line."""
+        if listener_name in self._client_sasl:
+            return self._client_sasl[listener_name]
+        credentials = None
+        if self.protocol_map.get(listener_name, "PLAINTEXT").startswith("SASL_"):
+            from core.client.sasl import SaslCredentials, SaslSettingsError
+            mechanisms, _, _, _ = self.sasl_values(listener_name)
+            which = ("sasl.mechanism.controller.protocol" if listener_name in self.controller_listener_names
+                     else "sasl.mechanism.inter.broker.protocol")
+            mechanism = (self.values[which] or (mechanisms[0] if mechanisms else "")).upper()
+            own = self.listener_settings.get(listener_name.upper(), {})
+            key = f"{mechanism.lower()}.sasl.jaas.config"
+            jaas = own.get(key) or own.get("sasl.jaas.config") or self.values["sasl.jaas.config"]
+            where = f"listener.name.{listener_name.lower()}.{key}"
+            try:
+                credentials = SaslCredentials.from_properties(
+                    {"sasl.mechanism": mechanism, **({"sasl.jaas.config": jaas} if jaas else {})}, where=f"{where}: ")
+            except SaslSettingsError as exc:
+                raise ConfigError(f"{exc} (this node's own login on listener {listener_name})") from None
+        self._client_sasl[listener_name] = credentials
+        return credentials
+
     def client_tls(self, listener_name: str) -> "ssl.SSLContext | None":
         """The TLS context this node's own connections to `listener_name` of other nodes use
         (followers to leaders, brokers to controllers, voters to voters): None for a PLAINTEXT
@@ -460,6 +487,10 @@ class BrokerConfig:
     def controller_client_tls(self) -> "ssl.SSLContext | None":
         """What this node's connections to the controller quorum use."""
         return self.client_tls(self.controller_listener_names[0])
+
+    @property
+    def controller_client_sasl(self) -> Any:
+        return self.client_sasl(self.controller_listener_names[0])
 
     def is_controller_listener(self, name: str) -> bool:
         return name in self.controller_listener_names

@@ -141,7 +141,8 @@ class BrokerLifecycle:
                                 request_timeout_ms=self.config["controller.quorum.request.timeout.ms"],
                                 connect_timeout_ms=self.config["controller.quorum.request.timeout.ms"],
                                 local_address=self.config["client.local.address"],
-                                ssl_context=self.config.controller_client_tls)
+                                ssl_context=self.config.controller_client_tls,
+                                sasl=self.config.controller_client_sasl)
         await conn.connect()
         self._conn, self._conn_target = conn, leader
         return conn

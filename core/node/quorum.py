@@ -40,7 +40,8 @@ class QuorumMember:
         # never delays its heartbeats, fetches and elections.
         self.driver = RaftThread(RaftDriver(config.node_id, config.quorum_voters, config.metadata_log_dir,
                                             cluster_id=cluster_id, listener=self.loader, config=quorum_config,
-                                            ssl_context=config.controller_client_tls))
+                                            ssl_context=config.controller_client_tls,
+                                            sasl=config.controller_client_sasl))
 
     async def run_snapshots(self) -> None:
         """After metadata.log.max.record.bytes.between.snapshots bytes of new records, write

@@ -175,9 +175,10 @@ def _tls_listeners(config: BrokerConfig) -> dict[str, TlsListener]:
         if listener.security_protocol in ("SSL", "SASL_SSL"):
             found[listener.name] = TlsListener.from_settings(TlsSettings(*config.tls_values(listener.name)))
     # And the node's own connections to other nodes, so that their settings fail here too.
-    config.controller_client_tls
+    config.controller_client_tls, config.controller_client_sasl
     if "broker" in config.roles:
         config.client_tls(config.inter_broker_listener_name)
+        config.client_sasl(config.inter_broker_listener_name)
     return found
 
 

@@ -47,6 +47,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from core.client.connection import BrokerConnection
 from core.client.errors import KafkaError, RequestTimedOutError
+from core.client.sasl import SaslCredentials
 from core.protocol.errors import EncodeError, ErrorCode
 from core.raft import wire
 from core.raft.config import QuorumConfig
@@ -107,10 +108,12 @@ class RaftDriver:
     def __init__(self, node_id: int, voters: Mapping[int, tuple[str, int]], metadata_log_dir: Path,
                  *, cluster_id: str, listener: RaftListener, config: QuorumConfig | None = None,
                  clock: Callable[[], int] | None = None, rng: random.Random | None = None,
-                 client_id: str | None = None, ssl_context: ssl.SSLContext | None = None):
+                 client_id: str | None = None, ssl_context: ssl.SSLContext | None = None,
+                 sasl: SaslCredentials | None = None):
         self.node_id = node_id
         # TLS to the other voters when the controller listener is SSL (the node's settings).
         self.ssl_context = ssl_context
+        self.sasl = sasl   # and SASL, when it is a SASL listener
         self.voter_addresses = dict(voters)
         self.metadata_log_dir = Path(metadata_log_dir)
         self.cluster_id = cluster_id
@@ -377,7 +380,7 @@ class RaftDriver:
                                     request_timeout_ms=self.config.request_timeout_ms,
                                     connect_timeout_ms=self.config.request_timeout_ms,
                                     local_address=self.config.local_address,
-                                    ssl_context=self.ssl_context)
+                                    ssl_context=self.ssl_context, sasl=self.sasl)
             try:
                 await conn.connect()
             except KafkaError:

@@ -374,3 +374,45 @@ def test_a_command_config_that_cannot_authenticate_is_named(node, tmp_path):
     refused = seaway("topics", "list", "-b", address(node, "SASL"), "--command-config", str(config), check=False)
     assert refused.returncode == 2
     assert f"--command-config {config}: sasl.username: SCRAM-SHA-256 needs a user name" in refused.stderr
+
+
+def test_a_cluster_runs_with_sasl_between_its_nodes(tmp_path):
+    """Three combined nodes whose listeners (clients and controller quorum alike) all require
+    SASL PLAIN: the quorum elects, brokers register and replicate (ISR of 3) only if every
+    node-to-node connection logs in with the node's own JAAS username and password."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.support.cluster import KRaftCluster
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="node" '
+            'password="node-secret" user_node="node-secret" user_alice="alice-secret";')
+    secure = {"listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+              "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": jaas}
+    client = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+              "sasl.username": "alice", "sasl.password": "alice-secret"}
+    with KRaftCluster(tmp_path, combined=3, overrides=secure) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.direct_bootstrap, **client})
+        deadline = time.monotonic() + 60
+        while len(admin.list_topics(timeout=10).brokers) < 3:
+            assert time.monotonic() < deadline, "brokers did not register over SASL:\n" + cluster.log_tails()
+            time.sleep(0.3)
+        topic = unique_topic("sasl-cluster")
+        admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(timeout=30)
+        deadline = time.monotonic() + 30
+        while len(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].isrs) < 3:
+            assert time.monotonic() < deadline, "the followers never joined the ISR:\n" + cluster.log_tails()
+            time.sleep(0.3)
+        producer = Producer({"bootstrap.servers": cluster.direct_bootstrap, "acks": "all", **client})
+        for i in range(100):
+            producer.produce(topic, b"m%d" % i)
+        assert producer.flush(30) == 0
+        consumer = Consumer({"bootstrap.servers": cluster.direct_bootstrap, "group.id": "sasl-cluster",
+                             "enable.auto.commit": False, **client})
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 100 and time.monotonic() < deadline:
+            got += [msg.value() for msg in consumer.consume(100, 1) if not msg.error()]
+        consumer.close()
+        assert got == [b"m%d" % i for i in range(100)]
+        assert "authenticated as User:node" in cluster.nodes[1].log_path.read_text()

@@ -214,7 +214,8 @@ class ReplicaFetcher:
             request_timeout_ms=self.config["replica.socket.timeout.ms"] + self.config["replica.fetch.wait.max.ms"],
             connect_timeout_ms=self.config["replica.socket.timeout.ms"],
             local_address=self.config["client.local.address"],
-            ssl_context=self.config.client_tls(self.config.inter_broker_listener_name))
+            ssl_context=self.config.client_tls(self.config.inter_broker_listener_name),
+            sasl=self.config.client_sasl(self.config.inter_broker_listener_name))
         await conn.connect()
         self._conn, self._conn_address = conn, address
         return conn
