@@ -21,6 +21,9 @@ def register(sub) -> None:
     f.add_argument("--cluster-id", "-t", required=True, help="the cluster id, from `seaway storage random-uuid`")
     f.add_argument("--ignore-formatted", "-g", action="store_true",
                    help="skip directories already formatted for this cluster instead of failing")
+    f.add_argument("--add-scram", "-S", metavar="SPEC", action="append", default=[],
+                   help="a SCRAM credential for the new cluster's metadata, as kafka-storage takes it: "
+                        "'SCRAM-SHA-256=[name=alice,password=alice-secret]' (iterations= optional; repeatable)")
     f.set_defaults(func=format_dirs)
 
     i = actions.add_parser("info", help="show the cluster and node id of each log dir")
@@ -40,11 +43,18 @@ def random_uuid(args) -> int:
 
 
 def format_dirs(args) -> int:
+    from core.node.bootstrap import parse_add_scram, write_bootstrap
     from core.node.storage import format_storage
     config = _config(args.config)
+    scram = [parse_add_scram(spec) for spec in args.add_scram]   # bad specs fail before anything is written
     for directory, what in format_storage([Path(d) for d in config.log_dirs], config.node_id,
                                           args.cluster_id, ignore_formatted=args.ignore_formatted):
         print(f"{what}: {directory} (cluster {args.cluster_id}, node {config.node_id})")
+    if scram:
+        path = write_bootstrap(Path(config.metadata_log_dir), scram)
+        users = ", ".join(sorted({record.name for record in scram}))
+        print(f"wrote {len(scram)} SCRAM credentials ({users}) to {path}: the controller adds them "
+              f"to a new metadata log")
     return 0
 
 

@@ -452,6 +452,12 @@ class BrokerConfig:
             which = ("sasl.mechanism.controller.protocol" if listener_name in self.controller_listener_names
                      else "sasl.mechanism.inter.broker.protocol")
             mechanism = (self.values[which] or (mechanisms[0] if mechanisms else "")).upper()
+            if mechanism.startswith("SCRAM-") and which == "sasl.mechanism.controller.protocol":
+                # As in Kafka: the controllers would need the credentials to elect a leader,
+                # and the credentials are in the metadata log that leader replicates.
+                raise ConfigError(f"{which}: {mechanism} cannot log in to the controller quorum (SCRAM "
+                                  f"credentials live in the metadata log the controllers replicate); "
+                                  f"use PLAIN on listener {listener_name}, or SSL with client certificates")
             own = self.listener_settings.get(listener_name.upper(), {})
             key = f"{mechanism.lower()}.sasl.jaas.config"
             jaas = own.get(key) or own.get("sasl.jaas.config") or self.values["sasl.jaas.config"]

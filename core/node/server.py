@@ -39,6 +39,7 @@ from core.security.scram import ScramCredential
 from core.security.tls import HandshakeFailed, TlsListener
 
 from . import faults, legacy_catalog
+from .bootstrap import read_bootstrap
 from .controller_apis import CONTROLLER_HANDLERS
 from .lifecycle import BrokerLifecycle
 from .quorum import ControllerServer, QuorumMember
@@ -252,6 +253,7 @@ async def run_node(config: BrokerConfig, *, clock=None,
     kraft: KRaftLink | None = None
     cluster_id = await anyio.to_thread.run_sync(_storage_identity, config)
     bootstrap = await anyio.to_thread.run_sync(legacy_catalog.bootstrap_records, config)
+    bootstrap += await anyio.to_thread.run_sync(read_bootstrap, config.metadata_log_dir)
     quorum = QuorumMember(config, cluster_id)
     for sasl_config in sasl.values():
         sasl_config.scram_lookup = partial(_scram_credential, quorum)

@@ -416,3 +416,74 @@ def test_a_cluster_runs_with_sasl_between_its_nodes(tmp_path):
         consumer.close()
         assert got == [b"m%d" % i for i in range(100)]
         assert "authenticated as User:node" in cluster.nodes[1].log_path.read_text()
+
+
+def test_credentials_added_at_format_time_let_the_first_nodes_log_in_with_scram(tmp_path):
+    """`storage format --add-scram` (kafka-storage's flag): a cluster whose brokers log in to
+    each other with SCRAM forms and replicates, because their user exists from the first record
+    of the log. The controller listener uses PLAIN: SCRAM cannot log in to the quorum that
+    replicates the credentials (as in Kafka), which the last part checks is refused."""
+    import subprocess
+    import sys
+
+    from confluent_kafka.admin import AdminClient
+
+    from tests.support.cluster import KRaftCluster
+    from tests.support.node import REPO
+    secure = {"listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+              "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+              "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                  'username="node" password="node-secret";',
+              "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+              "listener.name.controller.plain.sasl.jaas.config":
+                  'org.apache.kafka.common.security.plain.PlainLoginModule required username="quorum" '
+                  'password="quorum-secret" user_quorum="quorum-secret";'}
+    cluster = KRaftCluster(tmp_path, combined=3, overrides=secure)
+    for node in cluster.nodes.values():
+        formatted = subprocess.run(
+            [sys.executable, "-m", "core.cli", "storage", "format", "-c", str(node.config_path), "-g",
+             f"--cluster-id={cluster.cluster_id}", "--add-scram", "SCRAM-SHA-512=[name=node,password=node-secret]",
+             "--add-scram", "SCRAM-SHA-512=[name=alice,iterations=8192,password=alice-secret]"],
+            cwd=REPO, capture_output=True, text=True, check=True)
+        assert "wrote 2 SCRAM credentials (alice, node)" in formatted.stdout
+        assert (node.data_dir / "bootstrap.records").stat().st_mode & 0o077 == 0
+    with cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.direct_bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "alice",
+                             "sasl.password": "alice-secret"})
+        deadline = time.monotonic() + 60
+        while len(admin.list_topics(timeout=10).brokers) < 3:
+            assert time.monotonic() < deadline, "the nodes did not log in to each other:\n" + cluster.log_tails()
+            time.sleep(0.3)
+        described = admin.describe_user_scram_credentials().result(timeout=20)
+        assert {u: [i.iterations for i in d.scram_credential_infos] for u, d in described.items()} == {
+            "alice": [8192], "node": [4096]}
+        from confluent_kafka.admin import NewTopic
+        topic = unique_topic("scram-cluster")
+        admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(timeout=30)
+        deadline = time.monotonic() + 30
+        while len(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].isrs) < 3:
+            assert time.monotonic() < deadline, "followers did not log in with SCRAM:\n" + cluster.log_tails()
+            time.sleep(0.3)
+    del secure["listener.name.controller.sasl.enabled.mechanisms"], secure["listener.name.controller.plain.sasl.jaas.config"]
+    props = {**secure, "process.roles": "broker,controller", "node.id": "1", "controller.quorum.voters": "1@127.0.0.1:1",
+             "controller.listener.names": "CONTROLLER", "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0"}
+    assert "sasl.mechanism.controller.protocol: SCRAM-SHA-512 cannot log in to the controller quorum" in \
+        start_failure(tmp_path / "refused", props)
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("SCRAM-SHA-256=name=alice,password=x", "is not MECHANISM=[name=USER,password=PASSWORD]"),
+    ("SCRAM-SHA-1=[name=alice,password=x]", "is not MECHANISM=[name=USER,password=PASSWORD]"),
+    ("SCRAM-SHA-256=[name=alice]", "name and password are both required"),
+    ("SCRAM-SHA-256=[name=alice,password=x,iterations=10]", "iterations must be 4096..16384"),
+    ("SCRAM-SHA-256=[name=alice,password=x,salt=abc]", "unknown field 'salt'"),
+])
+def test_a_bad_add_scram_is_one_line_and_writes_nothing(tmp_path, spec, message):
+    from tests.support.cli import seaway
+    config = tmp_path / "node.properties"
+    config.write_text(f"log.dirs={tmp_path / 'data'}\n")
+    refused = seaway("storage", "format", "-c", str(config), "--cluster-id", "MkU3OEVBNTcwNTJENDM2Qg",
+                     "--add-scram", spec, check=False)
+    assert refused.returncode != 0 and message in refused.stderr and "Traceback" not in refused.stderr
+    assert not (tmp_path / "data").exists()

@@ -143,6 +143,7 @@ class SeawayNode:
 def start_failure(directory: Path, props: dict) -> str:
     """Start `seaway node` with these properties (log.dirs under `directory`), expecting it to
     refuse: the last line of its stderr, checked to be an error and not a traceback."""
+    Path(directory).mkdir(parents=True, exist_ok=True)
     config = Path(directory) / "node.properties"
     values = {"log.dirs": Path(directory) / "data", **props}
     config.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
