@@ -24,13 +24,14 @@ from contextlib import AsyncExitStack
 
 import anyio
 from anyio.abc import TaskStatus
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from core.client import Admin, KafkaClient, NewTopic
 from core.client.admin import ConfigResource
 from core.client.consumer import Consumer
 from core.client.errors import KafkaError
 from core.client.producer import Producer
+from core.client.security import ClientSecurity, SaslSettingsError, TlsError, security_from_properties
 from core.protocol.errors import ErrorCode
 
 from .checkpoints import CheckpointEmitter
@@ -73,6 +74,22 @@ class LinkConfig(BaseModel):
     # The DR recovery-point target this link serves (the topology's dr.rpo_target_s), exported
     # as a gauge so that the lag alert compares each link against its own target.
     rpo_target_s: float | None = Field(default=None, gt=0)
+    # Kafka client properties for each side's connections (security.protocol, ssl.*, sasl.*),
+    # as MirrorMaker 2 takes them per cluster alias.
+    source_properties: dict[str, str] = Field(default_factory=dict)
+    target_properties: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("source_properties", "target_properties")
+    @classmethod
+    def _security_works(cls, props: dict[str, str]) -> dict[str, str]:
+        try:
+            security_from_properties(props)
+        except (TlsError, SaslSettingsError) as exc:
+            raise ValueError(str(exc)) from None
+        return props
+
+    def security(self, side: str) -> ClientSecurity:
+        return security_from_properties(self.source_properties if side == "source" else self.target_properties)
 
 
 class MirrorLink:
@@ -85,8 +102,9 @@ class MirrorLink:
         self.store = OffsetSyncStore()
         self.copiers: dict[tuple[str, int], PartitionCopier] = {}
         self.resume: dict[tuple[str, int], int] = {}
-        self.source = KafkaClient(config.source_bootstrap, client_id=f"mirror-{config.source_alias}")
-        self.target = KafkaClient(config.target_bootstrap, client_id=f"mirror-{config.target_alias}")
+        self.source_security = config.security("source")
+        self.target_security = config.security("target")
+        self.source, self.target = self._clients()
         self._sync_producer: Producer | None = None
         self.checkpoint_producer: Producer | None = None
         self.checkpoints = CheckpointEmitter(self, interval_s=config.checkpoint_interval_s,
@@ -99,6 +117,11 @@ class MirrorLink:
     @property
     def name(self) -> str:
         return f"{self.config.source_alias}->{self.config.target_alias}"
+
+    def _clients(self) -> tuple[KafkaClient, KafkaClient]:
+        c = self.config
+        return (KafkaClient(c.source_bootstrap, client_id=f"mirror-{c.source_alias}", security=self.source_security),
+                KafkaClient(c.target_bootstrap, client_id=f"mirror-{c.target_alias}", security=self.target_security))
 
     async def run(self, *, task_status: TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
         """Run until stopped or cancelled; a cluster that is down or unreachable (at the start,
@@ -113,8 +136,7 @@ class MirrorLink:
                 log.warning("%s: %s; starting the link again in %.1fs", self.name,
                             "; ".join(str(exc) for exc in group.exceptions), delay)
                 self.copiers.clear()
-                self.source = KafkaClient(self.config.source_bootstrap, client_id=f"mirror-{self.config.source_alias}")
-                self.target = KafkaClient(self.config.target_bootstrap, client_id=f"mirror-{self.config.target_alias}")
+                self.source, self.target = self._clients()
                 with anyio.move_on_after(delay):
                     await self._stopping.wait()
 
