@@ -13,7 +13,7 @@ from core.security.authorizer import Operation, ResourceType
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
 ALLOW, DENY = Permission.ALLOW, Permission.DENY
-O = Operation
+Op = Operation
 
 
 def acl(name, op, permission=ALLOW, principal="User:alice", host="*", pattern=LIT, rtype=T):
@@ -29,18 +29,18 @@ def reference(acls, super_users, allow_if_none, principal, host, op, rtype, name
     if not on_resource:
         return allow_if_none
     mine = [a for a in on_resource if a.principal in (principal, "User:*") and a.host in (host, "*")]
-    if any(a.permission == DENY and a.operation in (op, O.ALL) for a in mine):
+    if any(a.permission == DENY and a.operation in (op, Op.ALL) for a in mine):
         return False
-    implied = {O.DESCRIBE: {O.READ, O.WRITE, O.DELETE, O.ALTER, O.DESCRIBE},
-               O.DESCRIBE_CONFIGS: {O.ALTER_CONFIGS, O.DESCRIBE_CONFIGS}}.get(op, {op})
-    return any(a.permission == ALLOW and (a.operation == O.ALL or a.operation in implied) for a in mine)
+    implied = {Op.DESCRIBE: {Op.READ, Op.WRITE, Op.DELETE, Op.ALTER, Op.DESCRIBE},
+               Op.DESCRIBE_CONFIGS: {Op.ALTER_CONFIGS, Op.DESCRIBE_CONFIGS}}.get(op, {op})
+    return any(a.permission == ALLOW and (a.operation == Op.ALL or a.operation in implied) for a in mine)
 
 
 NAMES = ["a", "ab", "abc", "b", "ba", "*", ""]
 PRINCIPALS = ["User:alice", "User:bob", "User:*"]
 HOSTS = ["10.0.0.1", "10.0.0.2", "*"]
-OPS = [O.ALL, O.READ, O.WRITE, O.CREATE, O.DELETE, O.ALTER, O.DESCRIBE, O.CLUSTER_ACTION,
-       O.DESCRIBE_CONFIGS, O.ALTER_CONFIGS, O.IDEMPOTENT_WRITE]
+OPS = [Op.ALL, Op.READ, Op.WRITE, Op.CREATE, Op.DELETE, Op.ALTER, Op.DESCRIBE, Op.CLUSTER_ACTION,
+       Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE]
 bindings = st.builds(AclBinding, st.sampled_from([T, G, C]), st.sampled_from(NAMES), st.sampled_from([LIT, PRE]),
                      st.sampled_from(PRINCIPALS), st.sampled_from(HOSTS), st.sampled_from(OPS),
                      st.sampled_from([ALLOW, DENY]))
@@ -58,29 +58,29 @@ def test_the_authorizer_agrees_with_the_reference_model(acls, supers, allow_if_n
 
 RULES = [
     # case, acls, (principal, host, op, type, name), allowed
-    ("no ACL on the resource: denied by default", [acl("other", O.READ)], ("User:alice", "1.1.1.1", O.READ, T, "t"), False),
-    ("literal allow", [acl("t", O.READ)], ("User:alice", "1.1.1.1", O.READ, T, "t"), True),
-    ("literal is not a prefix", [acl("t", O.READ)], ("User:alice", "1.1.1.1", O.READ, T, "tt"), False),
-    ("prefixed allow", [acl("orders-", O.WRITE, pattern=PRE)], ("User:alice", "1.1.1.1", O.WRITE, T, "orders-eu"), True),
-    ("prefixed does not match a shorter name", [acl("orders-", O.WRITE, pattern=PRE)],
-     ("User:alice", "1.1.1.1", O.WRITE, T, "orders"), False),
-    ("wildcard resource", [acl("*", O.READ)], ("User:alice", "1.1.1.1", O.READ, T, "anything"), True),
-    ("wildcard principal", [acl("t", O.READ, principal="User:*")], ("User:zoe", "1.1.1.1", O.READ, T, "t"), True),
-    ("other principal: denied, the resource has ACLs", [acl("t", O.READ)], ("User:bob", "1.1.1.1", O.READ, T, "t"), False),
-    ("host must match", [acl("t", O.READ, host="2.2.2.2")], ("User:alice", "1.1.1.1", O.READ, T, "t"), False),
-    ("deny wins over allow", [acl("t", O.READ), acl("t", O.READ, DENY)], ("User:alice", "1.1.1.1", O.READ, T, "t"), False),
-    ("deny through a prefix wins over a literal allow", [acl("t", O.ALL), acl("", O.ALL, DENY, pattern=PRE)],
-     ("User:alice", "1.1.1.1", O.WRITE, T, "t"), False),
-    ("deny ALL denies everything", [acl("t", O.DESCRIBE), acl("t", O.ALL, DENY)], ("User:alice", "1.1.1.1", O.DESCRIBE, T, "t"), False),
-    ("read implies describe", [acl("t", O.READ)], ("User:alice", "1.1.1.1", O.DESCRIBE, T, "t"), True),
-    ("describe does not imply read", [acl("t", O.DESCRIBE)], ("User:alice", "1.1.1.1", O.READ, T, "t"), False),
-    ("alter_configs implies describe_configs", [acl("t", O.ALTER_CONFIGS)],
-     ("User:alice", "1.1.1.1", O.DESCRIBE_CONFIGS, T, "t"), True),
-    ("a deny of READ does not deny DESCRIBE", [acl("t", O.DESCRIBE), acl("t", O.READ, DENY)],
-     ("User:alice", "1.1.1.1", O.DESCRIBE, T, "t"), True),
-    ("types do not mix", [acl("t", O.READ, rtype=G)], ("User:alice", "1.1.1.1", O.READ, T, "t"), False),
-    ("cluster action", [acl("kafka-cluster", O.CLUSTER_ACTION, rtype=C)],
-     ("User:alice", "1.1.1.1", O.CLUSTER_ACTION, C, "kafka-cluster"), True),
+    ("no ACL on the resource: denied by default", [acl("other", Op.READ)], ("User:alice", "1.1.1.1", Op.READ, T, "t"), False),
+    ("literal allow", [acl("t", Op.READ)], ("User:alice", "1.1.1.1", Op.READ, T, "t"), True),
+    ("literal is not a prefix", [acl("t", Op.READ)], ("User:alice", "1.1.1.1", Op.READ, T, "tt"), False),
+    ("prefixed allow", [acl("orders-", Op.WRITE, pattern=PRE)], ("User:alice", "1.1.1.1", Op.WRITE, T, "orders-eu"), True),
+    ("prefixed does not match a shorter name", [acl("orders-", Op.WRITE, pattern=PRE)],
+     ("User:alice", "1.1.1.1", Op.WRITE, T, "orders"), False),
+    ("wildcard resource", [acl("*", Op.READ)], ("User:alice", "1.1.1.1", Op.READ, T, "anything"), True),
+    ("wildcard principal", [acl("t", Op.READ, principal="User:*")], ("User:zoe", "1.1.1.1", Op.READ, T, "t"), True),
+    ("other principal: denied, the resource has ACLs", [acl("t", Op.READ)], ("User:bob", "1.1.1.1", Op.READ, T, "t"), False),
+    ("host must match", [acl("t", Op.READ, host="2.2.2.2")], ("User:alice", "1.1.1.1", Op.READ, T, "t"), False),
+    ("deny wins over allow", [acl("t", Op.READ), acl("t", Op.READ, DENY)], ("User:alice", "1.1.1.1", Op.READ, T, "t"), False),
+    ("deny through a prefix wins over a literal allow", [acl("t", Op.ALL), acl("", Op.ALL, DENY, pattern=PRE)],
+     ("User:alice", "1.1.1.1", Op.WRITE, T, "t"), False),
+    ("deny ALL denies everything", [acl("t", Op.DESCRIBE), acl("t", Op.ALL, DENY)], ("User:alice", "1.1.1.1", Op.DESCRIBE, T, "t"), False),
+    ("read implies describe", [acl("t", Op.READ)], ("User:alice", "1.1.1.1", Op.DESCRIBE, T, "t"), True),
+    ("describe does not imply read", [acl("t", Op.DESCRIBE)], ("User:alice", "1.1.1.1", Op.READ, T, "t"), False),
+    ("alter_configs implies describe_configs", [acl("t", Op.ALTER_CONFIGS)],
+     ("User:alice", "1.1.1.1", Op.DESCRIBE_CONFIGS, T, "t"), True),
+    ("a deny of READ does not deny DESCRIBE", [acl("t", Op.DESCRIBE), acl("t", Op.READ, DENY)],
+     ("User:alice", "1.1.1.1", Op.DESCRIBE, T, "t"), True),
+    ("types do not mix", [acl("t", Op.READ, rtype=G)], ("User:alice", "1.1.1.1", Op.READ, T, "t"), False),
+    ("cluster action", [acl("kafka-cluster", Op.CLUSTER_ACTION, rtype=C)],
+     ("User:alice", "1.1.1.1", Op.CLUSTER_ACTION, C, "kafka-cluster"), True),
 ]
 
 
@@ -91,9 +91,9 @@ def test_kafkas_rules(case, acls, request_, allowed):
 
 
 def test_super_users_and_allow_everyone_if_no_acl_found():
-    acls = [acl("t", O.READ, DENY, principal="User:root")]
-    assert AclSet.of(acls, super_users=["User:root"]).authorize("User:root", "h", O.READ, T, "t")
-    assert not AclSet.of([], allow_if_no_acl=False).authorize("User:x", "h", O.READ, T, "free")
-    assert AclSet.of([], allow_if_no_acl=True).authorize("User:x", "h", O.READ, T, "free")
+    acls = [acl("t", Op.READ, DENY, principal="User:root")]
+    assert AclSet.of(acls, super_users=["User:root"]).authorize("User:root", "h", Op.READ, T, "t")
+    assert not AclSet.of([], allow_if_no_acl=False).authorize("User:x", "h", Op.READ, T, "free")
+    assert AclSet.of([], allow_if_no_acl=True).authorize("User:x", "h", Op.READ, T, "free")
     # allow.everyone.if.no.acl.found only applies where no ACL matches the resource at all.
-    assert not AclSet.of([acl("t", O.WRITE)], allow_if_no_acl=True).authorize("User:bob", "h", O.READ, T, "t")
+    assert not AclSet.of([acl("t", Op.WRITE)], allow_if_no_acl=True).authorize("User:bob", "h", Op.READ, T, "t")
