@@ -25,8 +25,10 @@ This is Kafka's `MetadataImage` / `MetadataDelta` pair, reduced to what Seaway m
 * **features** – FeatureLevelRecord; level 0 removes the feature (Kafka's FeaturesDelta).
 * **SCRAM credentials** – by (user, mechanism): UserScramCredentialRecord sets one,
   RemoveUserScramCredentialRecord deletes one that must exist.
+* **ACLs** – by id: AccessControlEntryRecord adds one under an id not in use,
+  RemoveAccessControlEntryRecord deletes one that exists (Kafka's AclControlManager.replay).
 
-NoOpRecord is accepted and ignored. Every other record type (ACLs, quotas, delegation
+NoOpRecord is accepted and ignored. Every other record type (quotas, delegation
 tokens, controller registrations, transaction markers, ZK migration) raises
 `UnsupportedMetadataRecord` rather than being dropped: an image that silently ignored
 records would not be the state the log describes.
@@ -158,6 +160,19 @@ class ScramEntry:
     iterations: int
 
 
+@dataclass(frozen=True, slots=True)
+class AclEntry:
+    """One ACL as its record states it (Kafka's codes: resource type, pattern type, operation,
+    permission); core/security/acls.py turns these into decisions."""
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission: int
+
+
 # Kafka's ScramMechanism type codes, as records and AlterUserScramCredentials carry them.
 SCRAM_MECHANISM_TYPES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 
@@ -178,6 +193,7 @@ class MetadataImage:
     next_producer_id: int = 0
     features: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     scram: Mapping[tuple[str, int], ScramEntry] = field(default_factory=lambda: _EMPTY)   # (user, mechanism)
+    acls: Mapping[bytes, AclEntry] = field(default_factory=lambda: _EMPTY)                # by ACL id
 
     @classmethod
     def empty(cls) -> "MetadataImage":
@@ -225,6 +241,7 @@ class MetadataDelta:
         self._configs: dict[tuple[int, str], Mapping[str, str]] | None = None
         self._features: dict[str, int] | None = None
         self._scram: dict[tuple[str, int], ScramEntry] | None = None
+        self._acls: dict[bytes, AclEntry] | None = None
         # topic id -> writable partitions dict
         self._partitions: dict[bytes, dict[int, PartitionRegistration]] = {}
         self._config_copies: set[tuple[int, str]] = set()   # config keys already copied
@@ -438,6 +455,27 @@ class MetadataDelta:
         self._w_scram()[(r.name, r.mechanism)] = ScramEntry(bytes(r.salt), bytes(r.stored_key),
                                                            bytes(r.server_key), r.iterations)
 
+    def _w_acls(self) -> dict[bytes, AclEntry]:
+        if self._acls is None:
+            self._acls = dict(self._base.acls)
+        return self._acls
+
+    def _acl(self, r: m.AccessControlEntryRecord) -> None:
+        acls = self._w_acls()
+        acl_id = bytes(r.id)
+        if acl_id in acls:
+            raise MetadataImageError(f"AccessControlEntryRecord: an ACL with id {_uuid.UUID(bytes=acl_id)} "
+                                     f"already exists")
+        acls[acl_id] = AclEntry(r.resource_type, r.resource_name, r.pattern_type, r.principal, r.host,
+                                r.operation, r.permission_type)
+
+    def _remove_acl(self, r: m.RemoveAccessControlEntryRecord) -> None:
+        acls = self._w_acls()
+        acl_id = bytes(r.id)
+        if acl_id not in acls:
+            raise MetadataImageError(f"RemoveAccessControlEntryRecord: no ACL has id {_uuid.UUID(bytes=acl_id)}")
+        del acls[acl_id]
+
     def _remove_scram_credential(self, r: m.RemoveUserScramCredentialRecord) -> None:
         scram = self._w_scram()
         if (r.name, r.mechanism) not in scram:
@@ -466,6 +504,7 @@ class MetadataDelta:
             features=base.features if self._features is None
             else MappingProxyType(dict(self._features)),
             scram=base.scram if self._scram is None else MappingProxyType(dict(self._scram)),
+            acls=base.acls if self._acls is None else MappingProxyType(dict(self._acls)),
         )
 
 
@@ -486,4 +525,6 @@ _HANDLERS: dict[type[Message], Callable[[MetadataDelta, Any], None]] = {
     m.NoOpRecord: MetadataDelta._noop,
     m.UserScramCredentialRecord: MetadataDelta._scram_credential,
     m.RemoveUserScramCredentialRecord: MetadataDelta._remove_scram_credential,
+    m.AccessControlEntryRecord: MetadataDelta._acl,
+    m.RemoveAccessControlEntryRecord: MetadataDelta._remove_acl,
 }

@@ -47,6 +47,10 @@ def image_records(image: MetadataImage) -> Iterator[Message]:
         yield m.UserScramCredentialRecord(name=user, mechanism=mechanism, salt=entry.salt,
                                           stored_key=entry.stored_key, server_key=entry.server_key,
                                           iterations=entry.iterations)
+    for acl_id, a in sorted(image.acls.items()):
+        yield m.AccessControlEntryRecord(id=acl_id, resource_type=a.resource_type, resource_name=a.resource_name,
+                                         pattern_type=a.pattern_type, principal=a.principal, host=a.host,
+                                         operation=a.operation, permission_type=a.permission)
     if image.next_producer_id > 0:
         # The broker id and epoch of the last allocation are not part of the image; any valid
         # values do, since replay checks only that the next id grows.

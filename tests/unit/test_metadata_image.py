@@ -171,10 +171,24 @@ def test_producer_ids_and_features():
 
 
 def test_unsupported_record_type_raises():
-    with pytest.raises(UnsupportedMetadataRecord, match="AccessControlEntryRecord"):
-        MetadataImage.empty().apply(m.AccessControlEntryRecord(
-            id=bytes(range(16)), resource_type=2, resource_name="t", pattern_type=3,
-            principal="User:a", host="*", operation=3, permission_type=3))
+    with pytest.raises(UnsupportedMetadataRecord, match="ClientQuotaRecord"):
+        MetadataImage.empty().apply(m.ClientQuotaRecord(entity=[], key="producer_byte_rate", value=1.0,
+                                                        remove=False))
+
+
+def test_acls_are_added_by_a_new_id_and_removed_by_an_existing_one():
+    def entry(acl_id: bytes, name: str = "t"):
+        return m.AccessControlEntryRecord(id=acl_id, resource_type=2, resource_name=name, pattern_type=3,
+                                          principal="User:a", host="*", operation=3, permission_type=3)
+    first, second = bytes(range(16)), bytes(range(1, 17))
+    image = MetadataImage.empty().apply_all([entry(first), entry(second, "u")])
+    assert {a.resource_name for a in image.acls.values()} == {"t", "u"}
+    with pytest.raises(MetadataImageError, match="already exists"):
+        image.apply(entry(first, "v"))
+    smaller = image.apply(m.RemoveAccessControlEntryRecord(id=first))
+    assert list(smaller.acls) == [second] and len(image.acls) == 2   # the old image is untouched
+    with pytest.raises(MetadataImageError, match="no ACL has id"):
+        smaller.apply(m.RemoveAccessControlEntryRecord(id=first))
 
 
 # --------------------------------------------------------------------------- wire round trip
