@@ -1639,6 +1639,216 @@ class OffsetForLeaderEpochResponse(Message):
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None: ...
 
+class DescribeAclsRequest(Message):
+    resource_type_filter: int
+    resource_name_filter: str | None
+    pattern_type_filter: int
+    principal_filter: str | None
+    host_filter: str | None
+    operation: int
+    permission_type: int
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        resource_type_filter: int = ...,
+        resource_name_filter: str | None = ...,
+        pattern_type_filter: int = ...,
+        principal_filter: str | None = ...,
+        host_filter: str | None = ...,
+        operation: int = ...,
+        permission_type: int = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+class DescribeAclsResponse(Message):
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    resources: list[DescribeAclsResponse.DescribeAclsResource]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        error_message: str | None = ...,
+        resources: list[DescribeAclsResponse.DescribeAclsResource] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class DescribeAclsResource(Message):
+        resource_type: int
+        resource_name: str
+        pattern_type: int
+        acls: list[DescribeAclsResponse.AclDescription]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            resource_type: int = ...,
+            resource_name: str = ...,
+            pattern_type: int = ...,
+            acls: list[DescribeAclsResponse.AclDescription] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+    class AclDescription(Message):
+        principal: str
+        host: str
+        operation: int
+        permission_type: int
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            principal: str = ...,
+            host: str = ...,
+            operation: int = ...,
+            permission_type: int = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+class CreateAclsRequest(Message):
+    creations: list[CreateAclsRequest.AclCreation]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        creations: list[CreateAclsRequest.AclCreation] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class AclCreation(Message):
+        resource_type: int
+        resource_name: str
+        resource_pattern_type: int
+        principal: str
+        host: str
+        operation: int
+        permission_type: int
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            resource_type: int = ...,
+            resource_name: str = ...,
+            resource_pattern_type: int = ...,
+            principal: str = ...,
+            host: str = ...,
+            operation: int = ...,
+            permission_type: int = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+class CreateAclsResponse(Message):
+    throttle_time_ms: int
+    results: list[CreateAclsResponse.AclCreationResult]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        results: list[CreateAclsResponse.AclCreationResult] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class AclCreationResult(Message):
+        error_code: int
+        error_message: str | None
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            error_code: int = ...,
+            error_message: str | None = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+class DeleteAclsRequest(Message):
+    filters: list[DeleteAclsRequest.DeleteAclsFilter]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        filters: list[DeleteAclsRequest.DeleteAclsFilter] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class DeleteAclsFilter(Message):
+        resource_type_filter: int
+        resource_name_filter: str | None
+        pattern_type_filter: int
+        principal_filter: str | None
+        host_filter: str | None
+        operation: int
+        permission_type: int
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            resource_type_filter: int = ...,
+            resource_name_filter: str | None = ...,
+            pattern_type_filter: int = ...,
+            principal_filter: str | None = ...,
+            host_filter: str | None = ...,
+            operation: int = ...,
+            permission_type: int = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+class DeleteAclsResponse(Message):
+    throttle_time_ms: int
+    filter_results: list[DeleteAclsResponse.DeleteAclsFilterResult]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        filter_results: list[DeleteAclsResponse.DeleteAclsFilterResult] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class DeleteAclsFilterResult(Message):
+        error_code: int
+        error_message: str | None
+        matching_acls: list[DeleteAclsResponse.DeleteAclsMatchingAcl]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            error_code: int = ...,
+            error_message: str | None = ...,
+            matching_acls: list[DeleteAclsResponse.DeleteAclsMatchingAcl] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+    class DeleteAclsMatchingAcl(Message):
+        error_code: int
+        error_message: str | None
+        resource_type: int
+        resource_name: str
+        pattern_type: int
+        principal: str
+        host: str
+        operation: int
+        permission_type: int
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            error_code: int = ...,
+            error_message: str | None = ...,
+            resource_type: int = ...,
+            resource_name: str = ...,
+            pattern_type: int = ...,
+            principal: str = ...,
+            host: str = ...,
+            operation: int = ...,
+            permission_type: int = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
 class DescribeConfigsRequest(Message):
     resources: list[DescribeConfigsRequest.DescribeConfigsResource]
     include_synonyms: bool

@@ -145,3 +145,50 @@ class AclSet:
             elif not allowed and allows(b, operation):
                 allowed = True
         return allowed
+
+
+# ------------------------------------------------------------------------------- filters
+
+RESOURCE_TYPE_ANY = 1
+OPERATION_ANY = 1
+
+
+@dataclass(frozen=True, slots=True)
+class AclFilter:
+    """What DescribeAcls and DeleteAcls select (Kafka's AclBindingFilter). None matches any
+    name, principal or host; ANY (1) matches any resource type, operation or permission. The
+    pattern type selects as Kafka's does: ANY any binding with this exact name (or any name),
+    LITERAL and PREFIXED bindings of that type with exactly this name, and MATCH every
+    binding that would apply to a resource with this name (a literal of the name, the
+    literal wildcard "*", and prefixes of the name)."""
+    resource_type: int
+    name: str | None
+    pattern: int
+    principal: str | None
+    host: str | None
+    operation: int
+    permission: int
+
+    def matches(self, b: AclBinding) -> bool:
+        if self.resource_type != RESOURCE_TYPE_ANY and self.resource_type != b.resource_type:
+            return False
+        if self.principal is not None and self.principal != b.principal:
+            return False
+        if self.host is not None and self.host != b.host:
+            return False
+        if self.operation != OPERATION_ANY and self.operation != b.operation:
+            return False
+        if self.permission != Permission.ANY and self.permission != b.permission:
+            return False
+        return self._pattern_matches(b)
+
+    def _pattern_matches(self, b: AclBinding) -> bool:
+        if self.pattern == PatternType.MATCH:
+            if self.name is None:
+                return True
+            if b.pattern is PatternType.LITERAL:
+                return b.name in (self.name, WILDCARD_RESOURCE)
+            return self.name.startswith(b.name)
+        if self.pattern == PatternType.ANY:
+            return self.name is None or self.name == b.name
+        return self.pattern == b.pattern and (self.name is None or self.name == b.name)

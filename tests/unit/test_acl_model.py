@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.security.acls import AclBinding, AclSet, PatternType, Permission
+from core.security.acls import AclBinding, AclFilter, AclSet, PatternType, Permission
 from core.security.authorizer import Operation, ResourceType
 
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
@@ -97,3 +97,32 @@ def test_super_users_and_allow_everyone_if_no_acl_found():
     assert AclSet.of([], allow_if_no_acl=True).authorize("User:x", "h", Op.READ, T, "free")
     # allow.everyone.if.no.acl.found only applies where no ACL matches the resource at all.
     assert not AclSet.of([acl("t", Op.WRITE)], allow_if_no_acl=True).authorize("User:bob", "h", Op.READ, T, "t")
+
+
+# --- filters (DescribeAcls, DeleteAcls) ---------------------------------------------------------
+
+
+FILTER_BINDINGS = [acl("orders", Op.READ), acl("orders-", Op.WRITE, pattern=PRE), acl("*", Op.DESCRIBE),
+                   acl("orders", Op.READ, DENY, principal="User:bob", host="10.0.0.1"), acl("g", Op.READ, rtype=G)]
+
+
+def selected(resource_type=1, name=None, pattern=1, principal=None, host=None, operation=1, permission=1):
+    f = AclFilter(resource_type, name, pattern, principal, host, operation, permission)
+    return [i for i, b in enumerate(FILTER_BINDINGS) if f.matches(b)]
+
+
+@pytest.mark.parametrize("kwargs,expected", [
+    ({}, [0, 1, 2, 3, 4]),                                             # everything
+    ({"resource_type": int(T)}, [0, 1, 2, 3]),
+    ({"name": "orders", "pattern": int(LIT)}, [0, 3]),                 # exact literal
+    ({"name": "orders-", "pattern": int(PRE)}, [1]),                   # exact prefixed
+    ({"name": "orders", "pattern": 1}, [0, 3]),                        # ANY: this name, any type
+    ({"name": "orders-eu", "pattern": 2, "resource_type": int(T)}, [1, 2]),   # MATCH: what applies
+    ({"name": "orders", "pattern": 2, "resource_type": int(T)}, [0, 2, 3]),
+    ({"principal": "User:bob"}, [3]),
+    ({"host": "10.0.0.1"}, [3]),
+    ({"operation": int(Op.WRITE)}, [1]),
+    ({"permission": int(DENY)}, [3]),
+])
+def test_filters_select_as_kafkas_binding_filters_do(kwargs, expected):
+    assert selected(**kwargs) == expected
