@@ -26,5 +26,10 @@ class RequestContext:
     handlers: dict | None = None   # the request table of the listener it came on (ApiVersions answers from it)
     close_after_response: bool = field(default=False)  # acks=0 errors: Kafka closes the socket
 
+    @property
+    def host(self) -> str:
+        """The client's address without its port, as ACL host rules name it."""
+        return self.peer.rsplit(":", 1)[0].strip("[]")
+
     def authorize(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
-        return self.authorizer.authorize(self.principal, operation, resource_type, name)
+        return self.authorizer.authorize(self.principal, operation, resource_type, name, self.host)

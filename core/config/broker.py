@@ -204,6 +204,12 @@ def _broker_defs() -> list[ConfigDef]:
                   maximum=65535),
         ConfigDef("cluster.id", _T.STRING, None, "cluster id (normally set by storage format)"),
         ConfigDef("shutdown.timeout.ms", _T.LONG, 10_000, "bound on a graceful shutdown", minimum=0),
+        ConfigDef("authorizer.class.name", _T.STRING, None,
+                  "org.apache.kafka.metadata.authorizer.StandardAuthorizer turns ACLs on (unset: no checks)"),
+        ConfigDef("super.users", _T.STRING, None,
+                  "principals allowed everything, separated by semicolons (User:admin;User:broker)"),
+        ConfigDef("allow.everyone.if.no.acl.found", _T.BOOLEAN, False,
+                  "with ACLs on, whether a resource that no ACL names is open to everyone"),
     ]
     defs.extend(SSL_CONFIG_LIST)
     defs.extend(SASL_CONFIG_LIST)

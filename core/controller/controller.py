@@ -101,7 +101,7 @@ from core.protocol.codegen import Message
 from core.protocol.errors import ErrorCode, KafkaError
 from core.protocol.metadata_records import MetadataRecord
 
-from . import (alter_partition, brokers, configs, elect_leaders, election, producer_ids,
+from . import (acls, alter_partition, brokers, configs, elect_leaders, election, producer_ids,
                reassignment, scram, topics)
 from .brokers import ClusterControl
 from .common import ControllerResult, Working
@@ -121,7 +121,7 @@ HANDLED_APIS = frozenset({
     m.ApiKey.ELECT_LEADERS, m.ApiKey.INCREMENTAL_ALTER_CONFIGS, m.ApiKey.ALTER_PARTITION_REASSIGNMENTS,
     m.ApiKey.LIST_PARTITION_REASSIGNMENTS, m.ApiKey.ALTER_PARTITION, m.ApiKey.BROKER_REGISTRATION,
     m.ApiKey.BROKER_HEARTBEAT, m.ApiKey.UNREGISTER_BROKER, m.ApiKey.ALLOCATE_PRODUCER_IDS,
-    m.ApiKey.ALTER_USER_SCRAM_CREDENTIALS})
+    m.ApiKey.ALTER_USER_SCRAM_CREDENTIALS, m.ApiKey.CREATE_ACLS, m.ApiKey.DELETE_ACLS})
 
 
 def _message(record: Message | MetadataRecord) -> Message:
@@ -336,6 +336,9 @@ class QuorumController:
             return configs.error_response(api_key, request, code, message)
         if api_key == m.ApiKey.ALLOCATE_PRODUCER_IDS:
             return producer_ids.error_response(code)
+        if api_key in (m.ApiKey.CREATE_ACLS, m.ApiKey.DELETE_ACLS):
+            assert isinstance(request, (m.CreateAclsRequest, m.DeleteAclsRequest))
+            return acls.error_response(api_key, request, code, message)
         if api_key == m.ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
             assert isinstance(request, m.AlterUserScramCredentialsRequest)
             return scram.error_response(request, code, message)
@@ -421,6 +424,18 @@ class QuorumController:
             return ControllerResult(w.records, scram.alter_user_scram_credentials(w, request))
         return self._run(m.ApiKey.ALTER_USER_SCRAM_CREDENTIALS, request, version, generate)
 
+    def create_acls(self, request: m.CreateAclsRequest, version: int) -> ControllerResult:
+        """CreateAcls (30): new ACL bindings (core/controller/acls.py)."""
+        def generate(w: Working) -> ControllerResult:
+            return ControllerResult(w.records, acls.create_acls(w, request))
+        return self._run(m.ApiKey.CREATE_ACLS, request, version, generate)
+
+    def delete_acls(self, request: m.DeleteAclsRequest, version: int) -> ControllerResult:
+        """DeleteAcls (31): remove the ACL bindings each filter matches."""
+        def generate(w: Working) -> ControllerResult:
+            return ControllerResult(w.records, acls.delete_acls(w, request))
+        return self._run(m.ApiKey.DELETE_ACLS, request, version, generate)
+
     def alter_partition(self, request: m.AlterPartitionRequest, version: int) -> ControllerResult:
         """AlterPartition (56): a partition leader's ISR change."""
         def generate(w: Working) -> ControllerResult:
@@ -462,7 +477,8 @@ class QuorumController:
                    m.ApiKey.BROKER_HEARTBEAT: self.broker_heartbeat,
                    m.ApiKey.UNREGISTER_BROKER: self.unregister_broker,
                    m.ApiKey.ALLOCATE_PRODUCER_IDS: self.allocate_producer_ids,
-                   m.ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials}
+                   m.ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials,
+                   m.ApiKey.CREATE_ACLS: self.create_acls, m.ApiKey.DELETE_ACLS: self.delete_acls}
         handler = handlers.get(api_key)
         if handler is None:
             raise KeyError(f"the controller does not handle API {api_key}")

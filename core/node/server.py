@@ -31,9 +31,11 @@ from core.broker.metrics import BrokerMetrics
 from core.config import BrokerConfig
 from core.config.broker import Listener
 from core.config.defs import ConfigError
+from core.controller.acls import binding_of
 from core.controller.image import SCRAM_MECHANISM_TYPES
 from core.client.tls import TlsSettings
-from core.security.authorizer import ANONYMOUS, AllowAll
+from core.security.authorizer import ANONYMOUS, AllowAll, Authorizer
+from core.security.standard_authorizer import STANDARD_AUTHORIZER, StandardAuthorizer, parse_super_users
 from core.security.sasl import SUPPORTED_MECHANISMS, SaslConfig, SaslSession, parse_jaas, plain_users
 from core.security.scram import ScramCredential
 from core.security.tls import HandshakeFailed, TlsListener
@@ -177,7 +179,7 @@ def _tls_listeners(config: BrokerConfig) -> dict[str, TlsListener]:
             found[listener.name] = TlsListener.from_settings(TlsSettings(*config.tls_values(listener.name)))
     # And the node's own connections to other nodes, so that their settings fail here too.
     config.controller_client_tls, config.controller_client_sasl
-    if "broker" in config.roles:
+    if "broker" in config.roles and not config.single_node:   # a one-node cluster has no peer to fetch from
         config.client_tls(config.inter_broker_listener_name)
         config.client_sasl(config.inter_broker_listener_name)
     return found
@@ -209,6 +211,18 @@ def _sasl_listeners(config: BrokerConfig, scram_secret: bytes) -> dict[str, Sasl
         found[listener.name] = SaslConfig(tuple(mechanisms), users, scram_secret=scram_secret,
                                           max_receive_size=max_size)
     return found
+
+
+def _authorizer(config: BrokerConfig, quorum: QuorumMember) -> Authorizer:
+    """AllowAll, or with authorizer.class.name the ACL authorizer over this node's image."""
+    name = config["authorizer.class.name"]
+    if not name:
+        return AllowAll()
+    if name not in STANDARD_AUTHORIZER:
+        raise ConfigError(f"authorizer.class.name: {name} is not {STANDARD_AUTHORIZER[0]}")
+    return StandardAuthorizer(lambda: quorum.loader.image.acls,
+                              super_users=parse_super_users(config["super.users"]),
+                              allow_if_no_acl=config["allow.everyone.if.no.acl.found"], binding_of=binding_of)
 
 
 _SCRAM_TYPES = {name: code for code, name in SCRAM_MECHANISM_TYPES.items()}
@@ -266,7 +280,7 @@ async def run_node(config: BrokerConfig, *, clock=None,
         await anyio.to_thread.run_sync(broker.open)
         lifecycle = BrokerLifecycle(config, quorum, listeners=config.advertised_listeners)
         broker.kraft = kraft = KRaftLink(broker, quorum, lifecycle)
-    authorizer = AllowAll()
+    authorizer = _authorizer(config, quorum)
     handle = NodeHandle(broker, config=config, controller=controller, quorum=quorum, lifecycle=lifecycle)
     if config["metrics.port"] is not None:
         handle.metrics_port = metrics.serve(config["metrics.port"], config.listeners[0].host or "0.0.0.0",

@@ -35,27 +35,39 @@ ANONYMOUS = "User:ANONYMOUS"
 
 
 class Authorizer(Protocol):
-    """What a listener asks before it serves a request (AllowAll is the only one yet)."""
+    """What a listener asks before it serves a request: AllowAll without
+    `authorizer.class.name`, else the ACL authorizer (core/security/standard_authorizer.py)."""
 
     def authorize(self, principal: str, operation: Operation, resource_type: ResourceType,
-                  name: str) -> bool: ...
+                  name: str, host: str = "*") -> bool: ...
 
-    def authorized_operations(self, principal: str, resource_type: ResourceType, name: str) -> int: ...
+    def authorized_operations(self, principal: str, resource_type: ResourceType, name: str,
+                              host: str = "*") -> int: ...
+
+
+# The operations Metadata and DescribeCluster report as authorized, per resource type (KIP-430).
+REPORTED_OPERATIONS = {
+    ResourceType.TOPIC: (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DELETE, Operation.ALTER,
+                         Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS),
+    ResourceType.GROUP: (Operation.READ, Operation.DELETE, Operation.DESCRIBE),
+    ResourceType.CLUSTER: (Operation.CREATE, Operation.ALTER, Operation.DESCRIBE, Operation.CLUSTER_ACTION,
+                           Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE),
+}
 
 
 class AllowAll:
-    def authorize(self, principal: str, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+    def authorize(self, principal: str, operation: Operation, resource_type: ResourceType, name: str,
+                  host: str = "*") -> bool:
         return True
 
-    def authorized_operations(self, principal: str, resource_type: ResourceType, name: str) -> int:
-        """The bit field Metadata and DescribeCluster report (KIP-430)."""
-        ops = {ResourceType.TOPIC: (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DELETE,
-                                    Operation.ALTER, Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS,
-                                    Operation.ALTER_CONFIGS),
-               ResourceType.CLUSTER: (Operation.CREATE, Operation.ALTER, Operation.DESCRIBE,
-                                      Operation.CLUSTER_ACTION, Operation.DESCRIBE_CONFIGS,
-                                      Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE)}
-        bits = 0
-        for op in ops.get(resource_type, ()):
-            bits |= 1 << op
-        return bits
+    def authorized_operations(self, principal: str, resource_type: ResourceType, name: str,
+                              host: str = "*") -> int:
+        """The bit field Metadata, DescribeCluster and DescribeGroups report (KIP-430)."""
+        return operation_bits(REPORTED_OPERATIONS.get(resource_type, ()))
+
+
+def operation_bits(operations) -> int:
+    bits = 0
+    for op in operations:
+        bits |= 1 << op
+    return bits

@@ -44,13 +44,19 @@ SAMPLE_REQUESTS = {
     51: (m.AlterUserScramCredentialsRequest(deletions=[], upsertions=[
         m.AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
             name="u", mechanism=1, iterations=4096, salt=b"s", salted_password=b"p")]), 0),
+    30: (m.CreateAclsRequest(creations=[m.CreateAclsRequest.AclCreation(
+        resource_type=2, resource_name="t", resource_pattern_type=3, principal="User:a", host="*",
+        operation=3, permission_type=3)]), 3),
+    31: (m.DeleteAclsRequest(filters=[m.DeleteAclsRequest.DeleteAclsFilter(
+        resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1, principal_filter=None,
+        host_filter=None, operation=1, permission_type=1)]), 3),
 }
 
 
 def error_codes(response) -> list[int]:
     if getattr(response, "error_code", 0):    # a top-level error (AlterPartition)
         return [response.error_code]
-    for items in ("topics", "responses", "results"):
+    for items in ("topics", "responses", "results", "filter_results"):
         if hasattr(response, items):
             return [i.error_code for i in getattr(response, items)]
     return [response.error_code]

@@ -22,7 +22,8 @@ async def handle(ctx, req):
         return R(throttle_time_ms=0, error_code=ErrorCode.MISMATCHED_ENDPOINT_TYPE,
                  error_message="this listener serves brokers (endpoint type 1)", endpoint_type=1,
                  cluster_id=b.cluster_id, controller_id=-1, brokers=[])
-    ops = (ctx.authorizer.authorized_operations(ctx.principal, ResourceType.CLUSTER, "kafka-cluster")
+    ops = (ctx.authorizer.authorized_operations(ctx.principal, ResourceType.CLUSTER, "kafka-cluster",
+                                                   ctx.host)
            if req.include_cluster_authorized_operations else UNKNOWN_OPS)
     # The unfenced brokers of the image; like Metadata, a broker names itself as the
     # controller, since it forwards what clients send the controller.

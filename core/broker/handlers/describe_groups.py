@@ -32,7 +32,7 @@ async def handle(ctx, req):
             continue
         ops = UNKNOWN_OPS
         if ctx.api_version >= 3 and req.include_authorized_operations:
-            ops = ctx.authorizer.authorized_operations(ctx.principal, ResourceType.GROUP, gid)
+            ops = ctx.authorizer.authorized_operations(ctx.principal, ResourceType.GROUP, gid, ctx.host)
         out.append(R.DescribedGroup(
             error_code=d.error, group_id=gid, group_state=d.state, protocol_type=d.protocol_type,
             protocol_data=d.protocol_name, authorized_operations=ops,

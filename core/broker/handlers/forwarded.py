@@ -28,6 +28,7 @@ import logging
 
 from core.client.errors import KafkaError
 from core.controller import elect_leaders as elections
+from core.controller import acls as acl_control
 from core.controller import reassignment
 from core.controller import scram as scram_control
 from core.controller.configs import effective_topic_configs
@@ -45,6 +46,9 @@ FORWARDED = (m.ApiKey.CREATE_TOPICS, m.ApiKey.DELETE_TOPICS, m.ApiKey.ALTER_CONF
 DEFAULT_TIMEOUT_MS = 30_000
 SHOW_TIMEOUT_S = 5.0
 CLUSTER_RESOURCE = "kafka-cluster"
+# The controller is asked at one version whatever the client spoke: v1+ carries the pattern
+# type, and the request is decoded with every field it has either way.
+ACLS_VERSION = 3
 ELECT_LEADERS_VERSION = 2
 
 
@@ -219,6 +223,12 @@ def _shown(ctx, request, answer, synced_before: int, image_before):
     if ctx.api_key == m.ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
         changed = any(r.error_code == 0 for r in answer.results)
         return (lambda: broker.kraft.sync.synced_offset > synced_before) if changed else None
+    if ctx.api_key == m.ApiKey.CREATE_ACLS:
+        changed = any(r.error_code == 0 for r in answer.results)
+        return (lambda: broker.kraft.sync.synced_offset > synced_before) if changed else None
+    if ctx.api_key == m.ApiKey.DELETE_ACLS:
+        changed = any(r.matching_acls for r in answer.filter_results)
+        return (lambda: broker.kraft.sync.synced_offset > synced_before) if changed else None
     if any(r.error_code == 0 for r in answer.responses):
         return lambda: broker.kraft.sync.synced_offset > synced_before
     return None
@@ -237,6 +247,16 @@ async def alter_user_scram_credentials(ctx, request):
     if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         return scram_control.error_response(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
     return await forward(ctx, request, 0)
+
+
+# --------------------------------------------------------------------------- ACLs
+
+
+async def create_or_delete_acls(ctx, request):
+    """CreateAcls (30) and DeleteAcls (31), v0-3: ALTER on the cluster, then the controller."""
+    if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE):
+        return acl_control.error_response(ctx.api_key, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+    return await forward(ctx, request, ACLS_VERSION)
 
 
 # --------------------------------------------------------------------------- ElectLeaders
@@ -290,6 +310,7 @@ async def list_partition_reassignments(ctx, request):
 
 
 HANDLES = {m.ApiKey.ELECT_LEADERS: elect_leaders,
+           m.ApiKey.CREATE_ACLS: create_or_delete_acls, m.ApiKey.DELETE_ACLS: create_or_delete_acls,
            m.ApiKey.ALTER_USER_SCRAM_CREDENTIALS: alter_user_scram_credentials,
            m.ApiKey.ALTER_PARTITION_REASSIGNMENTS: alter_partition_reassignments,
            m.ApiKey.LIST_PARTITION_REASSIGNMENTS: list_partition_reassignments,

@@ -50,7 +50,7 @@ def image_topic_entry(ctx, image, timg, live: set[int], include_ops: bool):
             error_code=0 if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE, partition_index=index,
             leader_id=leader, leader_epoch=reg.leader_epoch, replica_nodes=list(reg.replicas),
             isr_nodes=list(reg.isr), offline_replicas=offline))
-    ops = (ctx.authorizer.authorized_operations(ctx.principal, ResourceType.TOPIC, timg.name)
+    ops = (ctx.authorizer.authorized_operations(ctx.principal, ResourceType.TOPIC, timg.name, ctx.host)
            if include_ops else UNKNOWN_OPS)
     return R.MetadataResponseTopic(error_code=0, name=timg.name, topic_id=timg.id,
                                    is_internal=timg.name in INTERNAL_TOPICS, partitions=parts,
@@ -106,7 +106,7 @@ async def handle(ctx, req):
                         topics[i] = error_topic(code, name)
     cluster_ops = UNKNOWN_OPS
     if 8 <= v <= 10 and req.include_cluster_authorized_operations:
-        cluster_ops = ctx.authorizer.authorized_operations(ctx.principal, ResourceType.CLUSTER, "kafka-cluster")
+        cluster_ops = ctx.authorizer.authorized_operations(ctx.principal, ResourceType.CLUSTER, "kafka-cluster", ctx.host)
     return R(throttle_time_ms=0, brokers=brokers, cluster_id=b.cluster_id, controller_id=b.node_id,
              topics=topics, cluster_authorized_operations=cluster_ops)
 
