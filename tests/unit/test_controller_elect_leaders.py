@@ -283,7 +283,7 @@ class Authorizer:
         self.allow = allow
         self.asked = []
 
-    def authorize(self, principal, operation, resource_type, name) -> bool:
+    def authorize(self, principal, operation, resource_type, name, host="*") -> bool:
         self.asked.append((operation.name, resource_type.name, name))
         return self.allow
 
