@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.security.ca import CertificateAuthority
-from tests.support import raw_kafka
+from tests.support import wire
 from tests.support.clients import CLIENTS, Record, create_topic, unique_topic
 from tests.support.node import SeawayNode, free_port, start_failure
 
@@ -217,17 +217,17 @@ def test_requests_before_authentication_close_the_connection(node, ca):
     since = mark(node)
     with socket.create_connection(("127.0.0.1", node.ports["SASL"]), timeout=10) as sock:
         # ApiVersions is allowed before the handshake ...
-        versions = raw_kafka.roundtrip(sock, m.ApiKey.API_VERSIONS, 3, m.ApiVersionsRequest(
+        versions = wire.roundtrip(sock, m.ApiKey.API_VERSIONS, 3, m.ApiVersionsRequest(
             client_software_name="raw", client_software_version="1"))
         assert versions.error_code == 0
         assert {17, 36} <= {k.api_key for k in versions.api_keys}
         # ... Metadata is not.
-        assert raw_kafka.roundtrip(sock, m.ApiKey.METADATA, 9, m.MetadataRequest(topics=None)) is None
+        assert wire.roundtrip(sock, m.ApiKey.METADATA, 9, m.MetadataRequest(topics=None)) is None
     wait_for_log(node, since, "Metadata before SASL authentication completed (handshake)")
     with socket.create_connection(("127.0.0.1", node.ports["SASL"]), timeout=10) as sock:
-        assert raw_kafka.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="PLAIN"))\
+        assert wire.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="PLAIN"))\
             .error_code == 0
-        assert raw_kafka.roundtrip(sock, m.ApiKey.PRODUCE, 9, m.ProduceRequest(acks=1, timeout_ms=1000, topic_data=[])) is None
+        assert wire.roundtrip(sock, m.ApiKey.PRODUCE, 9, m.ProduceRequest(acks=1, timeout_ms=1000, topic_data=[])) is None
     assert_still_serves(node, ca)
 
 
@@ -236,10 +236,10 @@ def test_cve_2022_34917_a_big_frame_before_authentication_is_refused_at_once(nod
     connection before the broker reads or allocates any of it."""
     with socket.create_connection(("127.0.0.1", node.ports["TINY"]), timeout=10) as sock:
         sock.sendall((2000).to_bytes(4, "big"))      # 2000 > 1024: nothing more need be sent
-        assert raw_kafka.closed_without_answer(sock)
+        assert wire.closed_without_answer(sock)
     with socket.create_connection(("127.0.0.1", node.ports["SASL"]), timeout=10) as sock:
         sock.sendall((100 * 1024 * 1024).to_bytes(4, "big"))   # under socket.request.max.bytes
-        assert raw_kafka.closed_without_answer(sock)
+        assert wire.closed_without_answer(sock)
     # Once authenticated, the listener's ordinary limit applies again.
     topic = unique_topic("sasl-big")
     create_topic(address(node, "PLAIN"), topic, partitions=1)
@@ -249,10 +249,10 @@ def test_cve_2022_34917_a_big_frame_before_authentication_is_refused_at_once(nod
 
 def handshake_and_authenticate(node, listener: str, token: bytes):
     with socket.create_connection(("127.0.0.1", node.ports[listener]), timeout=10) as sock:
-        shake = raw_kafka.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="PLAIN"))
+        shake = wire.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="PLAIN"))
         assert shake.error_code == 0 and "PLAIN" in shake.mechanisms
-        answer = raw_kafka.roundtrip(sock, m.ApiKey.SASL_AUTHENTICATE, 2, m.SaslAuthenticateRequest(auth_bytes=token))
-        closed = answer is not None and answer.error_code != 0 and raw_kafka.closed_without_answer(sock)
+        answer = wire.roundtrip(sock, m.ApiKey.SASL_AUTHENTICATE, 2, m.SaslAuthenticateRequest(auth_bytes=token))
+        closed = answer is not None and answer.error_code != 0 and wire.closed_without_answer(sock)
         return answer, closed
 
 
@@ -267,34 +267,34 @@ def test_cve_2017_12610_plain_with_another_authorization_id_is_refused(node):
 
 def test_an_unsupported_mechanism_lists_the_enabled_ones_and_closes(node):
     with socket.create_connection(("127.0.0.1", node.ports["SASL"]), timeout=10) as sock:
-        shake = raw_kafka.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="GSSAPI"))
+        shake = wire.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="GSSAPI"))
         assert shake.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
         assert shake.mechanisms == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
-        assert raw_kafka.closed_without_answer(sock)
+        assert wire.closed_without_answer(sock)
 
 
 def test_a_v0_handshake_takes_bare_tokens(node):
     """SaslHandshake v0 (Kafka 0.10): the token then goes as a bare size-prefixed frame."""
     with socket.create_connection(("127.0.0.1", node.ports["SASL"]), timeout=10) as sock:
-        assert raw_kafka.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 0, m.SaslHandshakeRequest(mechanism="PLAIN"))\
+        assert wire.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 0, m.SaslHandshakeRequest(mechanism="PLAIN"))\
             .error_code == 0
         token = b"\x00alice\x00alice-secret"
         sock.sendall(len(token).to_bytes(4, "big") + token)
-        assert raw_kafka.read_frame(sock) == b""      # PLAIN's empty reply
-        versions = raw_kafka.roundtrip(sock, m.ApiKey.API_VERSIONS, 0, m.ApiVersionsRequest(), correlation_id=2)
+        assert wire.read_frame(sock) == b""      # PLAIN's empty reply
+        versions = wire.roundtrip(sock, m.ApiKey.API_VERSIONS, 0, m.ApiVersionsRequest(), correlation_id=2)
         assert versions.error_code == 0
     with socket.create_connection(("127.0.0.1", node.ports["SASL"]), timeout=10) as sock:
-        raw_kafka.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 0, m.SaslHandshakeRequest(mechanism="PLAIN"))
+        wire.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 0, m.SaslHandshakeRequest(mechanism="PLAIN"))
         token = b"\x00alice\x00wrong"
         sock.sendall(len(token).to_bytes(4, "big") + token)
-        assert raw_kafka.closed_without_answer(sock)
+        assert wire.closed_without_answer(sock)
 
 
 def test_sasl_requests_where_there_is_no_sasl_are_illegal(node):
     with socket.create_connection(("127.0.0.1", node.ports["PLAIN"]), timeout=10) as sock:
-        shake = raw_kafka.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="PLAIN"))
+        shake = wire.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="PLAIN"))
         assert shake.error_code == ErrorCode.ILLEGAL_SASL_STATE
-        answer = raw_kafka.roundtrip(sock, m.ApiKey.SASL_AUTHENTICATE, 2,
+        answer = wire.roundtrip(sock, m.ApiKey.SASL_AUTHENTICATE, 2,
                                      m.SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-secret"), 2)
         assert answer.error_code == ErrorCode.ILLEGAL_SASL_STATE and "without SASL" in answer.error_message
 
@@ -380,10 +380,7 @@ def test_a_cluster_runs_with_sasl_between_its_nodes(tmp_path):
     """Three combined nodes whose listeners (clients and controller quorum alike) all require
     SASL PLAIN: the quorum elects, brokers register and replicate (ISR of 3) only if every
     node-to-node connection logs in with the node's own JAAS username and password."""
-    from confluent_kafka import Consumer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    from tests.support.cluster import KRaftCluster
+    from tests.support.cluster import KRaftCluster, assert_replicates
     jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="node" '
             'password="node-secret" user_node="node-secret" user_alice="alice-secret";')
     secure = {"listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
@@ -391,30 +388,7 @@ def test_a_cluster_runs_with_sasl_between_its_nodes(tmp_path):
     client = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
               "sasl.username": "alice", "sasl.password": "alice-secret"}
     with KRaftCluster(tmp_path, combined=3, overrides=secure) as cluster:
-        admin = AdminClient({"bootstrap.servers": cluster.direct_bootstrap, **client})
-        deadline = time.monotonic() + 60
-        while len(admin.list_topics(timeout=10).brokers) < 3:
-            assert time.monotonic() < deadline, "brokers did not register over SASL:\n" + cluster.log_tails()
-            time.sleep(0.3)
-        topic = unique_topic("sasl-cluster")
-        admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(timeout=30)
-        deadline = time.monotonic() + 30
-        while len(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].isrs) < 3:
-            assert time.monotonic() < deadline, "the followers never joined the ISR:\n" + cluster.log_tails()
-            time.sleep(0.3)
-        producer = Producer({"bootstrap.servers": cluster.direct_bootstrap, "acks": "all", **client})
-        for i in range(100):
-            producer.produce(topic, b"m%d" % i)
-        assert producer.flush(30) == 0
-        consumer = Consumer({"bootstrap.servers": cluster.direct_bootstrap, "group.id": "sasl-cluster",
-                             "enable.auto.commit": False, **client})
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        got = []
-        deadline = time.monotonic() + 30
-        while len(got) < 100 and time.monotonic() < deadline:
-            got += [msg.value() for msg in consumer.consume(100, 1) if not msg.error()]
-        consumer.close()
-        assert got == [b"m%d" % i for i in range(100)]
+        assert_replicates(cluster, client, unique_topic("sasl-cluster"))
         assert "authenticated as User:node" in cluster.nodes[1].log_path.read_text()
 
 

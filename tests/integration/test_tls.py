@@ -295,39 +295,12 @@ def test_a_cluster_runs_with_mtls_between_brokers_and_controllers(tmp_path, pki)
     """Three combined nodes, both listeners SSL with client certificates required: the quorum
     elects, brokers register and replicate (ISR of 3) only if every node-to-node connection
     (raft, heartbeats, forwarding, follower fetches) speaks TLS with the node's certificate."""
-    from confluent_kafka import Consumer, TopicPartition
-    from confluent_kafka.admin import NewTopic
-
-    from tests.support.cluster import KRaftCluster
+    from tests.support.cluster import KRaftCluster, assert_replicates
     secure = {"listener.security.protocol.map": "PLAINTEXT:SSL,CONTROLLER:SSL",
               "ssl.keystore.location": str(pki.keystore), "ssl.truststore.location": str(pki.ca.cert_path),
               "ssl.client.auth": "required"}
-    client = {**tls_config("confluent", pki, cert=pki.client)}
     with KRaftCluster(tmp_path, combined=3, overrides=secure) as cluster:   # started on entry
-        admin = AdminClient({"bootstrap.servers": cluster.direct_bootstrap, **client})
-        deadline = time.monotonic() + 60
-        while len(admin.list_topics(timeout=10).brokers) < 3:
-            assert time.monotonic() < deadline, "brokers did not register over TLS:\n" + cluster.log_tails()
-            time.sleep(0.3)
-        topic = unique_topic("mtls-cluster")
-        admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(timeout=30)
-        deadline = time.monotonic() + 30
-        while len(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].isrs) < 3:
-            assert time.monotonic() < deadline, "the followers never joined the ISR:\n" + cluster.log_tails()
-            time.sleep(0.3)
-        producer = Producer({"bootstrap.servers": cluster.direct_bootstrap, "acks": "all", **client})
-        for i in range(200):
-            producer.produce(topic, b"m%d" % i)
-        assert producer.flush(30) == 0
-        consumer = Consumer({"bootstrap.servers": cluster.direct_bootstrap, "group.id": "mtls",
-                             "enable.auto.commit": False, **client})
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        got = []
-        deadline = time.monotonic() + 30
-        while len(got) < 200 and time.monotonic() < deadline:
-            got += [m.value() for m in consumer.consume(200, 1) if not m.error()]
-        consumer.close()
-        assert got == [b"m%d" % i for i in range(200)]
+        assert_replicates(cluster, tls_config("confluent", pki, cert=pki.client), unique_topic("mtls-cluster"), 200)
         # The controller listener refuses a plaintext client: the quorum is TLS, not just the clients.
         port = cluster.controller_ports[1]
         with socket.create_connection(("127.0.0.1", port), timeout=15) as raw:

@@ -311,3 +311,36 @@ def metadata_image(cluster: KRaftCluster):
         finally:
             await conn.close()
     return image_of(None, anyio.run(fetch_all))
+
+
+def assert_replicates(cluster: KRaftCluster, client: dict, topic: str, count: int = 100) -> None:
+    """Through clients configured by `client` (security settings and the like): every broker
+    registers, a topic of replication factor 3 gets an ISR of 3, and `count` records produced
+    with acks=all read back in order. A cluster whose nodes cannot reach each other fails here
+    with their logs."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.direct_bootstrap, **client})
+    deadline = time.monotonic() + 60
+    while len(admin.list_topics(timeout=10).brokers) < 3:
+        assert time.monotonic() < deadline, "the brokers did not register:\n" + cluster.log_tails()
+        time.sleep(0.3)
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(timeout=30)
+    deadline = time.monotonic() + 30
+    while len(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].isrs) < 3:
+        assert time.monotonic() < deadline, "the followers never joined the ISR:\n" + cluster.log_tails()
+        time.sleep(0.3)
+    producer = Producer({"bootstrap.servers": cluster.direct_bootstrap, "acks": "all", **client})
+    for i in range(count):
+        producer.produce(topic, b"m%d" % i)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": cluster.direct_bootstrap, "group.id": f"check-{topic}",
+                         "enable.auto.commit": False, **client})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list = []
+    deadline = time.monotonic() + 30
+    while len(got) < count and time.monotonic() < deadline:
+        got += [msg.value() for msg in consumer.consume(count, 1) if not msg.error()]
+    consumer.close()
+    assert got == [b"m%d" % i for i in range(count)]

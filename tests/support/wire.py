@@ -65,3 +65,26 @@ def produce(node, topic: str, records: bytes, version: int = 9, partition: int =
         name=topic, partition_data=[m.ProduceRequest.PartitionProduceData(index=partition, records=records)])])
     resp = call(node, 0, version, req)
     return resp.responses[0].partition_responses[0]
+
+
+def roundtrip(s: socket.socket, api_key: int, version: int, body, correlation_id: int = 7):
+    """One request on an open connection: its decoded response, or None if the node closed
+    the connection instead (the state of the connection is the test's to check)."""
+    s.sendall(frame(api_key, version, body, correlation_id))
+    data = read_frame(s)
+    if data is None:
+        return None
+    api = m.API[api_key]
+    hdr, pos = m.RESPONSE_HEADER.decode(api.response_header_version(version), data, whole=False)
+    assert hdr.correlation_id == correlation_id
+    response, _ = api.response.decode(version, data, pos, whole=False)
+    return response
+
+
+def closed_without_answer(s: socket.socket) -> bool:
+    """True once the node has closed the connection, False if it sent bytes first."""
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
