@@ -72,7 +72,8 @@ class Connection:
         self.stream = stream
         self.peer = peer
         self.principal = principal   # from the TLS certificate; User:ANONYMOUS on PLAINTEXT
-        # SASL listeners: the authentication in progress (the principal comes from it)
+        # SASL listeners: the authentication in progress (the principal comes from it); None
+        # once it has succeeded
         self.sasl = sasl
         self._close_after_send = False
         self.max_request = server.config["socket.request.max.bytes"]
@@ -126,9 +127,12 @@ class Connection:
                             parts = await self.dispatch(frame)
                     except CloseConnection:
                         return
-                    if self.sasl is not None and self.sasl.authenticated and reader.max_frame_size != self.max_request:
+                    if self.sasl is not None and self.sasl.authenticated:
+                        # Done: the connection takes its principal and the ordinary frame limit,
+                        # and is from here on like any other.
                         reader.max_frame_size = self.max_request
                         self.principal = self.sasl.principal or self.principal
+                        self.sasl = None
                     # Parts go out separately: joining would copy fetched log data once more.
                     # A TLS stream encrypts them all, then sends once (a copy it makes anyway).
                     if parts and send_parts is not None:

@@ -24,8 +24,26 @@ from core.protocol import messages as m
 from core.protocol.errors import ErrorCode, KafkaError
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-_DIGESTS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
-_JAAS_OPTION = re.compile(r'([\w.\-]+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+SCRAM_DIGESTS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+# One key="value" option of a JAAS line; a backslash escapes the next character.
+JAAS_OPTION = re.compile(r'\s*([\w.\-]+)\s*=\s*"((?:[^"\\]|\\.)*)"\s*')
+
+
+def jaas_unescape(value: str) -> str:
+    return re.sub(r"\\(.)", r"\1", value)
+
+
+def salted_password(mechanism: str, password: bytes, salt: bytes, iterations: int) -> bytes:
+    """SCRAM's SaltedPassword: PBKDF2 with the mechanism's hash (RFC 5802)."""
+    return hashlib.pbkdf2_hmac(SCRAM_DIGESTS[mechanism], password, salt, iterations)
+
+
+def scram_keys(mechanism: str, salted: bytes) -> tuple[bytes, bytes, bytes]:
+    """(ClientKey, StoredKey, ServerKey) from SaltedPassword: what a client proves and what a
+    server stores (core/security/scram.py) are derived here, once, for both sides."""
+    digest = SCRAM_DIGESTS[mechanism]
+    client_key = hmac.new(salted, b"Client Key", digest).digest()
+    return client_key, hashlib.new(digest, client_key).digest(), hmac.new(salted, b"Server Key", digest).digest()
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
 
@@ -51,7 +69,7 @@ class SaslCredentials:
         username, password = props.get("sasl.username"), props.get("sasl.password")
         jaas = props.get("sasl.jaas.config")
         if jaas and username is None:
-            options = {k: re.sub(r"\\(.)", r"\1", v) for k, v in _JAAS_OPTION.findall(jaas)}
+            options = {k: jaas_unescape(v) for k, v in JAAS_OPTION.findall(jaas)}
             username, password = options.get("username"), options.get("password")
         if not username:
             raise SaslSettingsError(f"{where}sasl.username: {mechanism} needs a user name "
@@ -68,7 +86,7 @@ def _saslname(name: str) -> str:
 class _ScramClient:
     def __init__(self, credentials: SaslCredentials):
         self.credentials = credentials
-        self.digest = _DIGESTS[credentials.mechanism]
+        self.digest = SCRAM_DIGESTS[credentials.mechanism]
         self.nonce = secrets.token_hex(24)
         self.first_bare = f"n={_saslname(credentials.username)},r={self.nonce}"
         self._server_signature = b""
@@ -88,13 +106,12 @@ class _ScramClient:
             raise KafkaError(ErrorCode.SASL_AUTHENTICATION_FAILED, "SCRAM: the broker's nonce does not extend ours")
         if not 4096 <= iterations <= 1_000_000:
             raise KafkaError(ErrorCode.SASL_AUTHENTICATION_FAILED, f"SCRAM: {iterations} iterations is not sane")
-        salted = hashlib.pbkdf2_hmac(self.digest, self.credentials.password.encode(), salt, iterations)
-        client_key = hmac.new(salted, b"Client Key", self.digest).digest()
-        stored_key = hashlib.new(self.digest, client_key).digest()
+        mechanism = self.credentials.mechanism
+        salted = salted_password(mechanism, self.credentials.password.encode(), salt, iterations)
+        client_key, stored_key, server_key = scram_keys(mechanism, salted)
         without_proof = f"c=biws,r={nonce}"
         auth = f"{self.first_bare},{text},{without_proof}".encode()
         proof = bytes(a ^ b for a, b in zip(client_key, hmac.new(stored_key, auth, self.digest).digest()))
-        server_key = hmac.new(salted, b"Server Key", self.digest).digest()
         self._server_signature = hmac.new(server_key, auth, self.digest).digest()
         return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
 

@@ -8,7 +8,6 @@ request goes to any broker, which forwards the change to the controller.
 from __future__ import annotations
 
 import enum
-import hashlib
 import os
 from dataclasses import dataclass
 from typing import Iterable
@@ -17,6 +16,7 @@ from core.protocol import messages as m
 from core.protocol.errors import KafkaError
 
 from .admin_core import AdminCore
+from .sasl import salted_password
 
 ALTER_USER_SCRAM_CREDENTIALS = 51
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
@@ -52,11 +52,6 @@ class ScramDeletion:
     mechanism: ScramMechanism
 
 
-def _salted(mechanism: ScramMechanism, password: str, salt: bytes, iterations: int) -> bytes:
-    digest = "sha256" if mechanism is ScramMechanism.SCRAM_SHA_256 else "sha512"
-    return hashlib.pbkdf2_hmac(digest, password.encode(), salt, iterations)
-
-
 class UserAdmin(AdminCore):
     async def alter_user_scram_credentials(self, alterations: Iterable[ScramUpsertion | ScramDeletion]
                                            ) -> dict[str, KafkaError | None]:
@@ -70,7 +65,7 @@ class UserAdmin(AdminCore):
                 salt = os.urandom(32)
                 upsertions.append(R.ScramCredentialUpsertion(
                     name=a.user, mechanism=int(a.mechanism), iterations=a.iterations, salt=salt,
-                    salted_password=_salted(a.mechanism, a.password, salt, a.iterations)))
+                    salted_password=salted_password(a.mechanism.kafka_name, a.password.encode(), salt, a.iterations)))
         request = R(deletions=deletions, upsertions=upsertions)
 
         async def once():

@@ -24,12 +24,11 @@ from core.protocol import messages as m
 from core.protocol.codegen import Message
 from core.protocol.errors import ErrorCode
 from core.security.acls import AclBinding, AclFilter, PatternType, Permission
-from core.security.authorizer import Operation, ResourceType
+from core.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 from .common import Working
 from .image import AclEntry, MetadataImage
 
-CLUSTER_NAME = "kafka-cluster"
 _RESOURCE_TYPES = {int(t) for t in ResourceType}
 _OPERATIONS = {int(o) for o in Operation}
 C = m.CreateAclsResponse

@@ -32,6 +32,7 @@ class ResourceType(enum.IntEnum):
 
 
 ANONYMOUS = "User:ANONYMOUS"
+CLUSTER_NAME = "kafka-cluster"   # the one CLUSTER resource ACLs and checks name
 
 
 class Authorizer(Protocol):

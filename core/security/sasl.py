@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol
 
+from core.client.sasl import JAAS_OPTION, jaas_unescape
 from core.protocol.errors import ErrorCode
 
 from .scram import MECHANISMS as SCRAM_MECHANISMS
@@ -196,7 +197,6 @@ class SaslSession:
 # ------------------------------------------------------------------------------- JAAS
 
 _JAAS = re.compile(r"^\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\s*(.*?)\s*;?\s*$", re.S)
-_JAAS_OPTION = re.compile(r'\s*([\w.\-]+)\s*=\s*"((?:[^"\\]|\\.)*)"\s*')
 
 
 def parse_jaas(text: str, setting: str) -> dict[str, str]:
@@ -210,11 +210,11 @@ def parse_jaas(text: str, setting: str) -> dict[str, str]:
     rest = m.group(3)
     pos = 0
     while pos < len(rest):
-        o = _JAAS_OPTION.match(rest, pos)
+        o = JAAS_OPTION.match(rest, pos)
         if o is None:
             raise ConfigError(f"{setting}: cannot read the option at {rest[pos:pos + 30]!r} "
                               f"(options are key=\"value\")")
-        options[o.group(1)] = re.sub(r"\\(.)", r"\1", o.group(2))
+        options[o.group(1)] = jaas_unescape(o.group(2))
         pos = o.end()
     return options
 

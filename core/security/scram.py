@@ -39,7 +39,9 @@ import secrets
 from dataclasses import dataclass
 from typing import Callable
 
-MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+from core.client.sasl import SCRAM_DIGESTS, salted_password, scram_keys
+
+MECHANISMS = SCRAM_DIGESTS    # mechanism -> hashlib name
 MIN_ITERATIONS = 4096          # Kafka's ScramMechanism minimum
 MAX_ITERATIONS = 16384         # and maximum, which AlterUserScramCredentials enforces
 DEFAULT_ITERATIONS = 4096
@@ -62,10 +64,6 @@ def _hmac(digest: str, key: bytes, message: bytes) -> bytes:
     return hmac.new(key, message, digest).digest()
 
 
-def salted_password(mechanism: str, password: bytes, salt: bytes, iterations: int) -> bytes:
-    return hashlib.pbkdf2_hmac(MECHANISMS[mechanism], password, salt, iterations)
-
-
 def make_credential(mechanism: str, password: str | bytes, *, salt: bytes | None = None,
                     iterations: int = DEFAULT_ITERATIONS) -> ScramCredential:
     """What the server stores for `password` (a random salt unless one is given)."""
@@ -73,13 +71,10 @@ def make_credential(mechanism: str, password: str | bytes, *, salt: bytes | None
         raise ValueError(f"unknown SCRAM mechanism {mechanism!r}")
     if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
         raise ValueError(f"iterations must be {MIN_ITERATIONS}..{MAX_ITERATIONS}, got {iterations}")
-    digest = MECHANISMS[mechanism]
     salt = os.urandom(32) if salt is None else salt
     secret = password.encode() if isinstance(password, str) else password
-    salted = salted_password(mechanism, secret, salt, iterations)
-    client_key = _hmac(digest, salted, b"Client Key")
-    return ScramCredential(salt, hashlib.new(digest, client_key).digest(),
-                           _hmac(digest, salted, b"Server Key"), iterations)
+    _, stored_key, server_key = scram_keys(mechanism, salted_password(mechanism, secret, salt, iterations))
+    return ScramCredential(salt, stored_key, server_key, iterations)
 
 
 def _random_nonce() -> str:
@@ -229,6 +224,5 @@ class ScramServer:
 def keys_from_salted_password(mechanism: str, salted: bytes) -> tuple[bytes, bytes]:
     """(StoredKey, ServerKey) from SaltedPassword, which AlterUserScramCredentials carries (the
     client salts and hashes; the password never reaches the cluster)."""
-    digest = MECHANISMS[mechanism]
-    client_key = _hmac(digest, salted, b"Client Key")
-    return hashlib.new(digest, client_key).digest(), _hmac(digest, salted, b"Server Key")
+    _, stored_key, server_key = scram_keys(mechanism, salted)
+    return stored_key, server_key

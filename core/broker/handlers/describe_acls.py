@@ -8,14 +8,13 @@ from core.controller.acls import filter_of, matching
 from core.protocol import messages as m
 from core.protocol.api_keys import ApiKey
 from core.protocol.errors import ErrorCode
-from core.security.authorizer import Operation, ResourceType
+from core.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 R = m.DescribeAclsResponse
-CLUSTER = "kafka-cluster"
 
 
 async def handle(ctx, req):
-    if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER):
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         return R(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                  error_message=None, resources=[])
     acl_filter = filter_of(req)

@@ -11,10 +11,9 @@ from core.controller.image import MetadataImage
 from core.protocol import messages as m
 from core.protocol.api_keys import ApiKey
 from core.protocol.errors import ErrorCode
-from core.security.authorizer import Operation, ResourceType
+from core.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 R = m.DescribeUserScramCredentialsResponse
-CLUSTER = "kafka-cluster"
 
 
 def _credentials(image: MetadataImage) -> dict[str, list]:
@@ -26,7 +25,7 @@ def _credentials(image: MetadataImage) -> dict[str, list]:
 
 
 async def handle(ctx, req):
-    if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER):
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         return R(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                  error_message=None, results=[])
     credentials = _credentials(ctx.broker.kraft.quorum.loader.image)

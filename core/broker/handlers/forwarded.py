@@ -36,7 +36,7 @@ from core.controller.controller import QuorumController
 from core.controller.settings import ControllerConfig
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
-from core.security.authorizer import Operation, ResourceType
+from core.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ FORWARDED = (m.ApiKey.CREATE_TOPICS, m.ApiKey.DELETE_TOPICS, m.ApiKey.ALTER_CONF
              m.ApiKey.INCREMENTAL_ALTER_CONFIGS)
 DEFAULT_TIMEOUT_MS = 30_000
 SHOW_TIMEOUT_S = 5.0
-CLUSTER_RESOURCE = "kafka-cluster"
+CLUSTER_RESOURCE = CLUSTER_NAME
 # The controller is asked at one version whatever the client spoke: v1+ carries the pattern
 # type, and the request is decoded with every field it has either way.
 ACLS_VERSION = 3
