@@ -73,8 +73,11 @@ class Connection:
         self.peer = peer
         self.principal = principal   # from the TLS certificate; User:ANONYMOUS on PLAINTEXT
         # SASL listeners: the authentication in progress (the principal comes from it); None
-        # once it has succeeded
+        # once it has succeeded, until the client re-authenticates (KIP-368)
         self.sasl = sasl
+        self.sasl_config = sasl.config if sasl is not None else None
+        self.mechanism: str | None = None
+        self.session_expires: float | None = None   # time.monotonic(); None: never
         self._close_after_send = False
         self.max_request = server.config["socket.request.max.bytes"]
         self.max_idle = server.config["connections.max.idle.ms"] / 1000
@@ -131,7 +134,7 @@ class Connection:
                         # Done: the connection takes its principal and the ordinary frame limit,
                         # and is from here on like any other.
                         reader.max_frame_size = self.max_request
-                        self.principal = self.sasl.principal or self.principal
+                        self._authenticated(self.sasl)
                         self.sasl = None
                     # Parts go out separately: joining would copy fetched log data once more.
                     # A TLS stream encrypts them all, then sends once (a copy it makes anyway).
@@ -164,6 +167,16 @@ class Connection:
             log.warning("%s: unknown API key %d; closing connection", self.peer, api_key)
             raise CloseConnection
         (correlation_id,) = _SIZE.unpack_from(frame, 4)
+        if self.sasl is None and self.sasl_config is not None:
+            if api_key == m.ApiKey.SASL_HANDSHAKE:
+                self.sasl = SaslSession(self.sasl_config, reauth_of=(self.mechanism or "", self.principal))
+            elif self.session_expires is not None and time.monotonic() >= self.session_expires:
+                # Kafka closes at the first request after the session ends, and so do we:
+                # a client that did not re-authenticate keeps no access it may have lost.
+                bad.labels("session_expired").inc()
+                log.info("%s: SASL session of %s expired (connections.max.reauth.ms) without "
+                         "re-authentication; closing connection", self.peer, self.principal)
+                raise CloseConnection
         if self.sasl is not None and not self.sasl.authenticated and not self.sasl.allows(api_key):
             bad.labels("unauthenticated").inc()
             log.warning("%s: %s before SASL authentication completed (%s); closing connection",
@@ -234,7 +247,8 @@ class Connection:
         else:
             answer = sasl.authenticate(bytes(request.auth_bytes))
             response = m.SaslAuthenticateResponse(error_code=answer.error, error_message=answer.message,
-                                                  auth_bytes=answer.token)
+                                                  auth_bytes=answer.token,
+                                                  session_lifetime_ms=answer.session_lifetime_ms)
             close = answer.close_after
             self._log_authentication(answer)
         self._close_after_send = close
@@ -254,11 +268,26 @@ class Connection:
     def _log_authentication(self, answer) -> None:
         sasl = self.sasl
         assert sasl is not None
+        what = "re-authentication" if sasl.reauthenticating else "authentication"
         if answer.error:
             self.broker.metrics.bad_requests.labels("authentication").inc()
-            log.warning("%s: SASL %s authentication failed on %s: %s", self.peer, sasl.mechanism_name,
+            self.broker.metrics.authentications.labels(
+                self.listener.name, "reauthentication_failed" if sasl.reauthenticating else "failed").inc()
+            log.warning("%s: SASL %s %s failed on %s: %s", self.peer, sasl.mechanism_name, what,
                         self.listener.name, answer.message)
         elif sasl.authenticated:
-            log.info("%s: authenticated as %s (SASL %s) on %s", self.peer, sasl.principal,
-                     sasl.mechanism_name, self.listener.name)
+            self.broker.metrics.authentications.labels(
+                self.listener.name, "reauthenticated" if sasl.reauthenticating else "succeeded").inc()
+            log.log(logging.DEBUG if sasl.reauthenticating else logging.INFO,
+                    "%s: %s as %s (SASL %s) on %s", self.peer,
+                    "re-authenticated" if sasl.reauthenticating else "authenticated",
+                    sasl.principal, sasl.mechanism_name, self.listener.name)
+
+    def _authenticated(self, sasl: SaslSession) -> None:
+        """A (re-)authentication succeeded: the connection takes its principal, mechanism and
+        the session's end (KIP-368)."""
+        self.principal = sasl.principal or self.principal
+        self.mechanism = sasl.mechanism_name
+        lifetime = sasl.session_lifetime_ms
+        self.session_expires = time.monotonic() + lifetime / 1000 if lifetime > 0 else None
 

@@ -34,6 +34,10 @@ class BrokerMetrics:
                                         "by API and error", ["api", "error"], registry=r)
         self.bad_requests = Counter("seaway_bad_requests", "Connections closed for bad input, by reason",
                                     ["reason"], registry=r)
+        self.authentications = Counter("seaway_authentications", "SASL authentications and "
+                                       "re-authentications (KIP-368), by listener and result (Kafka: "
+                                       "successful-authentication-total and its kin)", ["listener", "result"],
+                                       registry=r)
         self.bytes_in = Counter("seaway_bytes_in", "Record batch bytes appended, by topic (Kafka: "
                                 "BytesInPerSec)", ["topic"], registry=r)
         self.records_in = Counter("seaway_records_in", "Records appended, by topic", ["topic"], registry=r)

@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import socket
 import ssl
 import struct
+import time
 from typing import Any, Callable
 
 from core.protocol import messages as m
@@ -61,6 +63,7 @@ _I16 = struct.Struct(">h")
 _SCRATCH_SIZE = 256 * 1024
 _COMPACT_BELOW = _SCRATCH_SIZE // 2
 _MAX_NO_REPLY = 1024
+_SASL_KEYS = (m.ApiKey.SASL_HANDSHAKE, m.ApiKey.SASL_AUTHENTICATE)
 
 #: request class -> API key, so callers can pass a request without naming its key.
 API_KEY_OF: dict[type, int] = {api.request.cls: key for key, api in m.API.items()}
@@ -184,6 +187,10 @@ class BrokerConnection:
         # context's trust, and its name against `host` unless the context says otherwise.
         self.ssl_context = ssl_context
         self.sasl = sasl   # SASL_PLAINTEXT / SASL_SSL: authenticate right after ApiVersions
+        # KIP-368: when the broker bounds the session, authenticate again before it ends (at
+        # 85-95% of it, as Kafka's clients do, so a fleet does not re-authenticate at once)
+        self._reauth_at: float | None = None
+        self._reauth: asyncio.Future | None = None
         #: api key -> (min, max) versions the broker advertised
         self.api_versions: dict[int, tuple[int, int]] = {}
         self.api_versions_version = -1  # the ApiVersions version the broker accepted
@@ -230,7 +237,7 @@ class BrokerConnection:
         try:
             await self._negotiate_versions()
             if self.sasl is not None:
-                await authenticate(self, self.sasl)
+                self._session_started(await authenticate(self, self.sasl))
         except BaseException as exc:
             self._fail(exc if isinstance(exc, KafkaError)
                        else KafkaConnectionError(f"connection to {self} aborted during ApiVersions"))
@@ -334,6 +341,8 @@ class BrokerConnection:
         """
         if api_key is None:
             api_key = API_KEY_OF[type(request)]
+        if self._reauth_at is not None and time.monotonic() >= self._reauth_at and api_key not in _SASL_KEYS:
+            await self._reauthenticate()
         api = m.API[api_key]
         if version is None:
             version = self.version_for(api_key)
@@ -347,6 +356,30 @@ class BrokerConnection:
         except DecodeError as exc:
             raise ProtocolError(f"malformed response header from {self}: {exc}") from None
         return self._decode(api, version, frame, pos)
+
+    def _session_started(self, lifetime_ms: int) -> None:
+        self._reauth_at = (time.monotonic() + lifetime_ms / 1000 * random.uniform(0.85, 0.95)
+                           if lifetime_ms > 0 else None)
+
+    async def _reauthenticate(self) -> None:
+        """Authenticate again on this connection (KIP-368). Requests already written are
+        answered first, in order; new ones wait until it is done, because a broker serves
+        nothing but SaslAuthenticate while a re-authentication runs."""
+        if self._reauth is None:
+            self._reauth = asyncio.ensure_future(self._run_reauthentication())
+        await asyncio.shield(self._reauth)
+
+    async def _run_reauthentication(self) -> None:
+        assert self.sasl is not None
+        try:
+            self._session_started(await authenticate(self, self.sasl))
+        except BaseException as exc:
+            error = exc if isinstance(exc, KafkaError) else KafkaConnectionError(
+                f"re-authentication with {self} failed: {exc}")
+            self._fail(error)
+            raise error from None
+        finally:
+            self._reauth = None
 
     def _decode(self, api, version: int, frame, pos: int):
         try:

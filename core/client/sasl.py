@@ -126,23 +126,29 @@ class _ScramClient:
                              "SCRAM: the broker did not prove that it knows the credential")
 
 
-async def authenticate(connection, credentials: SaslCredentials) -> None:
-    """SaslHandshake v1 then SaslAuthenticate, on a connection whose versions are known."""
+async def authenticate(connection, credentials: SaslCredentials) -> int:
+    """SaslHandshake v1 then SaslAuthenticate, on a connection whose versions are known; the
+    session's lifetime in ms that the broker gave (KIP-368; 0: it never expires)."""
     shake = await connection.send(m.SaslHandshakeRequest(mechanism=credentials.mechanism),
                                   api_key=SASL_HANDSHAKE, version=1)
     if shake.error_code:
         raise KafkaError(shake.error_code, f"{connection} does not offer SASL {credentials.mechanism} "
                                            f"(it offers {', '.join(shake.mechanisms) or 'nothing'})")
 
+    lifetime_ms = 0
+
     async def exchange(token: bytes) -> bytes:
+        nonlocal lifetime_ms
         answer = await connection.send(m.SaslAuthenticateRequest(auth_bytes=token), api_key=SASL_AUTHENTICATE)
         if answer.error_code:
             raise KafkaError(answer.error_code, answer.error_message or "SASL authentication failed")
+        lifetime_ms = answer.session_lifetime_ms
         return bytes(answer.auth_bytes)
 
     if credentials.mechanism == "PLAIN":
         await exchange(f"\x00{credentials.username}\x00{credentials.password}".encode())
-        return
+        return lifetime_ms
     scram = _ScramClient(credentials)
     server_first = await exchange(scram.first())
     scram.verify(await exchange(scram.final(server_first)))
+    return lifetime_ms

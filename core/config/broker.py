@@ -36,9 +36,12 @@ class Listener:
 
 
 # Kafka's per-listener form of a security setting: listener.name.<listener>.ssl.keystore.location,
-# listener.name.<listener>.sasl.enabled.mechanisms, listener.name.<listener>.<mechanism>.sasl.jaas.config
-_LISTENER_SETTING_RE = re.compile(r"^listener\.name\.([A-Za-z0-9_]+)\.((?:[a-z0-9-]+\.)?(?:ssl|sasl)\..+)$")
+# listener.name.<listener>.sasl.enabled.mechanisms, listener.name.<listener>.<mechanism>.sasl.jaas.config,
+# listener.name.<listener>[.<mechanism>].connections.max.reauth.ms
+_LISTENER_SETTING_RE = re.compile(
+    r"^listener\.name\.([A-Za-z0-9_]+)\.((?:[a-z0-9-]+\.)?(?:(?:ssl|sasl)\..+|connections\.max\.reauth\.ms))$")
 _MECHANISM_JAAS_RE = re.compile(r"^([a-z0-9-]+)\.sasl\.jaas\.config$")
+_MECHANISM_REAUTH_RE = re.compile(r"^([a-z0-9-]+)\.connections\.max\.reauth\.ms$")
 
 _LISTENER_RE = re.compile(r"^([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(\d+)$")
 
@@ -281,8 +284,10 @@ class BrokerConfig:
             m = _LISTENER_SETTING_RE.match(key)
             setting = m.group(2) if m else ""
             jaas = _MECHANISM_JAAS_RE.match(setting)
+            reauth = _MECHANISM_REAUTH_RE.match(setting)
             definition = SSL_CONFIGS.get(setting) or SASL_CONFIGS.get(setting) \
-                or (SASL_CONFIGS["sasl.jaas.config"] if jaas else None)
+                or (SASL_CONFIGS["sasl.jaas.config"] if jaas else None) \
+                or (SASL_CONFIGS["connections.max.reauth.ms"] if reauth else None)
             if m is None or definition is None:
                 continue   # reported below as not used, like any other unknown key
             try:
@@ -443,6 +448,15 @@ class BrokerConfig:
             jaas, where = self.values["sasl.jaas.config"], "sasl.jaas.config"
         size = own.get("sasl.server.max.receive.size", self.values["sasl.server.max.receive.size"])
         return [m.upper() for m in mechanisms], jaas, where, size
+
+    def reauth_ms(self, listener_name: str) -> dict[str, int]:
+        """Each mechanism's session lifetime on a SASL listener (KIP-368), from the most
+        specific of listener.name.<l>.<mechanism>.connections.max.reauth.ms,
+        listener.name.<l>.connections.max.reauth.ms and connections.max.reauth.ms."""
+        own = self.listener_settings.get(listener_name.upper(), {})
+        mechanisms, _, _, _ = self.sasl_values(listener_name)
+        default = own.get("connections.max.reauth.ms", self.values["connections.max.reauth.ms"])
+        return {m: own.get(f"{m.lower()}.connections.max.reauth.ms", default) for m in mechanisms}
 
     def client_sasl(self, listener_name: str) -> Any:
         """The SASL credentials (core.client.sasl.SaslCredentials) this node presents on

@@ -20,7 +20,8 @@ SASL_CONFIG_LIST = [
     ConfigDef("sasl.mechanism.controller.protocol", _T.STRING, None,
               "the mechanism nodes use on a SASL controller listener (default: the first it enables)"),
     ConfigDef("connections.max.reauth.ms", _T.LONG, 0,
-              "accepted; re-authentication (KIP-368) is not built yet, so sessions do not expire",
+              "a SASL session's lifetime: the client must re-authenticate (KIP-368) before it ends, or "
+              "its connection closes at its next request; 0: sessions never expire",
               minimum=0),
 ]
 SASL_CONFIGS = {d.name: d for d in SASL_CONFIG_LIST}

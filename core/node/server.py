@@ -209,7 +209,7 @@ def _sasl_listeners(config: BrokerConfig, scram_secret: bytes) -> dict[str, Sasl
             if not users:
                 raise ConfigError(f"{where}: PLAIN needs at least one user_<name>=\"<password>\" option")
         found[listener.name] = SaslConfig(tuple(mechanisms), users, scram_secret=scram_secret,
-                                          max_receive_size=max_size)
+                                          max_receive_size=max_size, max_reauth_ms=config.reauth_ms(listener.name))
     return found
 
 

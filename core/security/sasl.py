@@ -16,6 +16,16 @@ the broker allocate 100 MiB) and a second handshake.
 
 `SaslSession` is that machine for one connection: the connection feeds it requests and writes
 what it answers; `close_after` says the connection must close once the answer is out.
+
+Re-authentication (KIP-368): with `connections.max.reauth.ms` set, a successful
+SaslAuthenticate tells the client its session's lifetime, and the connection closes at the
+first request after that time unless the client has authenticated again. A client does so
+with a new SaslHandshake on the authenticated connection; the connection then starts a new
+session with `reauth_of` (the mechanism and principal it holds), and while it runs only
+SaslAuthenticate is served, as during the first authentication. The new session must use the
+same mechanism and prove the same principal, or it fails with SASL_AUTHENTICATION_FAILED and
+the connection closes (Kafka's messages, so clients log what they would from Kafka). A v0
+client (no SaslAuthenticate) cannot re-authenticate; its connection closes at expiry.
 Mechanisms are small objects with `evaluate(token) -> reply` that raise AuthenticationFailed;
 PLAIN (users from the listener's JAAS config) and SCRAM-SHA-256/512 (credentials from the
 metadata log, core/security/scram.py).
@@ -116,6 +126,8 @@ class SaslConfig:
     scram_lookup: Callable[[str, str], ScramCredential | None] = lambda mechanism, user: None
     scram_secret: bytes = b""
     max_receive_size: int = 524_288
+    # connections.max.reauth.ms per mechanism; 0 or absent: sessions never expire
+    max_reauth_ms: Mapping[str, int] = field(default_factory=dict)
 
     def new_mechanism(self, name: str) -> Mechanism:
         if name == "PLAIN":
@@ -137,15 +149,22 @@ class Answer:
     message: str | None = None
     token: bytes = b""
     close_after: bool = False
+    session_lifetime_ms: int = 0       # set on the answer that completes authentication
 
 
 class SaslSession:
-    def __init__(self, config: SaslConfig):
+    """One authentication (or, with `reauth_of=(mechanism, principal)`, one
+    re-authentication) of one connection."""
+
+    def __init__(self, config: SaslConfig, reauth_of: tuple[str, str] | None = None):
         self.config = config
         self.state = State.HANDSHAKE
         self.mechanism_name: str | None = None
         self._mechanism: Mechanism | None = None
         self.principal: str | None = None
+        self.reauth_of = reauth_of
+        self._refusal: str | None = None   # re-authentication with another mechanism fails at its token
+        self.session_lifetime_ms = 0
 
     @property
     def authenticated(self) -> bool:
@@ -173,6 +192,16 @@ class SaslSession:
         if mechanism not in enabled:
             self.state = State.FAILED
             return ErrorCode.UNSUPPORTED_SASL_MECHANISM, enabled, True
+        if self.reauth_of is not None:
+            if version < 1:
+                # Bare tokens cannot follow requests on a live connection.
+                self.state = State.FAILED
+                return ErrorCode.ILLEGAL_SASL_STATE, enabled, True
+            if mechanism != self.reauth_of[0]:
+                # As Kafka: the handshake succeeds and the next token fails, so the client
+                # sees the reason in SaslAuthenticate's error message.
+                self._refusal = (f"SASL mechanism '{mechanism}' requested by client is not supported for "
+                                 f"re-authentication of mechanism '{self.reauth_of[0]}'")
         self.mechanism_name = mechanism
         self._mechanism = self.config.new_mechanism(mechanism)
         self.state = State.AUTHENTICATE if version >= 1 else State.RAW_TOKENS
@@ -184,14 +213,29 @@ class SaslSession:
             self.state = State.FAILED
             return Answer(ErrorCode.ILLEGAL_SASL_STATE, "SaslAuthenticate before SaslHandshake", close_after=True)
         try:
+            if self._refusal is not None:
+                raise AuthenticationFailed(self._refusal)
             reply = self._mechanism.evaluate(token)
         except AuthenticationFailed as exc:
-            self.state = State.FAILED
-            return Answer(ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc), close_after=True)
-        if self._mechanism.complete:
-            self.principal = f"User:{self._mechanism.username}"
-            self.state = State.COMPLETE
-        return Answer(token=reply)
+            return self._fail(str(exc))
+        if not self._mechanism.complete:
+            return Answer(token=reply)
+        principal = f"User:{self._mechanism.username}"
+        if self.reauth_of is not None and principal != self.reauth_of[1]:
+            return self._fail(f"Cannot change principals during re-authentication from "
+                              f"{self.reauth_of[1].replace(':', '.', 1)}: {principal.replace(':', '.', 1)}")
+        self.principal = principal
+        self.state = State.COMPLETE
+        self.session_lifetime_ms = self.config.max_reauth_ms.get(self.mechanism_name or "", 0)
+        return Answer(token=reply, session_lifetime_ms=self.session_lifetime_ms)
+
+    @property
+    def reauthenticating(self) -> bool:
+        return self.reauth_of is not None
+
+    def _fail(self, message: str) -> Answer:
+        self.state = State.FAILED
+        return Answer(ErrorCode.SASL_AUTHENTICATION_FAILED, message, close_after=True)
 
 
 # ------------------------------------------------------------------------------- JAAS

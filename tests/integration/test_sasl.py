@@ -8,11 +8,14 @@ One node, four listeners:
     SASL      SASL_PLAINTEXT, PLAIN and both SCRAM mechanisms
     SASLTLS   SASL_SSL, PLAIN
     TINY      SASL_PLAINTEXT, PLAIN, sasl.server.max.receive.size=1024
+    REAUTH    SASL_PLAINTEXT, PLAIN and SCRAM-SHA-256, sessions of 1.5 s (KIP-368)
 """
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
+import urllib.request
 
 import pytest
 from confluent_kafka import Producer
@@ -26,6 +29,7 @@ from tests.support.node import SeawayNode, free_port, start_failure
 
 pytestmark = pytest.mark.timeout(300)
 
+REAUTH_MS = 1500
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}             # PLAIN, from the JAAS line
 SCRAM_USERS = {"carol": "carol-secret", "dave": "dave-secret"}      # SCRAM, in the metadata log
 JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -44,19 +48,24 @@ def ca(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory, ca):
-    ports = {name: free_port() for name in ("PLAIN", "SASL", "SASLTLS", "TINY")}
+    ports = {name: free_port() for name in ("PLAIN", "SASL", "SASLTLS", "TINY", "REAUTH")}
     props = {
         "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
-        "listener.security.protocol.map": "PLAIN:PLAINTEXT,SASL:SASL_PLAINTEXT,SASLTLS:SASL_SSL,TINY:SASL_PLAINTEXT",
+        "listener.security.protocol.map": "PLAIN:PLAINTEXT,SASL:SASL_PLAINTEXT,SASLTLS:SASL_SSL,TINY:SASL_PLAINTEXT,"
+                                          "REAUTH:SASL_PLAINTEXT",
         "inter.broker.listener.name": "PLAIN",
         "ssl.keystore.location": str(ca.keystore),
         "sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         "sasl.jaas.config": JAAS,
         "listener.name.tiny.sasl.server.max.receive.size": "1024",
+        "listener.name.reauth.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+        "listener.name.reauth.connections.max.reauth.ms": str(REAUTH_MS),
+        "metrics.port": str(free_port()),
     }
     n = SeawayNode(tmp_path_factory.mktemp("sasl-node"), props, port=ports["PLAIN"]).start()
     n.ports = ports
+    n.metrics_port = int(props["metrics.port"])
     yield n
     n.stop()
 
@@ -288,6 +297,103 @@ def test_a_v0_handshake_takes_bare_tokens(node):
         token = b"\x00alice\x00wrong"
         sock.sendall(len(token).to_bytes(4, "big") + token)
         assert wire.closed_without_answer(sock)
+
+
+# --- re-authentication (KIP-368) --------------------------------------------------------------------
+
+def metric(node, wanted: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{node.metrics_port}/metrics", timeout=10).read().decode()
+    return sum(float(line[len(wanted) + 1:]) for line in text.splitlines() if line.startswith(wanted + " "))
+
+
+def authentications(node, result: str) -> float:
+    return metric(node, f'seaway_authentications_total{{listener="REAUTH",result="{result}"}}')
+
+
+def expired_sessions(node) -> float:
+    return metric(node, 'seaway_bad_requests_total{reason="session_expired"}')
+
+
+def authenticated_socket(node, user: str = "alice") -> tuple[socket.socket, m.SaslAuthenticateResponse]:
+    sock = socket.create_connection(("127.0.0.1", node.ports["REAUTH"]), timeout=10)
+    assert wire.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="PLAIN")).error_code == 0
+    answer = wire.roundtrip(sock, m.ApiKey.SASL_AUTHENTICATE, 2,
+                            m.SaslAuthenticateRequest(auth_bytes=f"\x00{user}\x00{USERS[user]}".encode()))
+    assert answer.error_code == 0
+    return sock, answer
+
+
+def test_a_session_tells_its_lifetime_and_ends_at_the_first_request_after_it(node):
+    sock, answer = authenticated_socket(node)
+    with sock:
+        assert answer.session_lifetime_ms == REAUTH_MS
+        assert wire.roundtrip(sock, m.ApiKey.METADATA, 1, m.MetadataRequest(topics=[]), 2) is not None
+        time.sleep(REAUTH_MS / 1000 + 0.3)
+        wire_frame = wire.frame(m.ApiKey.METADATA, 1, m.MetadataRequest(topics=[]), 3)
+        sock.sendall(wire_frame)
+        assert wire.closed_without_answer(sock), "a request after the session ended was served"
+    assert expired_sessions(node) >= 1
+    # A listener without connections.max.reauth.ms gives sessions that never end.
+    assert handshake_and_authenticate(node, "SASL", b"\x00alice\x00alice-secret")[0].session_lifetime_ms == 0
+
+
+def test_re_authenticating_in_time_keeps_the_connection_and_a_new_principal_is_refused(node):
+    sock, _ = authenticated_socket(node)
+    with sock:
+        time.sleep(REAUTH_MS / 1000 * 0.6)
+        assert wire.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="PLAIN"), 2)\
+            .error_code == 0
+        again = wire.roundtrip(sock, m.ApiKey.SASL_AUTHENTICATE, 2,
+                               m.SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-secret"), 3)
+        assert again.error_code == 0 and again.session_lifetime_ms == REAUTH_MS
+        time.sleep(REAUTH_MS / 1000 * 0.6)   # past the first session's end, inside the second's
+        assert wire.roundtrip(sock, m.ApiKey.METADATA, 1, m.MetadataRequest(topics=[]), 4) is not None
+        wire.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="PLAIN"), 5)
+        as_bob = wire.roundtrip(sock, m.ApiKey.SASL_AUTHENTICATE, 2,
+                                m.SaslAuthenticateRequest(auth_bytes=b"\x00bob\x00bob-secret"), 6)
+        assert as_bob.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+        assert "Cannot change principals during re-authentication from User.alice: User.bob" in as_bob.error_message
+        assert wire.closed_without_answer(sock)
+
+
+def test_clients_re_authenticate_and_carry_on(node, ca, scram_users):
+    """librdkafka and our own client re-authenticate before each 1.5 s session ends, so a
+    producer writing for 6 s loses nothing and never sees its connection closed."""
+    from core.client.client import KafkaClient
+    from core.client.producer import Producer as SeawayProducer
+    from core.client.security import ClientSecurity
+    from core.client.sasl import SaslCredentials
+
+    topic = unique_topic("reauth")
+    create_topic(address(node, "PLAIN"), topic, partitions=1)
+    before, expired_before = authentications(node, "reauthenticated"), expired_sessions(node)
+    errors, delivered = [], []
+    producer = Producer({"bootstrap.servers": address(node, "REAUTH"), **sasl_config("confluent", ca, user="carol",
+                         mechanism="SCRAM-SHA-256")})
+
+    async def ours() -> int:
+        security = ClientSecurity(sasl=SaslCredentials("SCRAM-SHA-256", "carol", SCRAM_USERS["carol"]))
+        async with KafkaClient([address(node, "REAUTH")], security=security) as client:
+            async with SeawayProducer(client) as p:
+                sent = 0
+                deadline = time.monotonic() + 6
+                while time.monotonic() < deadline:
+                    await p.send_and_wait(topic, b"ours", partition=0)
+                    sent += 1
+                    await asyncio.sleep(0.05)
+                return sent
+
+    deadline = time.monotonic() + 6
+    while time.monotonic() < deadline:
+        producer.produce(topic, b"rdkafka", partition=0,
+                         on_delivery=lambda err, msg: (errors if err else delivered).append(err))
+        producer.poll(0.05)
+    assert producer.flush(15) == 0 and not errors, errors
+    sent_by_us = asyncio.run(ours())
+    got = CLIENTS["confluent"].consume(address(node, "PLAIN"), topic, {0: 0}, count=len(delivered) + sent_by_us)
+    assert len(got) == len(delivered) + sent_by_us
+    assert authentications(node, "reauthenticated") - before >= 4   # at least two each
+    assert expired_sessions(node) == expired_before, "a client let its session end"
 
 
 def test_sasl_requests_where_there_is_no_sasl_are_illegal(node):

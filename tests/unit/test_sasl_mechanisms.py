@@ -217,6 +217,55 @@ def test_a_v0_handshake_switches_to_bare_tokens():
     assert s.authenticate(b"\x00alice\x00pw").error == ErrorCode.NONE and s.authenticated
 
 
+# --- re-authentication (KIP-368) ----------------------------------------------------------------
+
+REAUTH_CONFIG = SaslConfig(("PLAIN", "SCRAM-SHA-256"), {"alice": "pw", "bob": "pw2"},
+                           max_reauth_ms={"PLAIN": 60_000, "SCRAM-SHA-256": 0})
+
+
+def test_a_completed_authentication_carries_the_mechanisms_session_lifetime():
+    s = SaslSession(REAUTH_CONFIG)
+    s.handshake(1, "PLAIN")
+    answer = s.authenticate(b"\x00alice\x00pw")
+    assert answer.session_lifetime_ms == 60_000 == s.session_lifetime_ms
+    plain_only = SaslSession(SaslConfig(("PLAIN",), {"alice": "pw"}))
+    plain_only.handshake(1, "PLAIN")
+    assert plain_only.authenticate(b"\x00alice\x00pw").session_lifetime_ms == 0
+
+
+# (case, handshake version, mechanism, token, error, message fragment)
+REAUTH_CASES = [
+    ("same user, same mechanism", 1, "PLAIN", b"\x00alice\x00pw", ErrorCode.NONE, None),
+    ("another user", 1, "PLAIN", b"\x00bob\x00pw2", ErrorCode.SASL_AUTHENTICATION_FAILED,
+     "Cannot change principals during re-authentication from User.alice: User.bob"),
+    ("another mechanism", 1, "SCRAM-SHA-256", b"n,,n=alice,r=abc", ErrorCode.SASL_AUTHENTICATION_FAILED,
+     "not supported for re-authentication of mechanism 'PLAIN'"),
+    ("wrong password", 1, "PLAIN", b"\x00alice\x00nope", ErrorCode.SASL_AUTHENTICATION_FAILED,
+     "Invalid username or password"),
+]
+
+
+@pytest.mark.parametrize("case,version,mechanism,token,error,message", REAUTH_CASES, ids=[c[0] for c in REAUTH_CASES])
+def test_re_authentication_must_prove_the_same_principal_with_the_same_mechanism(case, version, mechanism, token,
+                                                                                 error, message):
+    s = SaslSession(REAUTH_CONFIG, reauth_of=("PLAIN", "User:alice"))
+    assert s.reauthenticating
+    assert s.handshake(version, mechanism)[0] == ErrorCode.NONE
+    assert not s.allows(0) and s.allows(36)   # nothing else is served while it runs
+    answer = s.authenticate(token)
+    assert answer.error == error
+    if error:
+        assert answer.close_after and not s.authenticated and message in answer.message
+    else:
+        assert s.authenticated and s.principal == "User:alice" and answer.session_lifetime_ms == 60_000
+
+
+def test_re_authentication_cannot_switch_to_bare_tokens():
+    s = SaslSession(REAUTH_CONFIG, reauth_of=("PLAIN", "User:alice"))
+    error, _, close = s.handshake(0, "PLAIN")
+    assert error == ErrorCode.ILLEGAL_SASL_STATE and close
+
+
 # --- JAAS ------------------------------------------------------------------------------------
 
 def test_jaas_lines_are_read_as_kafka_writes_them():

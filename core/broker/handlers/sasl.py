@@ -1,9 +1,10 @@
 """SaslHandshake (key 17, v0-1) and SaslAuthenticate (key 36, v0-2) outside authentication.
 
 On a SASL listener the connection's SaslSession (core/security/sasl.py) answers these while
-the client authenticates; only what reaches the handler table comes here: either request on a
-listener without SASL, or on a connection already authenticated (re-authentication, KIP-368,
-is not built). Kafka's KafkaApis answers both with ILLEGAL_SASL_STATE, and so do we.
+the client authenticates, and a SaslHandshake on an authenticated connection starts a
+re-authentication (KIP-368) there too. Only what reaches the handler table comes here: either
+request on a listener without SASL, or a SaslAuthenticate with no handshake before it on an
+authenticated connection. Kafka's KafkaApis answers both with ILLEGAL_SASL_STATE, and so do we.
 """
 from __future__ import annotations
 
