@@ -31,5 +31,8 @@ class RequestContext:
         """The client's address without its port, as ACL host rules name it."""
         return self.peer.rsplit(":", 1)[0].strip("[]")
 
-    def authorize(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+    def authorize(self, operation: Operation, resource_type: ResourceType, name: str, *,
+                  log_denied: bool = True) -> bool:
+        """`log_denied=False` for a check that filters what a response shows rather than refusing
+        the request (Kafka's logIfDenied): the audit log records its denials not at all."""
         return self.authorizer.authorize(self.principal, operation, resource_type, name, self.host)

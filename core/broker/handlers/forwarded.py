@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 
+from core.broker import admin_authorization
 from core.client.errors import KafkaError
 from core.controller import elect_leaders as elections
 from core.controller import acls as acl_control
@@ -40,9 +41,8 @@ from core.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 log = logging.getLogger(__name__)
 
-# Forwarded as they came, with nothing to check first.
-FORWARDED = (m.ApiKey.CREATE_TOPICS, m.ApiKey.DELETE_TOPICS, m.ApiKey.ALTER_CONFIGS, m.ApiKey.CREATE_PARTITIONS,
-             m.ApiKey.INCREMENTAL_ALTER_CONFIGS)
+# Forwarded with only what the client may do (core/broker/admin_authorization.py).
+FORWARDED = admin_authorization.CHECKED_APIS
 DEFAULT_TIMEOUT_MS = 30_000
 SHOW_TIMEOUT_S = 5.0
 CLUSTER_RESOURCE = CLUSTER_NAME
@@ -74,6 +74,18 @@ async def forward(ctx, request, version: int | None = None):
         log.info("API %d: the controller's change is not in this broker's image after %gs",
                  ctx.api_key, SHOW_TIMEOUT_S)
     return answer
+
+
+async def forward_authorized(ctx, request):
+    """CreateTopics, DeleteTopics, AlterConfigs, CreatePartitions, IncrementalAlterConfigs:
+    what the client may not do is answered here, the rest forwarded."""
+    narrowed = admin_authorization.narrow(ctx, request, ctx.broker.kraft.quorum.loader.image)
+    if narrowed.anything_allowed:
+        answer = await forward(ctx, narrowed.request)
+    else:
+        answer = QuorumController._error_response(ctx.api_key, narrowed.request, ctx.api_version,
+                                                  ErrorCode.NONE, None)
+    return narrowed.merge(answer)
 
 
 # --------------------------------------------------------------------------- resends
@@ -314,4 +326,4 @@ HANDLES = {m.ApiKey.ELECT_LEADERS: elect_leaders,
            m.ApiKey.ALTER_USER_SCRAM_CREDENTIALS: alter_user_scram_credentials,
            m.ApiKey.ALTER_PARTITION_REASSIGNMENTS: alter_partition_reassignments,
            m.ApiKey.LIST_PARTITION_REASSIGNMENTS: list_partition_reassignments,
-           **{key: forward for key in FORWARDED}}
+           **{key: forward_authorized for key in FORWARDED}}
