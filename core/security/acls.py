@@ -147,6 +147,35 @@ class AclSet:
         return allowed
 
 
+    def authorize_by_resource_type(self, principal: str, host: str, operation: Operation,
+                                   resource_type: ResourceType) -> bool:
+        """May the principal do `operation` on some resource of this type (KIP-679: WRITE on
+        any topic lets a producer be idempotent)? Kafka's rule: a super user (or a principal
+        allowed on an arbitrary name) may; a wildcard DENY forbids; else some ALLOW, literal
+        or prefixed, that no DENY on the same literal name or on a prefix of it covers."""
+        if self.authorize(principal, host, operation, resource_type, "hardcode"):
+            return True
+        denied_literal, denied_prefixes, allowed = set(), set(), []
+        for b in self.bindings:
+            if b.resource_type != resource_type or not b.applies_to(principal, host) \
+                    or b.operation not in (operation, Operation.ALL):
+                continue
+            if b.permission is Permission.DENY:
+                if b.pattern is PatternType.LITERAL and b.name == WILDCARD_RESOURCE:
+                    return False
+                (denied_prefixes if b.pattern is PatternType.PREFIXED else denied_literal).add(b.name)
+            elif b.pattern is PatternType.LITERAL and b.name == WILDCARD_RESOURCE:
+                return True
+            else:
+                allowed.append(b)
+        for b in allowed:
+            if b.pattern is PatternType.LITERAL and b.name in denied_literal:
+                continue
+            if not any(b.name[:i] in denied_prefixes for i in range(1, len(b.name) + 1)):
+                return True
+        return False
+
+
 # ------------------------------------------------------------------------------- filters
 
 RESOURCE_TYPE_ANY = 1

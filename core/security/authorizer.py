@@ -42,6 +42,11 @@ class Authorizer(Protocol):
     def authorize(self, principal: str, operation: Operation, resource_type: ResourceType,
                   name: str, host: str = "*") -> bool: ...
 
+    def authorize_by_resource_type(self, principal: str, operation: Operation, resource_type: ResourceType,
+                                   host: str = "*") -> bool:
+        """May the principal do `operation` on some resource of this type? (KIP-679)"""
+        ...
+
     def authorized_operations(self, principal: str, resource_type: ResourceType, name: str,
                               host: str = "*") -> int: ...
 
@@ -59,6 +64,10 @@ REPORTED_OPERATIONS = {
 class AllowAll:
     def authorize(self, principal: str, operation: Operation, resource_type: ResourceType, name: str,
                   host: str = "*") -> bool:
+        return True
+
+    def authorize_by_resource_type(self, principal: str, operation: Operation, resource_type: ResourceType,
+                                   host: str = "*") -> bool:
         return True
 
     def authorized_operations(self, principal: str, resource_type: ResourceType, name: str,

@@ -50,6 +50,10 @@ class StandardAuthorizer:
                   host: str = "*") -> bool:
         return self.acl_set().authorize(principal, host, operation, resource_type, name)
 
+    def authorize_by_resource_type(self, principal: str, operation: Operation, resource_type: ResourceType,
+                                   host: str = "*") -> bool:
+        return self.acl_set().authorize_by_resource_type(principal, host, operation, resource_type)
+
     def authorized_operations(self, principal: str, resource_type: ResourceType, name: str,
                               host: str = "*") -> int:
         acls = self.acl_set()

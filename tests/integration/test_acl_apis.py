@@ -13,7 +13,7 @@ from typing import Callable
 
 import anyio
 import pytest
-from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic,
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient, NewTopic,
                                    ResourcePatternType, ResourceType)
 
 from core.client.connection import BrokerConnection
@@ -50,6 +50,14 @@ def grant(node, *bindings: AclBinding) -> None:
     admin = AdminClient({"bootstrap.servers": node.bootstrap})
     for future in admin.create_acls(list(bindings)).values():
         assert future.result(timeout=20) is None
+
+
+def revoke(node, *bindings: AclBinding) -> None:
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    filters = [AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation,
+                                b.permission_type) for b in bindings]
+    for future in admin.delete_acls(filters).values():
+        future.result(timeout=20)
 
 
 def allow(name: str, op: AclOperation, rtype=ResourceType.TOPIC, pattern=ResourcePatternType.LITERAL):
@@ -204,7 +212,11 @@ def test_each_admin_api_checks_what_kafka_checks(node, row):
             future.result(timeout=20)
     if row.grants:
         grant(node, *row.grants)
-    response = as_alice(node, row.api_key, row.version, row.request(node))
+    try:
+        response = as_alice(node, row.api_key, row.version, row.request(node))
+    finally:   # each row's ACLs are its own
+        if row.grants:
+            revoke(node, *row.grants)
     got = row.results(response)
     if isinstance(row.expected, set):
         assert got == row.expected
@@ -268,3 +280,106 @@ def test_the_controller_listener_authorizes_every_api(tmp_path):
             assert code == E.INVALID_REPLICATION_FACTOR and time.monotonic() < deadline, \
                 f"{E(code).name}:\n" + cluster.log_tails()
             time.sleep(0.3)
+
+
+# --- the client APIs ------------------------------------------------------------------------------
+
+def metadata(node, *topics, ids=(), create=False, version=12):
+    T = m.MetadataRequest.MetadataRequestTopic
+    wanted = [T(topic_id=bytes(16), name=t) for t in topics] + [T(topic_id=i, name=None) for i in ids]
+    return as_alice(node, m.ApiKey.METADATA, version, m.MetadataRequest(
+        topics=wanted if (topics or ids) else None, allow_auto_topic_creation=create))
+
+
+def test_metadata_never_reveals_a_topic_alice_may_not_describe(node):
+    grant(node, allow("md-seen", AclOperation.DESCRIBE))
+    as_super(node, m.ApiKey.CREATE_TOPICS, 7, create_topics("md-seen")(node))
+    listed = {t.name for t in metadata(node).topics}
+    assert "md-seen" in listed and not listed & {"secret", "ct-c1", "ct-c2"}   # what alice may not see is left out
+    named = {(t.name, t.error_code, bytes(t.topic_id)) for t in metadata(node, "secret", "md-absent").topics}
+    assert named == {("secret", TAF, bytes(16)), ("md-absent", TAF, bytes(16))}   # the same, existing or not
+    [by_id] = metadata(node, ids=[topic_id(node, "secret")]).topics
+    assert (by_id.name, by_id.error_code) == (None, TAF)
+
+
+def test_auto_creation_needs_create(node):
+    grant(node, allow("ac-", AclOperation.DESCRIBE, pattern=ResourcePatternType.PREFIXED),
+          allow("ac-yes", AclOperation.CREATE))
+    codes = {t.name: t.error_code for t in metadata(node, "ac-no", "ac-yes", create=True).topics}
+    assert codes["ac-no"] == TAF and codes["ac-yes"] in (0, E.LEADER_NOT_AVAILABLE)
+    assert metadata(node, "ac-no").topics[0].error_code == E.UNKNOWN_TOPIC_OR_PARTITION   # not created
+
+
+def test_produce_and_fetch_say_unauthorized_before_unknown(node):
+    grant(node, allow("pf-", AclOperation.DESCRIBE, pattern=ResourcePatternType.PREFIXED))
+    P = m.ProduceRequest
+    produced = as_alice(node, m.ApiKey.PRODUCE, 9, P(acks=-1, timeout_ms=5000, topic_data=[
+        P.TopicProduceData(name=n, partition_data=[P.PartitionProduceData(index=0, records=None)])
+        for n in ("secret", "pf-absent")]))
+    assert {t.name: t.partition_responses[0].error_code for t in produced.responses} == \
+        {"secret": TAF, "pf-absent": TAF}   # WRITE is checked first, so absence is not revealed
+    fetched = fetch(node, ["secret", "pf-absent"])
+    assert fetched == {"secret": TAF, "pf-absent": TAF}
+
+
+def fetch(node, names, replica_id=-1, version=12):
+    F = m.FetchRequest
+    response = as_alice(node, m.ApiKey.FETCH, version, F(
+        replica_id=replica_id, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
+        session_epoch=-1, topics=[F.FetchTopic(topic=n, partitions=[F.FetchPartition(
+            partition=0, fetch_offset=0, partition_max_bytes=1 << 20)]) for n in names],
+        forgotten_topics_data=[], rack_id=""))
+    return {t.topic: t.partitions[0].error_code for t in response.responses}
+
+
+def test_cve_2018_1288_a_replica_fetch_without_cluster_action_reads_nothing(node):
+    """A client that sets a replica id must not read as a follower (which ignores READ ACLs and
+    moves the high watermark): without CLUSTER_ACTION every partition is refused, even one it
+    may READ."""
+    grant(node, allow("ro-", AclOperation.READ, pattern=ResourcePatternType.PREFIXED))
+    assert fetch(node, ["ro-alter"]) == {"ro-alter": 0}
+    assert fetch(node, ["ro-alter", "secret"], replica_id=1) == {"ro-alter": TAF, "secret": TAF}
+
+
+def test_idempotence_needs_write_on_some_topic_or_idempotent_write(tmp_path_factory):
+    """KIP-679. A node of its own: the ACLs that grant WRITE elsewhere in this module would
+    already satisfy it."""
+    plain, sasl = free_port(), free_port()
+    n = SeawayNode(tmp_path_factory.mktemp("acl-idempotent"), {
+        "listeners": f"PLAIN://127.0.0.1:{plain},SASL://127.0.0.1:{sasl}",
+        "listener.security.protocol.map": "PLAIN:PLAINTEXT,SASL:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": JAAS,
+        "authorizer.class.name": ACL_AUTHORIZER, "super.users": "User:ANONYMOUS"}, port=plain).start()
+    try:
+        n.sasl_port = sasl
+        request = m.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000,
+                                          producer_id=-1, producer_epoch=-1)
+        assert as_alice(n, m.ApiKey.INIT_PRODUCER_ID, 4, request).error_code == CAF
+        grant(n, allow("idem-", AclOperation.READ, pattern=ResourcePatternType.PREFIXED))
+        assert as_alice(n, m.ApiKey.INIT_PRODUCER_ID, 4, request).error_code == CAF    # READ is not enough
+        grant(n, AclBinding(ResourceType.TOPIC, "idem-x", ResourcePatternType.PREFIXED, "User:alice", "*",
+                            AclOperation.WRITE, AclPermissionType.DENY),
+              allow("idem-x", AclOperation.WRITE))
+        assert as_alice(n, m.ApiKey.INIT_PRODUCER_ID, 4, request).error_code == CAF    # denied where allowed
+        grant(n, allow("idem-", AclOperation.WRITE, pattern=ResourcePatternType.PREFIXED))
+        answer = as_alice(n, m.ApiKey.INIT_PRODUCER_ID, 4, request)
+        assert answer.error_code == 0 and answer.producer_id >= 0
+    finally:
+        n.stop()
+
+
+def test_list_groups_shows_only_describable_groups_unless_the_cluster_is_describable(node):
+    from confluent_kafka import Consumer, TopicPartition
+    for group in ("lg-mine", "lg-other"):
+        c = Consumer({"bootstrap.servers": node.bootstrap, "group.id": group, "enable.auto.commit": False})
+        c.commit(offsets=[TopicPartition("ro-conf", 0, 1)], asynchronous=False)
+        c.close()
+    grant(node, allow("lg-mine", AclOperation.DESCRIBE, ResourceType.GROUP))
+    listed = as_alice(node, m.ApiKey.LIST_GROUPS, 4, m.ListGroupsRequest(states_filter=[]))
+    assert {g.group_id for g in listed.groups} & {"lg-mine", "lg-other"} == {"lg-mine"}
+    described = as_alice(node, m.ApiKey.DESCRIBE_CLUSTER, 1, m.DescribeClusterRequest(
+        include_cluster_authorized_operations=True, endpoint_type=1))
+    assert described.error_code == 0 and described.cluster_authorized_operations == 0
+    grant(node, allow("kafka-cluster", AclOperation.DESCRIBE, ResourceType.BROKER))
+    listed = as_alice(node, m.ApiKey.LIST_GROUPS, 4, m.ListGroupsRequest(states_filter=[]))
+    assert {"lg-mine", "lg-other"} <= {g.group_id for g in listed.groups}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
-from core.security.authorizer import ResourceType
+from core.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 from .metadata import image_brokers
 
@@ -22,9 +22,10 @@ async def handle(ctx, req):
         return R(throttle_time_ms=0, error_code=ErrorCode.MISMATCHED_ENDPOINT_TYPE,
                  error_message="this listener serves brokers (endpoint type 1)", endpoint_type=1,
                  cluster_id=b.cluster_id, controller_id=-1, brokers=[])
-    ops = (ctx.authorizer.authorized_operations(ctx.principal, ResourceType.CLUSTER, "kafka-cluster",
-                                                   ctx.host)
-           if req.include_cluster_authorized_operations else UNKNOWN_OPS)
+    ops = UNKNOWN_OPS
+    if req.include_cluster_authorized_operations:   # 0 without DESCRIBE on the cluster, as Kafka
+        ops = (ctx.authorizer.authorized_operations(ctx.principal, ResourceType.CLUSTER, CLUSTER_NAME, ctx.host)
+               if ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME) else 0)
     # The unfenced brokers of the image; like Metadata, a broker names itself as the
     # controller, since it forwards what clients send the controller.
     image = b.kraft.image

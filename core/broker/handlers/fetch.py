@@ -35,7 +35,7 @@ import anyio
 from core.log import OffsetOutOfRange
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
-from core.security.authorizer import Operation, ResourceType
+from core.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 from ..fetch_session import (FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION, CachedPartition, FetchSession,
                              next_epoch)
@@ -94,7 +94,7 @@ class _PendingFetch:
         self.selector = b.config["replica.selector.class"]
         self.client_rack = req.rack_id if ctx.api_version >= 11 else None
         self.cluster_error = ErrorCode.NONE
-        if self.from_follower and not ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, "kafka-cluster"):
+        if self.from_follower and not ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
             self.cluster_error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
     def open_request(self, req) -> None:
@@ -112,15 +112,21 @@ class _PendingFetch:
         topic = b.topics_by_id.get(topic_key) if self.by_id else b.topics.get(topic_key)
         name = topic.name if topic else ("" if self.by_id else topic_key)
         p, missing = b.leader_partition(topic, index)
-        if topic is None:
-            error = ErrorCode.UNKNOWN_TOPIC_ID if self.by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        elif self.from_follower:
+        # Kafka's order: a follower without CLUSTER_ACTION learns nothing, and a consumer
+        # learns whether a topic it names exists only if it may read it (CVE-2018-1288).
+        if self.from_follower and self.cluster_error:
             error = self.cluster_error
-            p = topic.partition(index)
-            if not error and (p is None or p.replica is None):
-                error = ErrorCode.NOT_LEADER_OR_FOLLOWER
-        elif not ctx.authorize(Operation.READ, ResourceType.TOPIC, name):
+        elif topic is None and self.by_id:
+            error = ErrorCode.UNKNOWN_TOPIC_ID
+        elif not self.from_follower and not ctx.authorize(Operation.READ, ResourceType.TOPIC, name):
             error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif topic is None:
+            error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        elif self.from_follower:
+            error = ErrorCode.NONE
+            p = topic.partition(index)
+            if p is None or p.replica is None:
+                error = ErrorCode.NOT_LEADER_OR_FOLLOWER
         elif p is None:
             # KIP-392: from v11 a consumer may read from a follower (up to its high
             # watermark), as a leader's preferred read replica sends it to.

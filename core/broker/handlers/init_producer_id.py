@@ -5,6 +5,9 @@ transactional id always gets a new id, whatever id and epoch it passes (v3+, KIP
 bumps its epoch locally when it must, and partitions accept a new epoch that starts at
 sequence 0. Transactions are not supported yet, so a transactional id is refused.
 
+ACLs, as Kafka 3.0+ (KIP-679): IDEMPOTENT_WRITE on the cluster, or WRITE on any topic, else
+CLUSTER_AUTHORIZATION_FAILED.
+
 The ids come in blocks of 1000 from the active controller
 (AllocateProducerIds), so brokers never hand out the same id; while no block can be had (the
 broker is not registered yet, or no controller answers) the answer is
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode, KafkaError
-from core.security.authorizer import Operation, ResourceType
+from core.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 R = m.InitProducerIdResponse
 
@@ -23,7 +26,10 @@ async def handle(ctx, req):
     if req.transactional_id is not None:
         code = ErrorCode.INVALID_REQUEST if req.transactional_id == "" else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         return R(throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1)
-    if not ctx.authorize(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, "kafka-cluster"):
+    # KIP-679: WRITE on any topic is enough to be idempotent; IDEMPOTENT_WRITE still works.
+    if not ctx.authorize(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=False) \
+            and not ctx.authorizer.authorize_by_resource_type(ctx.principal, Operation.WRITE, ResourceType.TOPIC,
+                                                              ctx.host):
         return R(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1,
                  producer_epoch=-1)
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from core.broker.groups.events import ListGroups
 from core.protocol import messages as m
-from core.security.authorizer import Operation, ResourceType
+from core.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 R = m.ListGroupsResponse
 GROUP_TYPE = "classic"
@@ -22,10 +22,14 @@ async def handle(ctx, req):
     groups = result.groups
     if v >= 5 and req.types_filter and GROUP_TYPE not in {t.lower() for t in req.types_filter}:
         groups = ()
+    # Kafka: DESCRIBE on the cluster shows every group; else only those the principal may
+    # describe, the others left out without a trace (nor an audit line).
+    every = ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=False)
     return R(throttle_time_ms=0, error_code=result.error, groups=[
         R.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
                       group_type=GROUP_TYPE)
-        for g in groups if ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, g.group_id)])
+        for g in groups
+        if every or ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denied=False)])
 
 
 HANDLES = {m.ApiKey.LIST_GROUPS: handle}

@@ -10,12 +10,19 @@ its partitions here: unfenced brokers with an endpoint on the request's listener
 partition's leader, replicas and ISR. A broker names itself as the controller, since it
 forwards what clients send the controller.
 v10+ carries topic ids, and v10+ requests may name topics by id (v12 with a null name).
+
+ACLs, as Kafka's KafkaApis: a topic needs DESCRIBE. Asked for all topics, the answer leaves
+out what the principal may not describe (and the audit log does not record those checks);
+a topic asked for by name gets TOPIC_AUTHORIZATION_FAILED with a zero id whether or not it
+exists, and one asked for by id gets it without its name (ids are not secret). Auto-creation
+needs CREATE on the cluster or the topic, else TOPIC_AUTHORIZATION_FAILED. The cluster's
+authorized operations (v8-10) are 0 without DESCRIBE on the cluster.
 """
 from __future__ import annotations
 
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
-from core.security.authorizer import Operation, ResourceType
+from core.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 from ..broker import INTERNAL_TOPICS
 
@@ -66,23 +73,37 @@ async def handle(ctx, req):
     brokers = image_brokers(image, ctx.listener.name)
     live = {e.node_id for e in brokers}
     topics = []
+    TAF = ErrorCode.TOPIC_AUTHORIZATION_FAILED
     if req.topics is None or (v == 0 and not req.topics):
         for name in sorted(image.topic_ids):
-            if ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, name):
+            if ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, name, log_denied=False):
                 topics.append(image_topic_entry(ctx, image, image.topic(name), live, include_ops))
     else:
         allow_create = req.allow_auto_topic_creation if v >= 4 else True
+        may_create_any: bool | None = None
         missing = []
         for rt in req.topics:
             if rt.name is None:
                 timg = image.topics.get(bytes(rt.topic_id))
-                topics.append(image_topic_entry(ctx, image, timg, live, include_ops) if timg else
-                              error_topic(ErrorCode.UNKNOWN_TOPIC_ID, None, rt.topic_id))
+                if timg is None:
+                    topics.append(error_topic(ErrorCode.UNKNOWN_TOPIC_ID, None, rt.topic_id))
+                elif not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, timg.name):
+                    topics.append(error_topic(TAF, None, timg.id))
+                else:
+                    topics.append(image_topic_entry(ctx, image, timg, live, include_ops))
+            elif not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, rt.name):
+                topics.append(error_topic(TAF, rt.name))   # existing or not: nothing said
             elif image.topic(rt.name) is not None:
                 topics.append(image_topic_entry(ctx, image, image.topic(rt.name), live, include_ops))
             elif allow_create and b.auto_create_allowed(rt.name):
-                missing.append(rt.name)
-                topics.append(None)
+                if may_create_any is None:
+                    may_create_any = ctx.authorize(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME,
+                                                   log_denied=False)
+                if may_create_any or ctx.authorize(Operation.CREATE, ResourceType.TOPIC, rt.name):
+                    missing.append(rt.name)
+                    topics.append(None)
+                else:
+                    topics.append(error_topic(TAF, rt.name))
             else:
                 topics.append(error_topic(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, rt.name))
         if missing:
@@ -106,7 +127,8 @@ async def handle(ctx, req):
                         topics[i] = error_topic(code, name)
     cluster_ops = UNKNOWN_OPS
     if 8 <= v <= 10 and req.include_cluster_authorized_operations:
-        cluster_ops = ctx.authorizer.authorized_operations(ctx.principal, ResourceType.CLUSTER, "kafka-cluster", ctx.host)
+        cluster_ops = (ctx.authorizer.authorized_operations(ctx.principal, ResourceType.CLUSTER, CLUSTER_NAME, ctx.host)
+                       if ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME) else 0)
     return R(throttle_time_ms=0, brokers=brokers, cluster_id=b.cluster_id, controller_id=b.node_id,
              topics=topics, cluster_authorized_operations=cluster_ops)
 

@@ -7,13 +7,13 @@ epoch at or below the one asked for, with the start offset of the next epoch (or
 for the current one); UNDEFINED (-1, -1) when the log holds no such epoch.
 
 Only the leader answers, after the KIP-320 check of CurrentLeaderEpoch (v2+). Needs DESCRIBE on
-the topic for clients; a follower (replica id >= 0, v3+) needs CLUSTER_ACTION.
+the topic, or CLUSTER_ACTION on the cluster (which followers have), else TOPIC_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
-from core.security.authorizer import Operation, ResourceType
+from core.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 R = m.OffsetForLeaderEpochResponse
 EP = R.EpochEndOffset
@@ -29,13 +29,13 @@ def _answer(p, index: int, leader_epoch: int, current_leader_epoch: int) -> EP:
 
 async def handle(ctx, req):
     b = ctx.broker
-    from_follower = ctx.api_version >= 3 and req.replica_id >= 0
-    cluster_ok = not from_follower or ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER,
-                                                    "kafka-cluster")
+    # Kafka: CLUSTER_ACTION (a follower) may ask about every topic, anyone else about the
+    # topics it may DESCRIBE, whatever replica id the request carries.
+    cluster_ok = ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=False)
     topics = []
     for t in req.topics:
         topic = b.topics.get(t.topic)
-        allowed = cluster_ok if from_follower else ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, t.topic)
+        allowed = cluster_ok or ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, t.topic)
         parts = []
         for tp in t.partitions:
             p, missing = b.leader_partition(topic, tp.partition)
