@@ -126,3 +126,31 @@ def selected(resource_type=1, name=None, pattern=1, principal=None, host=None, o
 ])
 def test_filters_select_as_kafkas_binding_filters_do(kwargs, expected):
     assert selected(**kwargs) == expected
+
+
+# KIP-679's "may WRITE some topic" (Kafka's Authorizer.authorizeByResourceType), by example.
+BY_TYPE_CASES = [
+    ("no ACLs", [], False, False),
+    ("no ACLs, allow.everyone.if.no.acl.found", [], True, True),
+    ("a literal ALLOW", [acl("t", Op.WRITE)], False, True),
+    ("ALL implies it", [acl("t", Op.ALL)], False, True),
+    ("READ does not", [acl("t", Op.READ)], False, False),
+    ("the same literal denied", [acl("t", Op.WRITE), acl("t", Op.WRITE, DENY)], False, False),
+    ("a prefix denies the literal", [acl("tx", Op.WRITE), acl("t", Op.WRITE, DENY, pattern=PRE)], False, False),
+    ("a longer prefix does not deny", [acl("t", Op.WRITE, pattern=PRE), acl("tx", Op.WRITE, DENY, pattern=PRE)],
+     False, True),
+    ("a wildcard DENY wins", [acl("t", Op.WRITE), acl("*", Op.WRITE, DENY)], False, False),
+    ("a wildcard ALLOW", [acl("*", Op.WRITE)], False, True),
+    ("another principal's ALLOW", [acl("t", Op.WRITE, principal="User:bob")], False, False),
+    ("User:* counts", [acl("t", Op.WRITE, principal="User:*")], False, True),
+    ("another host's ALLOW", [acl("t", Op.WRITE, host="10.0.0.9")], False, False),
+    ("a group ACL is another type", [acl("t", Op.WRITE, rtype=G)], False, False),
+]
+
+
+@pytest.mark.parametrize("case,acls,allow_if_none,expected", BY_TYPE_CASES, ids=[c[0] for c in BY_TYPE_CASES])
+def test_authorize_by_resource_type_follows_kafka(case, acls, allow_if_none, expected):
+    s = AclSet.of(acls, allow_if_no_acl=allow_if_none)
+    assert s.authorize_by_resource_type("User:alice", "10.0.0.1", Op.WRITE, T) is expected
+    assert AclSet.of(acls, super_users={"User:alice"}).authorize_by_resource_type("User:alice", "10.0.0.1",
+                                                                                  Op.WRITE, T)
