@@ -27,7 +27,9 @@ from core.security.authorizer import ANONYMOUS
 from core.security.sasl import SaslSession
 from core.security.sasl import State as SaslState
 
-from .context import RequestContext
+from core.security.audit import AuditEvent, now_ms
+
+from .context import NULL_AUDIT, RequestContext
 from .handlers import HANDLERS
 from .handlers.api_versions import api_versions_response
 
@@ -63,7 +65,7 @@ class Connection:
 
     def __init__(self, server, authorizer, listener, stream: ByteStream, peer: str, *,
                  handlers=None, controller=None, principal: str = ANONYMOUS,
-                 sasl: SaslSession | None = None):
+                 sasl: SaslSession | None = None, audit=NULL_AUDIT):
         self.broker = server
         self.handlers = HANDLERS if handlers is None else handlers
         self.controller = controller
@@ -75,6 +77,7 @@ class Connection:
         # SASL listeners: the authentication in progress (the principal comes from it); None
         # once it has succeeded, until the client re-authenticates (KIP-368)
         self.sasl = sasl
+        self.audit = audit
         self.sasl_config = sasl.config if sasl is not None else None
         self.mechanism: str | None = None
         self.session_expires: float | None = None   # time.monotonic(); None: never
@@ -208,7 +211,7 @@ class Connection:
             return self._sasl_step(api_key, version, correlation_id, api, request)
         ctx = RequestContext(self.broker, self.authorizer, self.listener, self.peer, api_key, version,
                              correlation_id, header.client_id, principal=self.principal,
-                             controller=self.controller, handlers=self.handlers)
+                             controller=self.controller, handlers=self.handlers, audit=self.audit)
         requests, latency = self.broker.metrics.for_api(api.name)
         requests.inc()
         started = time.perf_counter()
@@ -269,6 +272,13 @@ class Connection:
         sasl = self.sasl
         assert sasl is not None
         what = "re-authentication" if sasl.reauthenticating else "authentication"
+        if self.audit.enabled and (answer.error or sasl.authenticated):
+            # A failed login names no principal but the one it claimed, which may not exist.
+            self.audit.record(AuditEvent(
+                now_ms(), "authentication", sasl.principal or self.principal, self.peer, self.listener.name,
+                "SaslAuthenticate", "", "", f"SASL/{sasl.mechanism_name}",
+                "FAILED" if answer.error else "SUCCEEDED",
+                answer.message if answer.error else ("re-authenticated" if sasl.reauthenticating else None)))
         if answer.error:
             self.broker.metrics.bad_requests.labels("authentication").inc()
             self.broker.metrics.authentications.labels(

@@ -213,6 +213,12 @@ def _broker_defs() -> list[ConfigDef]:
                   "principals allowed everything, separated by semicolons (User:admin;User:broker)"),
         ConfigDef("allow.everyone.if.no.acl.found", _T.BOOLEAN, False,
                   "with ACLs on, whether a resource that no ACL names is open to everyone"),
+        ConfigDef("audit.log.file", _T.STRING, None,
+                  "JSON-lines file of authentications, denials, changes and ACL and credential "
+                  "operations (unset: no audit log)"),
+        ConfigDef("audit.log.max.bytes", _T.LONG, 100 * 1024 * 1024,
+                  "size at which the audit log rotates", minimum=1024),
+        ConfigDef("audit.log.backups", _T.INT, 10, "rotated audit log files kept", minimum=0),
     ]
     defs.extend(SSL_CONFIG_LIST)
     defs.extend(SASL_CONFIG_LIST)

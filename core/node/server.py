@@ -34,6 +34,8 @@ from core.config.defs import ConfigError
 from core.controller.acls import binding_of
 from core.controller.image import SCRAM_MECHANISM_TYPES
 from core.client.tls import TlsSettings
+from core.broker.context import NULL_AUDIT
+from core.security.audit import AuditEvent, AuditLog, now_ms
 from core.security.authorizer import ANONYMOUS, AllowAll, Authorizer
 from core.security.standard_authorizer import STANDARD_AUTHORIZER, StandardAuthorizer, parse_super_users
 from core.security.sasl import SUPPORTED_MECHANISMS, SaslConfig, SaslSession, parse_jaas, plain_users
@@ -137,7 +139,8 @@ class NodeHandle:
 
 async def _serve_listener(listener_cfg: Listener, tcp_listener, server, authorizer,
                           accepting: anyio.CancelScope, handlers=None, controller=None,
-                          tls: TlsListener | None = None, sasl: SaslConfig | None = None) -> None:
+                          tls: TlsListener | None = None, sasl: SaslConfig | None = None,
+                          audit=NULL_AUDIT) -> None:
     """Accept until `accepting` is cancelled; the connections live in their own task group
     outside that scope, so that they can drain after the listener has closed. On a TLS
     listener each connection first completes its handshake, which names its principal."""
@@ -156,12 +159,18 @@ async def _serve_listener(listener_cfg: Listener, tcp_listener, server, authoriz
             except HandshakeFailed as exc:
                 server.metrics.bad_requests.labels("tls").inc()
                 log.warning("%s on %s: %s; closing connection", peer_text, listener_cfg.name, exc)
+                if audit.enabled:
+                    audit.record(AuditEvent(now_ms(), "authentication", ANONYMOUS, peer_text, listener_cfg.name,
+                                            "", "", "", "TLS", "FAILED", str(exc)))
                 with anyio.CancelScope(shield=True):
                     await stream.aclose()
                 return
+            if audit.enabled and principal != ANONYMOUS:   # a client certificate named who it is
+                audit.record(AuditEvent(now_ms(), "authentication", principal, peer_text, listener_cfg.name,
+                                        "", "", "", "TLS", "SUCCEEDED"))
         await Connection(server, authorizer, listener_cfg, stream, peer_text, handlers=handlers,
                          controller=controller, principal=principal,
-                         sasl=SaslSession(sasl) if sasl is not None else None).run()
+                         sasl=SaslSession(sasl) if sasl is not None else None, audit=audit).run()
 
     async with anyio.create_task_group() as connections:
         async with tcp_listener:
@@ -225,6 +234,16 @@ def _authorizer(config: BrokerConfig, quorum: QuorumMember) -> Authorizer:
                               allow_if_no_acl=config["allow.everyone.if.no.acl.found"], binding_of=binding_of)
 
 
+def _audit_log(config: BrokerConfig):
+    """The audit log of audit.log.file, or the one that records nothing."""
+    path = config["audit.log.file"]
+    if not path:
+        return NULL_AUDIT
+    log.info("audit log: %s (rotates at %d bytes, %d kept)", path, config["audit.log.max.bytes"],
+             config["audit.log.backups"])
+    return AuditLog(path, max_bytes=config["audit.log.max.bytes"], backups=config["audit.log.backups"])
+
+
 _SCRAM_TYPES = {name: code for code, name in SCRAM_MECHANISM_TYPES.items()}
 
 
@@ -281,6 +300,7 @@ async def run_node(config: BrokerConfig, *, clock=None,
         lifecycle = BrokerLifecycle(config, quorum, listeners=config.advertised_listeners)
         broker.kraft = kraft = KRaftLink(broker, quorum, lifecycle)
     authorizer = _authorizer(config, quorum)
+    audit = _audit_log(config)
     handle = NodeHandle(broker, config=config, controller=controller, quorum=quorum, lifecycle=lifecycle)
     if config["metrics.port"] is not None:
         handle.metrics_port = metrics.serve(config["metrics.port"], config.listeners[0].host or "0.0.0.0",
@@ -308,13 +328,13 @@ async def run_node(config: BrokerConfig, *, clock=None,
                                                  local_port=lc.port, reuse_port=False)
                     handle.controller_scopes.append(scope)
                     serve = partial(_serve_listener, lc, tcp, controller, authorizer, scope,
-                                    CONTROLLER_HANDLERS, controller, tls.get(lc.name), sasl.get(lc.name))
+                                    CONTROLLER_HANDLERS, controller, tls.get(lc.name), sasl.get(lc.name), audit)
                 else:
                     tcp = await anyio.create_tcp_listener(local_host=lc.host or None, local_port=lc.port,
                                                           reuse_port=False)
                     handle.listener_scopes.append(scope)
                     serve = partial(_serve_listener, lc, tcp, broker, authorizer, scope, None, controller,
-                                    tls.get(lc.name), sasl.get(lc.name))
+                                    tls.get(lc.name), sasl.get(lc.name), audit)
                 addr = tcp.extra(SocketAttribute.local_address)
                 assert isinstance(addr, tuple)   # a TCP listener's (host, port, ...)
                 handle.bound[lc.name] = (addr[0], addr[1])
@@ -351,6 +371,7 @@ async def run_node(config: BrokerConfig, *, clock=None,
                 await anyio.to_thread.run_sync(broker.close)
                 assert kraft is not None   # made with the broker role
                 await anyio.to_thread.run_sync(kraft.replicas.close)
+            await anyio.to_thread.run_sync(audit.close)
             log.info("node %d stopped; logs flushed and closed", config.node_id)
             handle.stopped.set()
 

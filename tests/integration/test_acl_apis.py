@@ -32,13 +32,16 @@ EXISTING = ("secret", "ro-alter", "ro-delete", "ro-parts", "ro-conf")
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
     plain, sasl = free_port(), free_port()
+    audit_path = tmp_path_factory.mktemp("acl-apis-audit") / "audit.log"
     n = SeawayNode(tmp_path_factory.mktemp("acl-apis"), {
         "listeners": f"PLAIN://127.0.0.1:{plain},SASL://127.0.0.1:{sasl}",
         "listener.security.protocol.map": "PLAIN:PLAINTEXT,SASL:SASL_PLAINTEXT",
         "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": JAAS,
-        "authorizer.class.name": ACL_AUTHORIZER, "super.users": "User:ANONYMOUS"},
+        "authorizer.class.name": ACL_AUTHORIZER, "super.users": "User:ANONYMOUS",
+        "audit.log.file": str(audit_path)},
         port=plain).start()
     n.sasl_port = sasl
+    n.audit_path = audit_path
     admin = AdminClient({"bootstrap.servers": n.bootstrap})
     for future in admin.create_topics([NewTopic(t, 1, 1) for t in EXISTING]).values():
         future.result(timeout=20)
@@ -383,3 +386,48 @@ def test_list_groups_shows_only_describable_groups_unless_the_cluster_is_describ
     grant(node, allow("kafka-cluster", AclOperation.DESCRIBE, ResourceType.BROKER))
     listed = as_alice(node, m.ApiKey.LIST_GROUPS, 4, m.ListGroupsRequest(states_filter=[]))
     assert {"lg-mine", "lg-other"} <= {g.group_id for g in listed.groups}
+
+
+# --- the audit log -----------------------------------------------------------------------------
+
+def audit_lines(node, since: int = 0, timeout: float = 10.0, want=lambda lines: True) -> list[dict]:
+    import json
+    deadline = time.monotonic() + timeout
+    while True:
+        text = node.audit_path.read_text() if node.audit_path.exists() else ""
+        lines = [json.loads(line) for line in text.splitlines()[since:]]
+        if want(lines) or time.monotonic() > deadline:
+            return lines
+
+
+def test_the_audit_log_records_logins_denials_and_changes_but_not_filtering(node):
+    import json
+    before = len(node.audit_path.read_text().splitlines()) if node.audit_path.exists() else 0
+    metadata(node)                                               # filtering only: no line
+    fetch(node, ["secret"])                                      # a denial
+    grant(node, allow("au-", AclOperation.CREATE, pattern=ResourcePatternType.PREFIXED))   # an ACL change
+    as_alice(node, m.ApiKey.CREATE_TOPICS, 7, create_topics("au-new")(node))              # a change, allowed
+    with pytest.raises(Exception):
+        asyncio_login(node, "alice", "wrong")                     # a failed login
+    lines = audit_lines(node, before, want=lambda ls: any(l["result"] == "FAILED" for l in ls))
+    keys = ["time", "time_ms", "kind", "principal", "client", "listener", "api", "resource_type", "resource_name",
+            "operation", "result", "detail"]
+    assert all(list(line) == keys for line in lines), lines[:3]
+    seen = {(l["kind"], l["principal"], l["api"], l["resource_name"], l["operation"], l["result"]) for l in lines}
+    assert ("authentication", "User:alice", "SaslAuthenticate", "", "SASL/PLAIN", "SUCCEEDED") in seen
+    assert ("authorization", "User:alice", "Fetch", "secret", "READ", "DENIED") in seen
+    assert ("authorization", "User:ANONYMOUS", "CreateAcls", "kafka-cluster", "ALTER", "ALLOWED") in seen
+    assert ("authorization", "User:alice", "CreateTopics", "au-new", "CREATE", "ALLOWED") in seen
+    assert any(l["kind"] == "authentication" and l["result"] == "FAILED" and l["listener"] == "SASL"
+               and "Invalid username or password" in l["detail"] for l in lines)
+    # Metadata for all topics left "secret" out without a line; nothing else was asked of it.
+    assert not [l for l in lines if l["api"] == "Metadata"], [json.dumps(l) for l in lines if l["api"] == "Metadata"]
+    assert oct(node.audit_path.stat().st_mode & 0o777) == "0o600"
+
+
+def asyncio_login(node, user: str, password: str) -> None:
+    async def run():
+        conn = BrokerConnection("127.0.0.1", node.sasl_port, sasl=SaslCredentials("PLAIN", user, password))
+        await conn.connect()
+        await conn.close()
+    anyio.run(run)

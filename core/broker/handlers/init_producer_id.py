@@ -28,8 +28,7 @@ async def handle(ctx, req):
         return R(throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1)
     # KIP-679: WRITE on any topic is enough to be idempotent; IDEMPOTENT_WRITE still works.
     if not ctx.authorize(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=False) \
-            and not ctx.authorizer.authorize_by_resource_type(ctx.principal, Operation.WRITE, ResourceType.TOPIC,
-                                                              ctx.host):
+            and not ctx.authorize_by_resource_type(Operation.WRITE, ResourceType.TOPIC):
         return R(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1,
                  producer_epoch=-1)
     try:
