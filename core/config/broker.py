@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -284,6 +285,8 @@ class BrokerConfig:
         self.explicit: set[str] = set()
         # listener name (upper case) -> its own ssl.* values, which win over the node's
         self.listener_settings: dict[str, dict[str, Any]] = {}
+        # A one-node cluster with ACLs: the principal it logs in to its own controller as
+        self.internal_principal: str | None = None
         self._client_tls: dict[str, Any] = {}   # listener name -> ssl.SSLContext | None
         self._client_sasl: dict[str, Any] = {}  # listener name -> SaslCredentials | None
         for key in [k for k in props if k.startswith("listener.name.")]:
@@ -400,7 +403,21 @@ class BrokerConfig:
                                   f"a node without voters is a one-node cluster with both roles")
             names = {li.name for li in self.listeners}
             name = next(n for n in ("CONTROLLER", "CONTROLLER_LOCAL", "SEAWAY_CONTROLLER") if n not in names)
-            self.listeners = [*self.listeners, Listener(name, "127.0.0.1", 0, "PLAINTEXT")]
+            protocol = "PLAINTEXT"
+            if v["authorizer.class.name"]:
+                # With ACLs on, the controller listener checks CLUSTER_ACTION, and any local
+                # process could reach a PLAINTEXT one as User:ANONYMOUS. So the node logs in
+                # to its own controller with a secret made at start, as a principal nobody
+                # can name, which is a super user (core.node.server._authorizer).
+                protocol = "SASL_PLAINTEXT"
+                user, password = f"seaway-node-{secrets.token_hex(8)}", secrets.token_urlsafe(24)
+                self.internal_principal = f"User:{user}"
+                self.listener_settings[name] = {
+                    "sasl.enabled.mechanisms": ["PLAIN"],
+                    "plain.sasl.jaas.config": f'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                                              f'username="{user}" password="{password}" user_{user}="{password}";'}
+                self.protocol_map[name] = protocol
+            self.listeners = [*self.listeners, Listener(name, "127.0.0.1", 0, protocol)]
             self.controller_listener_names = [name]
             self.quorum_voters = {self.node_id: ("127.0.0.1", 0)}
             return

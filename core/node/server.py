@@ -229,8 +229,11 @@ def _authorizer(config: BrokerConfig, quorum: QuorumMember) -> Authorizer:
         return AllowAll()
     if name not in STANDARD_AUTHORIZER:
         raise ConfigError(f"authorizer.class.name: {name} is not {STANDARD_AUTHORIZER[0]}")
+    super_users = parse_super_users(config["super.users"])
+    if config.internal_principal is not None:
+        super_users |= {config.internal_principal}
     return StandardAuthorizer(lambda: quorum.loader.image.acls,
-                              super_users=parse_super_users(config["super.users"]),
+                              super_users=super_users,
                               allow_if_no_acl=config["allow.everyone.if.no.acl.found"], binding_of=binding_of)
 
 

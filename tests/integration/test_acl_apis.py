@@ -431,3 +431,22 @@ def asyncio_login(node, user: str, password: str) -> None:
         await conn.connect()
         await conn.close()
     anyio.run(run)
+
+
+def test_a_one_node_cluster_with_acls_and_no_super_user_runs_and_guards_its_controller(tmp_path):
+    """The node reaches its own controller listener: with ACLs on, that listener asks for a
+    login only the node knows, so the node registers and serves, and a local process that
+    finds the port gets nothing from it."""
+    import re
+    import socket
+    from tests.support import wire
+    n = SeawayNode(tmp_path, {"authorizer.class.name": ACL_AUTHORIZER}).start()
+    try:
+        created = as_super(n, m.ApiKey.CREATE_TOPICS, 7, create_topics("nobody-may")(n))
+        assert by_name(created) == {"nobody-may": TAF}       # ANONYMOUS is no one special here
+        port = int(re.search(r"CONTROLLER://127\.0\.0\.1:(\d+)", n.log_path.read_text()).group(1))
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(wire.frame(m.ApiKey.DESCRIBE_QUORUM, 1, m.DescribeQuorumRequest(topics=[])))
+            assert wire.closed_without_answer(sock)
+    finally:
+        n.stop()
