@@ -6,7 +6,7 @@ One node, four listeners:
 
     PLAIN     PLAINTEXT (setup, and SASL requests where there is no SASL)
     SASL      SASL_PLAINTEXT, PLAIN and both SCRAM mechanisms
-    SASLTLS   SASL_SSL, PLAIN
+    SASLTLS   SASL_SSL, PLAIN and both SCRAM mechanisms
     TINY      SASL_PLAINTEXT, PLAIN, sasl.server.max.receive.size=1024
     REAUTH    SASL_PLAINTEXT, PLAIN and SCRAM-SHA-256, sessions of 1.5 s (KIP-368)
 """
@@ -57,6 +57,7 @@ def node(tmp_path_factory, ca):
         "ssl.keystore.location": str(ca.keystore),
         "sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasltls.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         "sasl.jaas.config": JAAS,
         "listener.name.tiny.sasl.server.max.receive.size": "1024",
         "listener.name.reauth.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
@@ -149,16 +150,17 @@ def scram_users(node):
     return admin
 
 
+@pytest.mark.parametrize("listener", ["SASL", "SASLTLS"])
 @pytest.mark.parametrize("user,mechanism", [("carol", "SCRAM-SHA-256"), ("dave", "SCRAM-SHA-512")])
 @pytest.mark.parametrize("client_name", ["confluent", "kafka-python", "kcat", "kafkajs"])
-def test_each_client_authenticates_with_scram(node, ca, scram_users, client_name, user, mechanism):
+def test_each_client_authenticates_with_scram(node, ca, scram_users, client_name, user, mechanism, listener):
     client = CLIENTS[client_name]
-    config = sasl_config(client_name, ca, user=user, mechanism=mechanism)
+    config = sasl_config(client_name, ca, user=user, mechanism=mechanism, tls=listener == "SASLTLS")
     topic = unique_topic(f"scram-{client_name}")
     create_topic(address(node, "PLAIN"), topic, partitions=1)
     records = [Record(value=b"s%d" % i, partition=0) for i in range(10)]
-    client.produce(address(node, "SASL"), topic, records, config=config)
-    got = client.consume(address(node, "SASL"), topic, {0: 0}, count=10, config=config)
+    client.produce(address(node, listener), topic, records, config=config)
+    got = client.consume(address(node, listener), topic, {0: 0}, count=10, config=config)
     assert [r.value for r in got] == [r.value for r in records]
 
 
