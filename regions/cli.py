@@ -124,6 +124,8 @@ def cmd_up(args, state_dir: Path) -> int:
                       f"(through the WAN)")
         print(f"  {'':<10} {'':<12} metrics " + " ".join(
             f"http://127.0.0.1:{n.metrics_port}/metrics" for n in c.nodes))
+    if layout.security is not None:
+        _print_security(layout)
     if args.detach:
         return 0
     print("live status below; Ctrl-C stops the platform")
@@ -133,6 +135,18 @@ def cmd_up(args, state_dir: Path) -> int:
     anyio.run(send_command, state_dir, {"cmd": "down"}, 10.0)
     proc.wait(timeout=120)
     return 0
+
+
+def _print_security(layout) -> None:
+    """Where a secured platform's client settings are, and a command that uses them."""
+    security = layout.security
+    files = security.write_client_files()
+    first = next(iter(layout.clusters.values()))
+    print(f"security: TLS and {security.mechanism} on client listeners, mTLS between nodes, ACLs on "
+          f"(CA {security.ca_path})")
+    print(f"  admin client properties: {files[security.admin_user]}")
+    print(f"  try: kcat -F {files[security.admin_user]} -b {first.bootstrap} -L")
+    print(f"       seaway topics list --command-config {files[security.admin_user]} -b {first.bootstrap}")
 
 
 def _show_status_until_interrupted(proc, state_dir: Path, layout) -> bool:
@@ -197,7 +211,7 @@ async def _all_health(layout, cluster_health, timeout: float = 3.0) -> dict:
     out = {}
 
     async def one(name, c):
-        out[name] = await cluster_health(c, timeout)
+        out[name] = await cluster_health(c, timeout, layout.security)
     async with anyio.create_task_group() as tg:
         for name, c in layout.clusters.items():
             tg.start_soon(one, name, c)

@@ -37,18 +37,22 @@ class ClusterHealth:
         return dict(asdict(self), healthy=self.healthy)
 
 
-async def cluster_health(cluster: ClusterLayout, timeout: float = 5.0) -> ClusterHealth:
+async def cluster_health(cluster: ClusterLayout, timeout: float = 5.0, security=None) -> ClusterHealth:
+    """`security`: the platform's (regions/security.py), whose admin user asks on a secured one."""
     health = ClusterHealth(cluster.region, cluster.name, expected_brokers=cluster.broker_ids)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_quorum, cluster, health, timeout)
-        tg.start_soon(_brokers_and_partitions, cluster, health, timeout)
+        tg.start_soon(_quorum, cluster, health, timeout,
+                      security.admin_security(controller=True) if security is not None else None)
+        tg.start_soon(_brokers_and_partitions, cluster, health, timeout,
+                      security.admin_security() if security is not None else None)
     return health
 
 
-async def _quorum(cluster: ClusterLayout, health: ClusterHealth, timeout: float) -> None:
+async def _quorum(cluster: ClusterLayout, health: ClusterHealth, timeout: float, security) -> None:
     try:
         with anyio.fail_after(timeout):
-            _, described = await describe_quorum(cluster.controller_bootstrap, int(timeout * 1000))
+            _, described = await describe_quorum(cluster.controller_bootstrap, int(timeout * 1000),
+                                                 security=security)
     except (QuorumError, TimeoutError, OSError, Exception) as exc:   # noqa: BLE001 — shown as "no leader"
         health.error = health.error or f"quorum: {_short(exc)}"
         return
@@ -57,10 +61,12 @@ async def _quorum(cluster: ClusterLayout, health: ClusterHealth, timeout: float)
         health.controller_epoch = described.leader_epoch
 
 
-async def _brokers_and_partitions(cluster: ClusterLayout, health: ClusterHealth, timeout: float) -> None:
+async def _brokers_and_partitions(cluster: ClusterLayout, health: ClusterHealth, timeout: float,
+                                  security) -> None:
     timeout_ms = int(timeout * 1000)
     client = KafkaClient(cluster.bootstrap, client_id="regions-status", default_api_timeout_ms=timeout_ms,
-                         request_timeout_ms=timeout_ms, allow_auto_create_topics=False)
+                         request_timeout_ms=timeout_ms, allow_auto_create_topics=False,
+                         **({"security": security} if security is not None else {}))
     try:
         with anyio.fail_after(timeout):
             async with client:     # closes its connections even when the time is up

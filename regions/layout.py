@@ -19,6 +19,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .security import PlatformSecurity
 from .topology import Node, Topology
 
 PORTS_FILE = "ports.json"
@@ -40,6 +41,7 @@ class NodeLayout:
     controller_port: int | None
     metrics_port: int
     wan_ports: dict[str, int] = field(default_factory=dict)     # remote region -> listener port
+    internal_port: int | None = None   # a secured broker's mTLS listener for its cluster's brokers
 
     @property
     def key(self) -> str:
@@ -98,6 +100,7 @@ class PlatformLayout:
     clusters: dict[str, ClusterLayout]
     proxies: list[ProxyLayout]
     mirror_metrics_port: int | None = None     # the mirror process's /metrics, if it has links
+    security: PlatformSecurity | None = None   # the topology's `security:` when enabled
 
     def nodes(self) -> list[NodeLayout]:
         return [n for c in self.clusters.values() for n in c.nodes]
@@ -153,6 +156,9 @@ def plan(topology: Topology, state_dir: Path, *, cluster_ids: dict[str, str] | N
             taken.add(ports[key])
         return int(ports[key])
 
+    sec = topology.security
+    security = (PlatformSecurity(state_dir, admin_user=sec.admin_user, mirror_user=sec.mirror_user,
+                                 mechanism=sec.mechanism) if sec.enabled else None)
     clusters: dict[str, ClusterLayout] = {}
     proxies: list[ProxyLayout] = []
     for region, name, cluster in topology.clusters():
@@ -166,6 +172,8 @@ def plan(topology: Topology, state_dir: Path, *, cluster_ids: dict[str, str] | N
                 controller_port=port(f"{key}/controller_port", node.controller_port)
                 if node.is_controller else None,
                 metrics_port=port(f"{key}/metrics_port", node.metrics_port))
+            if node.is_broker and security is not None:
+                layout.internal_port = port(f"{key}/internal_port", None)
             if node.is_broker:
                 for r in remote:
                     layout.wan_ports[r] = port(f"{key}/wan/{r}", None)
@@ -178,27 +186,38 @@ def plan(topology: Topology, state_dir: Path, *, cluster_ids: dict[str, str] | N
         voters = ",".join(f"{n.node.id}@{n.node.host}:{n.controller_port}" for n in layouts
                           if n.node.is_controller)
         for n in layouts:
-            n.properties = _properties(n, voters, cluster.config, proxies)
+            n.properties = _properties(n, voters, cluster.config, proxies, security)
     mirror_port = port("mirror/metrics_port", None) if topology.mirrors else None
     state_dir.mkdir(parents=True, exist_ok=True)
     _save_json(state_dir / PORTS_FILE, ports)
     _save_json(state_dir / CLUSTER_IDS_FILE, ids)
-    return PlatformLayout(topology, state_dir, clusters, proxies, mirror_port)
+    return PlatformLayout(topology, state_dir, clusters, proxies, mirror_port, security)
 
 
-def _properties(n: NodeLayout, voters: str, cluster_config: dict, proxies: list[ProxyLayout]) -> dict[str, str]:
+def _properties(n: NodeLayout, voters: str, cluster_config: dict, proxies: list[ProxyLayout],
+                security: PlatformSecurity | None = None) -> dict[str, str]:
     host = n.node.host
-    listeners, advertised, protocols = [], [], ["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT"]
+    # Plaintext: one PLAINTEXT listener for clients and brokers. Secured (regions/security.py):
+    # CLIENT and WAN listeners take SCRAM over TLS, brokers and controllers mTLS.
+    client, client_protocol = ("CLIENT", "SASL_SSL") if security else ("PLAINTEXT", "PLAINTEXT")
+    inter_broker = "INTERNAL" if security else client
+    node_protocol = "SSL" if security else "PLAINTEXT"
+    listeners, advertised = [], []
+    protocols = [f"CONTROLLER:{node_protocol}", f"{client}:{client_protocol}"]
     if n.node.is_broker:
-        listeners.append(f"PLAINTEXT://{host}:{n.client_port}")
-        advertised.append(f"PLAINTEXT://{host}:{n.client_port}")
+        listeners.append(f"{client}://{host}:{n.client_port}")
+        advertised.append(f"{client}://{host}:{n.client_port}")
+        if security:
+            listeners.append(f"INTERNAL://{host}:{n.internal_port}")
+            advertised.append(f"INTERNAL://{host}:{n.internal_port}")
+            protocols.append(f"INTERNAL:{node_protocol}")
         for region, real in n.wan_ports.items():
             name = wan_listener(region)
             proxy = next(p for p in proxies if p.cluster == n.cluster and p.node_id == n.node.id
                          and p.client_region == region)
             listeners.append(f"{name}://{host}:{real}")
             advertised.append(f"{name}://127.0.0.1:{proxy.listen_port}")
-            protocols.append(f"{name}:PLAINTEXT")
+            protocols.append(f"{name}:{client_protocol}")
     if n.node.is_controller:
         listeners.append(f"CONTROLLER://{host}:{n.controller_port}")
     props = {
@@ -214,7 +233,11 @@ def _properties(n: NodeLayout, voters: str, cluster_config: dict, proxies: list[
     }
     if advertised:
         props["advertised.listeners"] = ",".join(advertised)
-        props["inter.broker.listener.name"] = "PLAINTEXT"
+        props["inter.broker.listener.name"] = inter_broker
+    if security:
+        props.update(security.node_properties(cluster=n.cluster, node_id=n.node.id, host=host,
+                                              is_controller=n.node.is_controller))
+        props["audit.log.file"] = str(n.directory / "audit.log")
     for source in (cluster_config, n.node.config):
         for key, value in source.items():
             props[key] = str(value).lower() if isinstance(value, bool) else str(value)

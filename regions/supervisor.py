@@ -195,9 +195,12 @@ class Supervisor:
             if (node.data_dir / "meta.properties").exists():
                 continue
             cluster_id = self.layout.clusters[node.cluster].cluster_id
+            # A secured platform's users go into the metadata log at format time, so that
+            # they can log in from the first start (regions/security.py).
+            scram = self.layout.security.scram_arguments() if self.layout.security else []
             result = subprocess.run(
                 [sys.executable, "-m", "core.cli", "storage", "format", "-c", str(node.config_path),
-                 f"--cluster-id={cluster_id}"], cwd=REPO, capture_output=True, text=True)
+                 f"--cluster-id={cluster_id}", *scram], cwd=REPO, capture_output=True, text=True)
             if result.returncode != 0:
                 raise RuntimeError(f"formatting {node.key} failed: "
                                    f"{(result.stderr or result.stdout).strip()}")

@@ -28,6 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,47}$"
+USER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"   # SCRAM user names the platform makes
 DEFAULT_TOPOLOGY = Path(__file__).parent / "topologies" / "two-regions.yaml"
 # Properties every node gets from the launcher; a topology setting them would break it.
 RESERVED_PROPERTIES = frozenset({
@@ -132,12 +133,22 @@ class DrSettings(_Strict):
     rto_target_s: float = Field(default=300.0, gt=0)
 
 
+class Security(_Strict):
+    """TLS, SCRAM and ACLs on every cluster of the platform (regions/security.py). Off, every
+    listener is PLAINTEXT: for quick experiments on a machine of one's own."""
+    enabled: bool = False
+    mechanism: Literal["SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-512"
+    admin_user: str = Field(default="admin", pattern=USER_PATTERN)     # a super user of every cluster
+    mirror_user: str = Field(default="mirror", pattern=USER_PATTERN)   # the mirror's own principal
+
+
 class Topology(_Strict):
     name: str = Field(default="seaway", pattern=NAME_PATTERN)
     regions: dict[str, Region] = Field(min_length=1)
     wan: Wan = Field(default_factory=Wan)
     mirrors: list[MirrorLink] = Field(default_factory=list)
     dr: DrSettings = Field(default_factory=DrSettings)
+    security: Security = Field(default_factory=Security)
 
     def clusters(self) -> Iterator[tuple[str, str, Cluster]]:
         """(region, cluster name, cluster) for every cluster, in file order."""

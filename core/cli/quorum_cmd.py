@@ -12,7 +12,7 @@ import time
 
 import anyio
 
-from .common import CliError
+from .common import CliError, command_config_security
 from .output import add_output_flag, emit_json, table
 
 
@@ -30,6 +30,9 @@ def register(sub) -> None:
     what = d.add_mutually_exclusive_group()
     what.add_argument("--status", action="store_true", help="the quorum's summary (default)")
     what.add_argument("--replication", action="store_true", help="one row per voter and observer")
+    d.add_argument("--command-config", metavar="FILE",
+                   help="Kafka client properties to connect with (security.protocol, ssl.*, sasl.*), "
+                        "as Kafka's tools take them")
     add_output_flag(d)
     d.add_argument("--timeout", type=float, default=10.0, help="seconds to wait (default: 10)")
     d.set_defaults(func=lambda args: anyio.run(_describe, args))
@@ -38,14 +41,16 @@ def register(sub) -> None:
 async def _describe(args) -> int:
     # not at module level: `seaway --help` stays fast
     from core.client.quorum import QuorumError, describe_quorum, describe_quorum_via_broker
+    security = command_config_security(args.command_config)
     try:
         with anyio.fail_after(args.timeout):
             if args.bootstrap_controller:
                 cluster_id, described = await describe_quorum(args.bootstrap_controller,
-                                                              int(args.timeout * 1000))
+                                                              int(args.timeout * 1000), security=security)
             else:
                 cluster_id, described = await describe_quorum_via_broker(args.bootstrap_server,
-                                                                         int(args.timeout * 1000))
+                                                                         int(args.timeout * 1000),
+                                                                         security=security)
     except TimeoutError:
         where = args.bootstrap_controller or args.bootstrap_server
         raise CliError(f"no answer from {where} within {args.timeout:g}s") from None

@@ -55,13 +55,13 @@ class QuorumDescription:
     observers: tuple[ReplicaState, ...] = ()
 
 
-async def describe_quorum(bootstrap: str, timeout_ms: int, *,
-                          client_id: str = "seaway-cli") -> tuple[str, QuorumDescription]:
+async def describe_quorum(bootstrap: str, timeout_ms: int, *, client_id: str = "seaway-cli",
+                          security=None) -> tuple[str, QuorumDescription]:
     """(cluster id, description) from the active controller, found through the controller
     listener(s) in `bootstrap`."""
     errors = []
     for host, port in parse_bootstrap(bootstrap):
-        conn = _connection(host, port, timeout_ms, client_id)
+        conn = _connection(host, port, timeout_ms, client_id, security)
         try:
             await conn.connect()
             cluster = await conn.send(m.DescribeClusterRequest(include_cluster_authorized_operations=False,
@@ -82,7 +82,7 @@ async def describe_quorum(bootstrap: str, timeout_ms: int, *,
         leader = next((b for b in cluster.brokers if b.broker_id == cluster.controller_id), None)
         if leader is None:
             raise QuorumError(f"controller {cluster.controller_id} leads but its address is unknown")
-        conn = _connection(leader.host, leader.port, timeout_ms, client_id)
+        conn = _connection(leader.host, leader.port, timeout_ms, client_id, security)
         try:
             await conn.connect()
             answer, raw = await _ask(conn)
@@ -97,13 +97,13 @@ async def describe_quorum(bootstrap: str, timeout_ms: int, *,
     raise QuorumError("no controller answered: " + "; ".join(errors))
 
 
-async def describe_quorum_via_broker(bootstrap: str, timeout_ms: int, *,
-                                     client_id: str = "seaway-cli") -> tuple[str, QuorumDescription]:
+async def describe_quorum_via_broker(bootstrap: str, timeout_ms: int, *, client_id: str = "seaway-cli",
+                                     security=None) -> tuple[str, QuorumDescription]:
     """(cluster id, description), asked of the first broker in `bootstrap` that answers; the
     broker forwards the question to the active controller."""
     errors = []
     for host, port in parse_bootstrap(bootstrap):
-        conn = _connection(host, port, timeout_ms, client_id)
+        conn = _connection(host, port, timeout_ms, client_id, security)
         try:
             await conn.connect()
             cluster = await conn.send(m.DescribeClusterRequest(include_cluster_authorized_operations=False),
@@ -123,9 +123,12 @@ async def describe_quorum_via_broker(bootstrap: str, timeout_ms: int, *,
     raise QuorumError("no broker answered: " + "; ".join(errors))
 
 
-def _connection(host: str, port: int, timeout_ms: int, client_id: str) -> BrokerConnection:
+def _connection(host: str, port: int, timeout_ms: int, client_id: str, security=None) -> BrokerConnection:
+    """`security` (core.client.security.ClientSecurity): the TLS and SASL to connect with."""
     return BrokerConnection(host, port, client_id=client_id, request_timeout_ms=timeout_ms,
-                            connect_timeout_ms=timeout_ms)
+                            connect_timeout_ms=timeout_ms,
+                            ssl_context=security.ssl_context if security is not None else None,
+                            sasl=security.sasl if security is not None else None)
 
 
 async def _ask(conn: BrokerConnection):

@@ -76,6 +76,12 @@ class TlsSettings:
         for name, raw in props.items():
             if not name.startswith("ssl."):
                 continue
+            if name == "ssl.ca.location":
+                # librdkafka's name for a PEM file of trusted CAs, so that one properties file
+                # serves kcat -F, confluent-kafka and Seaway's CLI alike.
+                values["ssl.truststore.location"] = raw
+                values["ssl.truststore.type"] = "PEM"
+                continue
             if name not in DEFAULTS:
                 raise TlsError(f"{where}{name}: not a TLS setting Seaway knows")
             if name in _LISTS:

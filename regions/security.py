@@ -1,0 +1,172 @@
+"""The platform's security, when the topology turns it on: who is who, the certificates and
+passwords that prove it, and the properties that make every node and client use them.
+
+Theory of operation
+-------------------
+One local CA per platform (state directory `pki/`) signs a certificate for every node and one
+for each platform user. Certificates name their holder in the common name, and every node maps
+a certificate's subject to that name (`ssl.principal.mapping.rules`), so:
+
+    node certificate  CN=node.<cluster>   ->  User:node.<cluster>   a super user of its cluster
+    admin certificate CN=<admin user>     ->  User:<admin user>     a super user of every cluster
+    mirror            SCRAM <mirror user> ->  User:<mirror user>    the ACLs its links need
+
+Each broker has four kinds of listener:
+
+    CLIENT      SASL_SSL, SCRAM     clients of its own region
+    WAN_<R>     SASL_SSL, SCRAM     clients of region R, through the WAN proxy (TLS passes
+                                    through the proxy unchanged)
+    INTERNAL    SSL, mTLS           replication between the cluster's brokers
+    CONTROLLER  SSL, mTLS           the quorum and the brokers' controller channel
+
+Node-to-node connections prove themselves with the node certificate; a node of another
+cluster, with a certificate of the same CA, is a principal nobody granted anything. ACLs are
+on (`allow.everyone.if.no.acl.found=false`), so everything else is denied until granted.
+
+SCRAM credentials for the admin and mirror users are written into each cluster's metadata log
+when its storage is formatted (`storage format --add-scram`), so they work from the first
+start. Passwords are made once and kept in `secrets.json` (mode 0600); client property files
+for the admin user, usable by `seaway --command-config`, kcat's `-F` and librdkafka clients,
+are written to `clients/`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.security.ca import CertificateAuthority
+
+SECRETS_FILE = "secrets.json"
+PKI_DIR = "pki"
+CLIENTS_DIR = "clients"
+ACL_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+# O=Seaway, CN=name (Kafka prints it CN=name,O=Seaway) -> name
+MAPPING_RULES = "RULE:^CN=([^,]+),O=Seaway$/$1/,DEFAULT"
+
+
+def node_principal(cluster: str) -> str:
+    return f"User:node.{cluster}"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A certificate's files, with its key and chain in one PEM file (ssl.keystore.type=PEM)."""
+    keystore: Path
+    cert: Path
+    key: Path
+
+
+class PlatformSecurity:
+    """The CA, certificates and passwords of one platform's state directory; made on first
+    use, kept after (a platform keeps its identities across restarts)."""
+
+    def __init__(self, state_dir: Path, *, admin_user: str, mirror_user: str, mechanism: str):
+        self.state_dir = Path(state_dir)
+        self.admin_user = admin_user
+        self.mirror_user = mirror_user
+        self.mechanism = mechanism
+        self.pki_dir = self.state_dir / PKI_DIR
+        self._ca: CertificateAuthority | None = None
+        self._passwords: dict[str, str] | None = None
+
+    @property
+    def ca(self) -> CertificateAuthority:
+        if self._ca is None:
+            self._ca = CertificateAuthority(self.pki_dir, name="Seaway platform CA")
+        return self._ca
+
+    @property
+    def ca_path(self) -> Path:
+        return self.ca.cert_path
+
+    def password(self, user: str) -> str:
+        if self._passwords is None:
+            path = self.state_dir / SECRETS_FILE
+            try:
+                self._passwords = json.loads(path.read_text())
+            except (OSError, ValueError):
+                self._passwords = {}
+        if user not in self._passwords:
+            self._passwords[user] = secrets.token_urlsafe(18)
+            _write_private(self.state_dir / SECRETS_FILE, json.dumps(self._passwords, indent=2) + "\n")
+        return self._passwords[user]
+
+    def identity(self, name: str, common_name: str, hosts: tuple[str, ...]) -> Identity:
+        """The certificate `name` (issued now if the platform has none yet)."""
+        cert, key = self.pki_dir / f"{name}.crt", self.pki_dir / f"{name}.key"
+        keystore = self.pki_dir / f"{name}.pem"
+        if not keystore.exists():
+            issued = self.ca.issue(name, common_name=common_name, hosts=hosts)
+            _write_private(keystore, issued.key.read_text() + issued.cert.read_text())
+        return Identity(keystore, cert, key)
+
+    def node_identity(self, cluster: str, node_id: int, host: str) -> Identity:
+        return self.identity(f"{cluster}-node-{node_id}", f"node.{cluster}",
+                             tuple(dict.fromkeys((host, "localhost", "127.0.0.1"))))
+
+    def scram_arguments(self) -> list[str]:
+        """`storage format` arguments that put the platform users' credentials in a new
+        cluster's metadata log."""
+        out = []
+        for user in (self.admin_user, self.mirror_user):
+            out += ["--add-scram", f"{self.mechanism}=[name={user},password={self.password(user)}]"]
+        return out
+
+    def client_properties(self, user: str) -> dict[str, str]:
+        """Kafka client properties for `user` over SASL_SSL. ssl.ca.location is librdkafka's
+        name (kcat -F, confluent-kafka); Seaway's CLI reads it too."""
+        return {"security.protocol": "SASL_SSL", "sasl.mechanism": self.mechanism, "sasl.username": user,
+                "sasl.password": self.password(user), "ssl.ca.location": str(self.ca_path)}
+
+    def write_client_files(self) -> dict[str, Path]:
+        """clients/<user>.properties for the admin and mirror users; {user: path}."""
+        out = {}
+        for user in (self.admin_user, self.mirror_user):
+            path = self.state_dir / CLIENTS_DIR / f"{user}.properties"
+            props = self.client_properties(user)
+            text = "".join(f"{k}={v}\n" for k, v in props.items())
+            _write_private(path, f"# {user} on this platform's client listeners (written by `regions up`)\n" + text)
+            out[user] = path
+        return out
+
+    def admin_certificate(self) -> Identity:
+        """The admin user's client certificate, for the mTLS controller listeners."""
+        return self.identity(f"{self.admin_user}-client", self.admin_user, ())
+
+    def admin_security(self, *, controller: bool = False):
+        """How the platform's own tools connect as the admin user: SCRAM over TLS to brokers,
+        the admin certificate to controllers (core.client.security.ClientSecurity)."""
+        from core.client.security import security_from_properties
+        if controller:
+            cert = self.admin_certificate()
+            return security_from_properties({
+                "security.protocol": "SSL", "ssl.keystore.type": "PEM", "ssl.keystore.location": str(cert.keystore),
+                "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.ca_path)})
+        return security_from_properties(self.client_properties(self.admin_user))
+
+    def node_properties(self, *, cluster: str, node_id: int, host: str, is_controller: bool) -> dict[str, str]:
+        """What every node of a secured cluster gets, besides its listeners."""
+        identity = self.node_identity(cluster, node_id, host)
+        props = {
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(identity.keystore),
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.ca_path),
+            "ssl.principal.mapping.rules": MAPPING_RULES,
+            "sasl.enabled.mechanisms": self.mechanism,
+            "authorizer.class.name": ACL_AUTHORIZER,
+            "allow.everyone.if.no.acl.found": "false",
+            "super.users": f"{node_principal(cluster)};User:{self.admin_user}",
+            "listener.name.internal.ssl.client.auth": "required",
+        }
+        if is_controller:
+            props["listener.name.controller.ssl.client.auth"] = "required"
+        return props
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)

@@ -1,0 +1,151 @@
+"""A secured platform (the topology's `security:` section), as a newcomer uses it: `regions up`
+prints a client properties file and a kcat command, and that command works as printed; every
+other way in is shut.
+
+One region, one cluster of three combined nodes: client listeners take SCRAM over TLS, the
+brokers replicate and the controllers vote over mTLS, ACLs are on.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import socket
+import ssl
+import subprocess
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from core.config import load_properties
+from tests.support.node import REPO
+from tests.support.regions import Platform, regions
+
+pytestmark = pytest.mark.integration
+
+TOPOLOGY = """\
+name: secured
+regions:
+  eu:
+    clusters:
+      eu-1:
+        config: {default.replication.factor: 3, min.insync.replicas: 2, offsets.topic.replication.factor: 3}
+        nodes:
+          - {id: 1, roles: [broker, controller], zone: a}
+          - {id: 2, roles: [broker, controller], zone: b}
+          - {id: 3, roles: [broker, controller], zone: c}
+security:
+  enabled: true
+"""
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("secured")
+    topology = directory / "secured.yaml"
+    topology.write_text(TOPOLOGY)
+    with Platform(directory / "state", topology) as p:
+        yield p
+
+
+def printed_command(platform, program: str) -> list[str]:
+    line = next(line for line in platform.up_output.splitlines() if re.search(rf"\b{program} ", line))
+    return shlex.split(line.split(":", 1)[1] if line.strip().startswith("try:") else line)
+
+
+def test_the_printed_kcat_command_works_as_printed(platform):
+    kcat = printed_command(platform, "kcat")
+    assert kcat[0] == "kcat" and "-F" in kcat
+    listed = subprocess.run(kcat, capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0 and "3 brokers" in listed.stdout, listed.stderr
+    props = kcat[kcat.index("-F") + 1]
+    bootstrap = kcat[kcat.index("-b") + 1]
+    produced = subprocess.run(["kcat", "-F", props, "-b", bootstrap, "-P", "-t", "printed"], input="hello\n",
+                              capture_output=True, text=True, timeout=60)
+    assert produced.returncode == 0, produced.stderr
+    consumed = subprocess.run(["kcat", "-F", props, "-b", bootstrap, "-C", "-t", "printed", "-o", "beginning", "-e"],
+                              capture_output=True, text=True, timeout=60)
+    assert consumed.stdout.splitlines() == ["hello"], consumed.stderr
+    seaway = printed_command(platform, "seaway")
+    listed = subprocess.run(seaway, capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert listed.returncode == 0 and "printed" in listed.stdout, listed.stderr
+
+
+def admin_config(platform) -> dict:
+    kcat = printed_command(platform, "kcat")
+    props = load_properties(Path(kcat[kcat.index("-F") + 1]))
+    assert oct(Path(kcat[kcat.index("-F") + 1]).stat().st_mode & 0o777) == "0o600"
+    return {"bootstrap.servers": platform.bootstrap("eu-1"), **props}
+
+
+def test_replication_runs_over_mtls_and_clients_over_scram(platform):
+    config = admin_config(platform)
+    producer = Producer({**config, "acks": "all"})
+    for i in range(50):
+        producer.produce("replicated", b"r%d" % i)
+    assert producer.flush(30) == 0
+    consumer = Consumer({**config, "group.id": "secured-check", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("replicated", p, 0) for p in range(3)])
+    got = []
+    for _ in range(100):
+        got += [m.value() for m in consumer.consume(50, 0.5) if not m.error()]
+        if len(got) == 50:
+            break
+    consumer.close()
+    assert sorted(got) == sorted(b"r%d" % i for i in range(50))
+    status = platform.status()
+    cluster = status["regions"]["eu"]["eu-1"]
+    assert cluster["healthy"] and cluster["under_replicated"] == 0, cluster
+
+
+def test_every_other_way_in_is_shut(platform):
+    bootstrap = platform.bootstrap("eu-1")
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    # Plaintext to the client listener: no answer.
+    plain = subprocess.run(["kcat", "-b", bootstrap, "-L", "-m", "5"], capture_output=True, text=True, timeout=60)
+    assert plain.returncode != 0
+    # TLS without a password: the handshake works, authentication does not.
+    config = admin_config(platform)
+    wrong = Producer({**config, "sasl.password": "not-it", "message.timeout.ms": 5000, "log_level": 0})
+    errors = []
+    wrong.produce("replicated", b"x", on_delivery=lambda err, msg: errors.append(err))
+    wrong.flush(15)
+    assert errors and errors[0] is not None
+    # The INTERNAL and CONTROLLER listeners want a certificate of this platform's CA.
+    node_props = load_properties(Path(platform.state_dir) / "clusters" / "eu-1" / "node-1" / "node.properties")
+    for listener in ("INTERNAL", "CONTROLLER"):
+        address = re.search(rf"{listener}://([^,]+)", node_props["listeners"]).group(1)
+        h, p = address.rsplit(":", 1)
+        context = ssl.create_default_context(cafile=config["ssl.ca.location"])
+        with socket.create_connection((h, int(p)), timeout=10) as raw:
+            try:
+                with context.wrap_socket(raw, server_hostname=h) as tls:
+                    tls.sendall(b"\x00\x00\x00\x01\x00")
+                    assert tls.recv(1) == b"", f"{listener} served a client without a certificate"
+            except (ssl.SSLError, ConnectionError):
+                pass    # refused during or right after the handshake: as it should be
+    # ACLs are on: a SCRAM user nobody granted anything may not produce.
+    users = subprocess.run(["seaway", "users", "add", "bob", "--mechanism", "SCRAM-SHA-512", "--password", "bob-secret",
+                            "--command-config", admin_config_path(platform), "-b", bootstrap],
+                           capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert users.returncode == 0, users.stderr
+    bob = Producer({**config, "sasl.username": "bob", "sasl.password": "bob-secret", "message.timeout.ms": 10000})
+    errors = []
+    bob.produce("replicated", b"x", on_delivery=lambda err, msg: errors.append(err))
+    bob.flush(20)
+    assert errors and errors[0] is not None and errors[0].name() == "TOPIC_AUTHORIZATION_FAILED", errors
+    del host, port
+
+
+def admin_config_path(platform) -> str:
+    kcat = printed_command(platform, "kcat")
+    return kcat[kcat.index("-F") + 1]
+
+
+def test_a_restart_keeps_the_same_identities(platform, tmp_path):
+    """The CA, certificates and passwords are made once: `regions status` (which plans the
+    layout again) changes none of them."""
+    pki = Path(platform.state_dir) / "pki"
+    before = {p.name: p.read_bytes() for p in pki.iterdir()}
+    assert regions(platform.state_dir, "status").returncode == 0
+    assert {p.name: p.read_bytes() for p in pki.iterdir()} == before
