@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import (groups_cmd, health_cmd, leaders_cmd, node_cmd, quorum_cmd, reassign_cmd, storage_cmd, topics_cmd,
-               users_cmd)
+from . import (acls_cmd, groups_cmd, health_cmd, leaders_cmd, node_cmd, quorum_cmd, reassign_cmd, storage_cmd,
+               topics_cmd, users_cmd)
 from .common import CliError, UsageError
 
 __all__ = ["CliError", "UsageError", "build_parser", "main"]
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     leaders_cmd.register(sub)
     health_cmd.register(sub)
     users_cmd.register(sub)
+    acls_cmd.register(sub)
     return parser
 
 

@@ -42,7 +42,7 @@ from core.raft.messages import (BeginQuorumEpochRequest, DescribeQuorumRequest, 
 from core.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 # The cluster operation each API needs; the admin APIs a client may send are narrowed instead.
-CLUSTER_OPERATION = {
+CLUSTER_OPERATION: dict[int, Operation] = {
     **{key: Operation.CLUSTER_ACTION for key in (
         m.ApiKey.VOTE, m.ApiKey.BEGIN_QUORUM_EPOCH, m.ApiKey.END_QUORUM_EPOCH, m.ApiKey.FETCH,
         m.ApiKey.FETCH_SNAPSHOT, m.ApiKey.BROKER_REGISTRATION, m.ApiKey.BROKER_HEARTBEAT,

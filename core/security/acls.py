@@ -155,7 +155,9 @@ class AclSet:
         or prefixed, that no DENY on the same literal name or on a prefix of it covers."""
         if self.authorize(principal, host, operation, resource_type, "hardcode"):
             return True
-        denied_literal, denied_prefixes, allowed = set(), set(), []
+        denied_literal: set[str] = set()
+        denied_prefixes: set[str] = set()
+        allowed: list[AclBinding] = []
         for b in self.bindings:
             if b.resource_type != resource_type or not b.applies_to(principal, host) \
                     or b.operation not in (operation, Operation.ALL):

@@ -409,19 +409,19 @@ def test_the_audit_log_records_logins_denials_and_changes_but_not_filtering(node
     as_alice(node, m.ApiKey.CREATE_TOPICS, 7, create_topics("au-new")(node))              # a change, allowed
     with pytest.raises(Exception):
         asyncio_login(node, "alice", "wrong")                     # a failed login
-    lines = audit_lines(node, before, want=lambda ls: any(l["result"] == "FAILED" for l in ls))
+    lines = audit_lines(node, before, want=lambda ls: any(e["result"] == "FAILED" for e in ls))
     keys = ["time", "time_ms", "kind", "principal", "client", "listener", "api", "resource_type", "resource_name",
             "operation", "result", "detail"]
     assert all(list(line) == keys for line in lines), lines[:3]
-    seen = {(l["kind"], l["principal"], l["api"], l["resource_name"], l["operation"], l["result"]) for l in lines}
+    seen = {(e["kind"], e["principal"], e["api"], e["resource_name"], e["operation"], e["result"]) for e in lines}
     assert ("authentication", "User:alice", "SaslAuthenticate", "", "SASL/PLAIN", "SUCCEEDED") in seen
     assert ("authorization", "User:alice", "Fetch", "secret", "READ", "DENIED") in seen
     assert ("authorization", "User:ANONYMOUS", "CreateAcls", "kafka-cluster", "ALTER", "ALLOWED") in seen
     assert ("authorization", "User:alice", "CreateTopics", "au-new", "CREATE", "ALLOWED") in seen
-    assert any(l["kind"] == "authentication" and l["result"] == "FAILED" and l["listener"] == "SASL"
-               and "Invalid username or password" in l["detail"] for l in lines)
+    assert any(e["kind"] == "authentication" and e["result"] == "FAILED" and e["listener"] == "SASL"
+               and "Invalid username or password" in e["detail"] for e in lines)
     # Metadata for all topics left "secret" out without a line; nothing else was asked of it.
-    assert not [l for l in lines if l["api"] == "Metadata"], [json.dumps(l) for l in lines if l["api"] == "Metadata"]
+    assert not [e for e in lines if e["api"] == "Metadata"], [json.dumps(e) for e in lines if e["api"] == "Metadata"]
     assert oct(node.audit_path.stat().st_mode & 0o777) == "0o600"
 
 
