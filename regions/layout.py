@@ -122,7 +122,11 @@ class PlatformLayout:
         links = []
         for m in self.topology.mirrors:
             source = self.wan_bootstrap(m.source, self.topology.region_of(m.target))
-            links.append(self.topology.mirror_link_config(m, source, self.clusters[m.target].bootstrap))
+            link = self.topology.mirror_link_config(m, source, self.clusters[m.target].bootstrap)
+            if self.security is not None:   # the mirror logs in as its own user on both sides
+                props = self.security.client_properties(self.security.mirror_user)
+                link["source_properties"], link["target_properties"] = dict(props), dict(props)
+            links.append(link)
         return links
 
     def select(self, target: str) -> list[NodeLayout]:

@@ -31,6 +31,8 @@ are written to `clients/`.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -75,32 +77,51 @@ class PlatformSecurity:
     @property
     def ca(self) -> CertificateAuthority:
         if self._ca is None:
-            self._ca = CertificateAuthority(self.pki_dir, name="Seaway platform CA")
+            with self._locked():
+                self._ca = CertificateAuthority(self.pki_dir, name="Seaway platform CA")
         return self._ca
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """The platform's secrets are made by whichever process asks first, under this lock."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.state_dir / (SECRETS_FILE + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
 
     @property
     def ca_path(self) -> Path:
         return self.ca.cert_path
 
     def password(self, user: str) -> str:
-        if self._passwords is None:
-            path = self.state_dir / SECRETS_FILE
+        """The user's password, made the first time any process of the platform asks. Several
+        processes plan the same layout (`regions up`, the supervisor, `regions status`), so
+        the file is read and extended under a lock, never from a copy one of them kept."""
+        if self._passwords is not None and user in self._passwords:
+            return self._passwords[user]
+        path = self.state_dir / SECRETS_FILE
+        with self._locked():
             try:
-                self._passwords = json.loads(path.read_text())
+                known = json.loads(path.read_text())
             except (OSError, ValueError):
-                self._passwords = {}
-        if user not in self._passwords:
-            self._passwords[user] = secrets.token_urlsafe(18)
-            _write_private(self.state_dir / SECRETS_FILE, json.dumps(self._passwords, indent=2) + "\n")
-        return self._passwords[user]
+                known = {}
+            if user not in known:
+                known[user] = secrets.token_urlsafe(18)
+                _write_private(path.with_suffix(".tmp"), json.dumps(known, indent=2) + "\n")
+                path.with_suffix(".tmp").replace(path)
+        self._passwords = known
+        return known[user]
 
     def identity(self, name: str, common_name: str, hosts: tuple[str, ...]) -> Identity:
         """The certificate `name` (issued now if the platform has none yet)."""
         cert, key = self.pki_dir / f"{name}.crt", self.pki_dir / f"{name}.key"
         keystore = self.pki_dir / f"{name}.pem"
         if not keystore.exists():
-            issued = self.ca.issue(name, common_name=common_name, hosts=hosts)
-            _write_private(keystore, issued.key.read_text() + issued.cert.read_text())
+            ca = self.ca
+            with self._locked():
+                if not keystore.exists():
+                    issued = ca.issue(name, common_name=common_name, hosts=hosts)
+                    _write_private(keystore, issued.key.read_text() + issued.cert.read_text())
         return Identity(keystore, cert, key)
 
     def node_identity(self, cluster: str, node_id: int, host: str) -> Identity:
@@ -146,6 +167,41 @@ class PlatformSecurity:
                 "security.protocol": "SSL", "ssl.keystore.type": "PEM", "ssl.keystore.location": str(cert.keystore),
                 "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.ca_path)})
         return security_from_properties(self.client_properties(self.admin_user))
+
+    def mirror_acls(self, cluster: str, links: list) -> list:
+        """The ACLs the mirror user needs on `cluster`, for the topology's mirror links
+        (MirrorLink) that read from it or write to it; core.client.acl_admin bindings.
+
+        From a source it reads every topic and its configs, the groups' committed offsets
+        (DESCRIBE on groups, and on the cluster to list them), and it keeps two topics of its
+        own there: `heartbeats` and `mm2-offset-syncs.<target>.internal`. On a target it
+        creates, writes, grows and configures the remote topics, which the default policy
+        names `<source>.` (the identity policy keeps names, so there it is every topic),
+        writes `<source>.checkpoints.internal`, and commits translated offsets into groups."""
+        from core.client.acl_admin import AclBinding, AclOperation as Op, AclPermission, PatternType, ResourceType
+        principal = f"User:{self.mirror_user}"
+        out: list = []
+
+        def grant(rtype, name, pattern, *ops):
+            out.extend(AclBinding(rtype, name, pattern, principal, "*", op, AclPermission.ALLOW) for op in ops)
+
+        T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+        LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
+        for link in links:
+            if link.source == cluster:
+                grant(T, "*", LIT, Op.READ, Op.DESCRIBE, Op.DESCRIBE_CONFIGS)
+                grant(T, "heartbeats", LIT, Op.CREATE, Op.WRITE)
+                grant(T, f"mm2-offset-syncs.{link.target}.internal", LIT, Op.CREATE, Op.WRITE, Op.READ)
+                grant(G, "*", LIT, Op.DESCRIBE)
+                grant(C, "kafka-cluster", LIT, Op.DESCRIBE)
+            if link.target == cluster:
+                remote = ("*", LIT) if link.policy == "identity" else (f"{link.source}.", PRE)
+                grant(T, *remote, Op.CREATE, Op.WRITE, Op.READ, Op.DESCRIBE, Op.ALTER, Op.ALTER_CONFIGS,
+                      Op.DESCRIBE_CONFIGS)
+                grant(T, f"{link.source}.checkpoints.internal", LIT, Op.CREATE, Op.WRITE, Op.READ, Op.DESCRIBE)
+                grant(G, "*", LIT, Op.READ, Op.DESCRIBE)
+                grant(C, "kafka-cluster", LIT, Op.DESCRIBE)
+        return list(dict.fromkeys(out))
 
     def node_properties(self, *, cluster: str, node_id: int, host: str, is_controller: bool) -> dict[str, str]:
         """What every node of a secured cluster gets, besides its listeners."""

@@ -171,7 +171,10 @@ class Supervisor:
                     node.start()
                 self.write_platform_file()
                 if self.mirror is not None:
-                    self.mirror.start()
+                    if self.layout.security is not None:
+                        tg.start_soon(self._grant_mirror_then_start)
+                    else:
+                        self.mirror.start()
                 tg.start_soon(self._watch)
                 tg.start_soon(self._on_signals)
                 tg.start_soon(listener.serve, self._handle)
@@ -188,6 +191,30 @@ class Supervisor:
                     node.proc.kill()
             if self.mirror is not None and self.mirror.running:
                 self.mirror.proc.kill()
+
+    async def _grant_mirror_then_start(self) -> None:
+        """On a secured platform the mirror may do only what its ACLs allow, so they are in
+        place before it starts: the admin user creates them on each cluster as soon as it
+        answers (creating an ACL that exists changes nothing, so every start does it)."""
+        from core.client.acl_admin import AclAdmin
+        from core.client.client import KafkaClient
+        security = self.layout.security
+        assert security is not None and self.mirror is not None
+        for name, cluster in self.layout.clusters.items():
+            wanted = security.mirror_acls(name, self.layout.topology.mirrors)
+            while wanted:
+                try:
+                    async with KafkaClient(cluster.bootstrap, client_id="regions-supervisor",
+                                           security=security.admin_security()) as client:
+                        errors = [e for e in await AclAdmin(client, timeout_ms=10_000).create_acls(wanted) if e]
+                    if not errors:
+                        log.info("mirror ACLs in place on %s (%d)", name, len(wanted))
+                        break
+                    log.info("mirror ACLs on %s not created yet: %s", name, errors[0])
+                except Exception as exc:   # noqa: BLE001 — a cluster still starting; ask again
+                    log.info("mirror ACLs on %s not created yet: %s", name, exc)
+                await anyio.sleep(1.0)
+        self.mirror.start()
 
     def format_storage(self) -> None:
         for node in self.layout.nodes():
@@ -242,7 +269,9 @@ class Supervisor:
         service, not a simulated outage: it is started again."""
         reported: set[str] = set()
         while True:
-            if self.mirror is not None and not self.mirror.running and not self.done.is_set():
+            # (proc None: not started yet, on a secured platform while its ACLs are made)
+            if self.mirror is not None and self.mirror.proc is not None and not self.mirror.running \
+                    and not self.done.is_set():
                 log.warning("the mirror exited with %s; starting it again (see %s)",
                             self.mirror.proc.returncode, self.mirror.describe()["log"])
                 await anyio.sleep(1.0)

@@ -47,8 +47,8 @@ class RequestContext:
         """`log_denied=False` for a check that filters what a response shows rather than refusing
         the request (Kafka's logIfDenied): the audit log records its denials not at all."""
         allowed = self.authorizer.authorize(self.principal, operation, resource_type, name, self.host)
-        if self.audit.enabled and (operation in AUDITED_OPERATIONS or self.api_key in AUDITED_APIS
-                                   or (not allowed and log_denied)):
+        if self.audit.enabled and (log_denied if not allowed else
+                                   operation in AUDITED_OPERATIONS or self.api_key in AUDITED_APIS):
             self.audit.record(AuditEvent(now_ms(), "authorization", self.principal, self.peer, self.listener.name,
                                          API_NAMES.get(self.api_key, str(self.api_key)), resource_type.name, name,
                                          operation.name, "ALLOWED" if allowed else "DENIED"))
