@@ -119,6 +119,12 @@ BAD = [
     ("a list at the top", "- 1\n- 2\n", 1, None, "mapping"),
     ("controller port on a broker", edit("port: 9100", "controller_port: 9100"),
      8, "regions.eu-west.clusters.eu-1.nodes[1].controller_port", "controller role"),
+    ("plain mechanism on the platform", GOOD + "security: {enabled: true, mechanism: PLAIN}\n",
+     GOOD.count("\n") + 1, "security.mechanism", "'SCRAM-SHA-256' or 'SCRAM-SHA-512'"),
+    ("admin user with a space", GOOD + "security: {enabled: true, admin_user: 'my admin'}\n",
+     GOOD.count("\n") + 1, "security.admin_user", "pattern"),
+    ("security switch is text", GOOD + "security: {enabled: maybe}\n",
+     GOOD.count("\n") + 1, "security.enabled", "boolean"),
 ]
 
 
