@@ -1,16 +1,16 @@
 #!/usr/bin/env python
-"""Hand-run benchmark: produce and consume over TLS, as a ratio to plaintext on the same node.
+"""Hand-run benchmark: produce and consume over TLS and SASL_SSL, as ratios to plaintext on one node.
 
     python tests/benchmarks/bench_tls.py                    # 1,000,000 records of 1 KiB, 3 rounds
     python tests/benchmarks/bench_tls.py --records 200000 --repeat 1
 
-One Seaway node (a one-node cluster) listens on a PLAINTEXT and an SSL listener (a certificate
-from a throwaway CA, TLS 1.3). Each round produces N records of 1 KiB with one confluent-kafka
+One Seaway node (a one-node cluster) listens on a PLAINTEXT, an SSL and a SASL_SSL listener
+(a certificate from a throwaway CA, TLS 1.3; SCRAM-SHA-512 for SASL_SSL). Each round produces N records of 1 KiB with one confluent-kafka
 producer (acks=all, linger.ms=5, batch.size=1 MiB, idempotence off, as bench_node) to a fresh
 topic through each listener in turn, then reads them back with a consumer assigned by hand
 (fetch.queue.backoff.ms=10, as bench_node). Which listener goes first alternates between
-rounds, so that drift on a shared machine hits both alike. Printed: each round's MB/s
-(10^6 bytes of values) and the medians, with TLS as a ratio to plaintext.
+rounds, so that drift on a shared machine hits them alike. Printed: each round's MB/s
+(10^6 bytes of values) and the medians, with TLS and SASL_SSL as ratios to plaintext.
 
 Not a pytest test (tests/benchmarks/conftest.py ignores bench_*.py).
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -84,13 +85,21 @@ def main() -> None:
     issued = ca.issue("server")
     keystore = directory / "server.pem"
     keystore.write_bytes(issued.key.read_bytes() + issued.cert.read_bytes())
-    plain_port, tls_port = free_port(), free_port()
+    plain_port, tls_port, sasl_port = free_port(), free_port(), free_port()
     node = SeawayNode(directory / "node", {
-        "listeners": f"PLAIN://127.0.0.1:{plain_port},TLS://127.0.0.1:{tls_port}",
-        "listener.security.protocol.map": "PLAIN:PLAINTEXT,TLS:SSL",
+        "listeners": f"PLAIN://127.0.0.1:{plain_port},TLS://127.0.0.1:{tls_port},SASL://127.0.0.1:{sasl_port}",
+        "listener.security.protocol.map": "PLAIN:PLAINTEXT,TLS:SSL,SASL:SASL_SSL",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
         "ssl.keystore.location": str(keystore)}, port=plain_port).start()
+    subprocess.run([sys.executable, "-m", "core.cli", "users", "add", "bench", "--mechanism", "SCRAM-SHA-512",
+                    "--password", "bench-secret", "--bootstrap-server", node.bootstrap],
+                   cwd=REPO, check=True, capture_output=True)
+    tls = {"security.protocol": "SSL", "ssl.ca.location": str(ca.cert_path)}
     ways = {"plaintext": (f"127.0.0.1:{plain_port}", {}),
-            "tls": (f"127.0.0.1:{tls_port}", {"security.protocol": "SSL", "ssl.ca.location": str(ca.cert_path)})}
+            "tls": (f"127.0.0.1:{tls_port}", tls),
+            "sasl_ssl": (f"127.0.0.1:{sasl_port}", {**tls, "security.protocol": "SASL_SSL",
+                                                     "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "bench",
+                                                     "sasl.password": "bench-secret"})}
     figures: dict[tuple[str, str], list[float]] = {}
     value = b"v" * args.value_size
     print(f"{args.records:,} records of {args.value_size} B per run, one node, {REPO}")
@@ -111,8 +120,11 @@ def main() -> None:
         shutil.rmtree(directory, ignore_errors=True)
     for what in ("produce", "consume"):
         plain = statistics.median(figures[("plaintext", what)])
-        tls = statistics.median(figures[("tls", what)])
-        print(f"{what}: plaintext {plain:.1f} MB/s, TLS {tls:.1f} MB/s, TLS/plaintext {tls / plain:.2f}")
+        line = f"{what}: plaintext {plain:.1f} MB/s"
+        for name in ("tls", "sasl_ssl"):
+            got = statistics.median(figures[(name, what)])
+            line += f", {name} {got:.1f} MB/s ({got / plain:.2f}x)"
+        print(line)
 
 
 if __name__ == "__main__":
