@@ -249,10 +249,24 @@ class Supervisor:
                 "mirror_links": layout.mirror_links(),
                 "mirror_metrics_port": layout.mirror_metrics_port,
                 "topology": str(self.topology_path) if self.topology_path else None,
+                "security": self._security_summary(),
                 "started_at": time.time()}
         path = layout.state_dir / PLATFORM_FILE
-        path.with_suffix(".tmp").write_text(json.dumps(data, indent=2) + "\n")
+        # Private: on a secured platform the mirror links above carry the mirror's password.
+        fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(data, indent=2) + "\n")
         path.with_suffix(".tmp").replace(path)
+
+    def _security_summary(self) -> dict | None:
+        """What a client of a secured platform needs: the CA and each user's client properties
+        file (written here, so they exist as soon as the platform does)."""
+        security = self.layout.security
+        if security is None:
+            return None
+        files = security.write_client_files()
+        return {"mechanism": security.mechanism, "ca": str(security.ca_path), "admin_user": security.admin_user,
+                "client_properties": {user: str(path) for user, path in files.items()}}
 
     async def shutdown(self) -> None:
         if self.mirror is not None:

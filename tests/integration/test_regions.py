@@ -3,7 +3,9 @@ subprocess, a supervisor and real node processes, real clients in each region an
 WAN proxies.
 
 The shipped default topology is used with its fixed ports removed (the launcher then picks
-free ones), so the test checks the default's shape without depending on ports 19092-29294.
+free ones), so the test checks the default's shape without depending on ports 19092-29294. It
+is secured (TLS and SCRAM on client listeners, mTLS between nodes, ACLs), so every client here
+logs in with the admin properties `regions up` wrote, as a newcomer would.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from regions.topology import DEFAULT_TOPOLOGY
@@ -23,19 +25,18 @@ from tests.support.regions import Platform, create, regions, without_fixed_ports
 
 pytestmark = pytest.mark.integration
 
-def round_trip(bootstrap: str, topic: str, tag: str, n: int = 30) -> list[float]:
+def round_trip(client: dict, topic: str, tag: str, n: int = 30) -> list[float]:
     """Produce n records (acks=all) one at a time, then read them all back; the produce
-    latencies in seconds."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
-                         "message.timeout.ms": 30000})
+    latencies in seconds. `client`: Platform.client's configuration."""
+    producer = Producer({**client, "acks": "all", "linger.ms": 0, "message.timeout.ms": 30000})
     latencies = []
     for i in range(n):
         started = time.perf_counter()
         producer.produce(topic, f"{tag}-{i}".encode(), partition=i % 3)
         assert producer.flush(30) == 0, f"{tag}: record {i} not delivered"
         latencies.append(time.perf_counter() - started)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{tag}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer = Consumer({**client, "group.id": f"g-{tag}", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
     try:
         consumer.subscribe([topic])
         got: set[str] = set()
@@ -51,8 +52,8 @@ def round_trip(bootstrap: str, topic: str, tag: str, n: int = 30) -> list[float]
     return latencies
 
 
-def read_values(bootstrap: str, topic: str, wanted: set[str], timeout: float = 60) -> set[str]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.monotonic_ns()}",
+def read_values(client: dict, topic: str, wanted: set[str], timeout: float = 60) -> set[str]:
+    consumer = Consumer({**client, "group.id": f"read-{time.monotonic_ns()}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False,
                          "topic.metadata.refresh.interval.ms": 1000})
     got: set[str] = set()
@@ -77,6 +78,11 @@ def test_two_regions_come_up_serve_clients_and_survive_outages(tmp_path):
     state = tmp_path / "state"
     with Platform(state, topology) as p:
         assert "eu-west-1" in p.up_output and "us-east-1" in p.up_output and "bootstrap" in p.up_output
+        # Secure by default: `regions up` says how to log in, and nothing gets in without it.
+        assert p.info["security"] and f"kcat -F {p.admin_properties}" in p.up_output, p.up_output
+        anonymous = AdminClient({"bootstrap.servers": p.bootstrap("eu-west-1"), "socket.timeout.ms": 3000})
+        with pytest.raises(KafkaException):
+            anonymous.list_topics(timeout=5)
         again = regions(state, "up", str(topology), "--detach")
         assert again.returncode == 0 and "already running" in again.stdout
         status = p.status()
@@ -88,13 +94,13 @@ def test_two_regions_come_up_serve_clients_and_survive_outages(tmp_path):
         # Both regions serve real clients; across the WAN every request pays two 40 ms legs.
         local = {}
         for cluster in ("eu-west-1", "us-east-1"):
-            create(p.bootstrap(cluster), "orders", rf=3, min_isr=2)
-            local[cluster] = round_trip(p.bootstrap(cluster), "orders", f"{cluster}-local")
-        wan = round_trip(p.bootstrap("eu-west-1", from_region="us-east"), "orders", "from-us-east", n=10)
+            create(p.client(cluster), "orders", rf=3, min_isr=2)
+            local[cluster] = round_trip(p.client(cluster), "orders", f"{cluster}-local")
+        wan = round_trip(p.client("eu-west-1", from_region="us-east"), "orders", "from-us-east", n=10)
         assert min(wan) >= 0.08, wan          # at least one round trip of 2 x 40 ms
         median = lambda xs: sorted(xs)[len(xs) // 2]   # noqa: E731
         assert median(local["eu-west-1"]) < median(wan), (local, wan)   # inside a region is direct
-        metadata = AdminClient({"bootstrap.servers": p.bootstrap("eu-west-1", "us-east")}).list_topics(timeout=10)
+        metadata = AdminClient(p.client("eu-west-1", "us-east")).list_topics(timeout=10)
         wan_ports = {int(a.split(":")[1]) for a in p.bootstrap("eu-west-1", "us-east").split(",")}
         assert {b.port for b in metadata.brokers.values()} == wan_ports   # clients stay on the WAN path
 
@@ -102,20 +108,20 @@ def test_two_regions_come_up_serve_clients_and_survive_outages(tmp_path):
         # read back in us-east as eu-west-1.orders, every record.
         assert status["mirror"]["running"], status
         sent = {f"eu-west-1-local-{i}" for i in range(30)} | {f"from-us-east-{i}" for i in range(10)}
-        mirrored = read_values(p.bootstrap("us-east-1"), "eu-west-1.orders", sent)
+        mirrored = read_values(p.client("us-east-1"), "eu-west-1.orders", sent)
         assert sent <= mirrored, f"not mirrored: {sorted(sent - mirrored)[:5]}"
 
         # A zone's node crashes: its cluster keeps serving acks=all (RF=3, min ISR 2).
         stopped = regions(state, "stop", "eu-west-1/2", "--kill")
         assert stopped.returncode == 0 and "eu-west-1/2" in stopped.stdout, stopped.stderr
-        round_trip(p.bootstrap("eu-west-1"), "orders", "zone-down")
+        round_trip(p.client("eu-west-1"), "orders", "zone-down")
         s = cluster_status(p.status(), "eu-west", "eu-west-1")
         assert s["nodes_up"] == 2 and not s["nodes"]["eu-west-1/2"]["running"] and not s["healthy"]
         assert regions(state, "start", "eu-west-1/2").returncode == 0
 
         # A whole region goes down: the other is untouched.
         assert regions(state, "stop", "us-east").returncode == 0
-        round_trip(p.bootstrap("eu-west-1"), "orders", "region-down")
+        round_trip(p.client("eu-west-1"), "orders", "region-down")
         status = p.status()
         assert cluster_status(status, "us-east", "us-east-1")["nodes_up"] == 0
         eu = cluster_status(status, "eu-west", "eu-west-1")
@@ -129,7 +135,7 @@ def test_two_regions_come_up_serve_clients_and_survive_outages(tmp_path):
 
         # And it comes back with its data.
         assert regions(state, "start", "us-east").returncode == 0
-        round_trip(p.bootstrap("us-east-1"), "orders", "us-east-1-local", n=30)
+        round_trip(p.client("us-east-1"), "orders", "us-east-1-local", n=30)
     pids = [n for n in subprocess.run(["pgrep", "-f", str(state)], capture_output=True, text=True).stdout.split()]
     assert pids == [], "processes outlived `regions down`"
 
@@ -141,14 +147,14 @@ def test_two_clusters_in_one_region(tmp_path):
         assert set(status["regions"]["eu-west"]) == {"orders", "analytics"}
         assert set(status["regions"]["ap-south"]) == {"ap-south-1"}
         assert all(c["healthy"] for r in status["regions"].values() for c in r.values()), status
-        create(p.bootstrap("orders"), "payments", rf=3, min_isr=2)
-        create(p.bootstrap("analytics"), "clicks", rf=1)
-        round_trip(p.bootstrap("orders"), "payments", "orders")
-        round_trip(p.bootstrap("analytics"), "clicks", "analytics")
+        create(p.client("orders"), "payments", rf=3, min_isr=2)
+        create(p.client("analytics"), "clicks", rf=1)
+        round_trip(p.client("orders"), "payments", "orders")
+        round_trip(p.client("analytics"), "clicks", "analytics")
         # Two clusters of one region are separate clusters: one's topics are not the other's.
-        assert "payments" not in AdminClient({"bootstrap.servers": p.bootstrap("analytics")}).list_topics(timeout=10).topics
+        assert "payments" not in AdminClient(p.client("analytics")).list_topics(timeout=10).topics
         # From ap-south, the orders cluster is behind the WAN (60 ms a leg in this topology).
-        wan = round_trip(p.bootstrap("orders", from_region="ap-south"), "payments", "from-ap-south", n=5)
+        wan = round_trip(p.client("orders", from_region="ap-south"), "payments", "from-ap-south", n=5)
         assert min(wan) >= 0.12, wan
 
 

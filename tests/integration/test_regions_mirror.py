@@ -1,7 +1,9 @@
 """The mirror on the two-region platform, as `regions up` runs it: eu-west-1 is copied to
 us-east-1 across the WAN proxies (40 ms each way) while a confluent-kafka producer writes in
 eu-west, through an outage of the whole source cluster, and a consumer group then moves from
-eu-west to us-east on the offsets the mirror translated.
+eu-west to us-east on the offsets the mirror translated. The platform is the shipped one,
+secured: the mirror logs in as its own user with only the ACLs its link needs, the test's
+clients as the admin.
 
 What must hold afterwards:
 - us-east-1's `eu-west-1.payments` is exactly eu-west-1's `payments`, partition by partition
@@ -49,13 +51,13 @@ def record(i: int) -> dict:
 class Writer(threading.Thread):
     """Writes ~1500 records a second in eu-west until stopped; keeps what was acknowledged."""
 
-    def __init__(self, bootstrap: str):
+    def __init__(self, client: dict):
         super().__init__(daemon=True)
-        self.bootstrap, self.acked, self.failed = bootstrap, set(), []
+        self.client, self.acked, self.failed = client, set(), []
         self.halt = threading.Event()
 
     def run(self) -> None:
-        p = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
+        p = Producer({**self.client, "acks": "all", "enable.idempotence": True,
                       "linger.ms": 5, "message.timeout.ms": 120000})
 
         def delivered(err, msg):
@@ -74,9 +76,9 @@ class Writer(threading.Thread):
         assert p.flush(150) == 0
 
 
-def read_partitions(bootstrap: str, topic: str, timeout: float = 120) -> dict[int, list[tuple]]:
+def read_partitions(client: dict, topic: str, timeout: float = 120) -> dict[int, list[tuple]]:
     """Every record of every partition, to each partition's end as it is now."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
+    c = Consumer({**client, "group.id": f"check-{time.monotonic_ns()}",
                   "enable.auto.commit": False})
     try:
         parts = c.list_topics(topic, timeout=10).topics[topic].partitions
@@ -105,7 +107,7 @@ def test_a_group_moves_to_us_east_after_a_source_outage_with_every_record_mirror
     topology = without_fixed_ports(DEFAULT_TOPOLOGY, tmp_path / "two-regions.yaml")
     state = tmp_path / "state"
     with Platform(state, topology) as p:
-        eu, us = p.bootstrap("eu-west-1"), p.bootstrap("us-east-1")
+        eu, us = p.client("eu-west-1"), p.client("us-east-1")     # as the admin user
         create(eu, TOPIC, rf=3, min_isr=2)
         mirror_pid = p.status()["mirror"]["pid"]
         assert mirror_pid
@@ -137,7 +139,7 @@ def test_a_group_moves_to_us_east_after_a_source_outage_with_every_record_mirror
         source = read_partitions(eu, TOPIC)
         assert {r[1].split(b"|")[0].decode() for part in source.values() for r in part} >= writer.acked
         committed = {part: len(records) // 3 + 7 for part, records in source.items()}
-        c = Consumer({"bootstrap.servers": eu, "group.id": GROUP, "enable.auto.commit": False})
+        c = Consumer({**eu, "group.id": GROUP, "enable.auto.commit": False})
         c.assign([TopicPartition(TOPIC, part, 0) for part in committed])
         consumed: set[bytes] = set()
         deadline = time.monotonic() + 60
@@ -153,7 +155,7 @@ def test_a_group_moves_to_us_east_after_a_source_outage_with_every_record_mirror
         deadline = time.monotonic() + 120
         while True:
             ends = {}
-            probe = Consumer({"bootstrap.servers": us, "group.id": "probe"})
+            probe = Consumer({**us, "group.id": "probe"})
             try:
                 for part in source:
                     ends[part] = probe.get_watermark_offsets(TopicPartition(REMOTE, part), timeout=10)[1]
@@ -177,7 +179,7 @@ def test_a_group_moves_to_us_east_after_a_source_outage_with_every_record_mirror
         # downstream side of a sync in eu-west-1's topic at or below what the group committed
         # (the mirror's store keeps a bounded, thinned set of syncs, so not always the latest
         # such sync), and never past the exact translation through every sync in the topic.
-        admin = AdminClient({"bootstrap.servers": us})
+        admin = AdminClient(us)
         deadline = time.monotonic() + 90
         while True:
             syncs = defaultdict(list)

@@ -65,10 +65,16 @@ def read_all(bootstrap: str, topic: str, until: int, timeout: float = 60) -> lis
     return out
 
 
-def read_internal(bootstrap: str, topic: str, decode) -> list:
+def as_client(bootstrap: str | dict) -> dict:
+    """A confluent-kafka configuration from a plaintext bootstrap or a whole configuration
+    (a secured cluster's, with its login)."""
+    return dict(bootstrap) if isinstance(bootstrap, dict) else {"bootstrap.servers": bootstrap}
+
+
+def read_internal(bootstrap: str | dict, topic: str, decode) -> list:
     """Every record of partition 0 of an internal topic, decoded; by offset, since a
     compacted topic may have gaps."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{topic}", "auto.offset.reset": "earliest",
+    c = Consumer({**as_client(bootstrap), "group.id": f"read-{topic}", "auto.offset.reset": "earliest",
                   "enable.auto.commit": False})
     try:
         c.assign([TopicPartition(topic, 0, 0)])
@@ -130,12 +136,12 @@ def copies_after_a_restart(tmp_path: Path, src, tgt, total: int) -> dict[str, in
     return copies
 
 
-def resume_on_target(bootstrap: str, group: str, topic: str, wanted: set[bytes], bound: int,
+def resume_on_target(bootstrap: str | dict, group: str, topic: str, wanted: set[bytes], bound: int,
                      timeout: float = 90) -> None:
     """The group, failed over to the target, reads until it has every value in `wanted`: none
     skipped, and no more than `bound` values it had consumed before read again."""
     rest: list[bytes] = []
-    g = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+    g = Consumer({**as_client(bootstrap), "group.id": group, "auto.offset.reset": "earliest",
                   "enable.auto.commit": False})
     try:
         g.subscribe([topic])

@@ -1,5 +1,9 @@
 """`regions` test helpers: run the CLI, strip a topology's fixed ports, bring a whole platform
-up and down (Platform), and create a topic once its ISR is full."""
+up and down (Platform), and create a topic once its ISR is full.
+
+A client of a platform takes `Platform.client(cluster)`, a confluent-kafka configuration: the
+bootstrap addresses and, on a secured platform (the shipped topologies are), the admin user's
+properties from the file `regions up` wrote, as a newcomer would use them."""
 from __future__ import annotations
 
 import json
@@ -12,6 +16,7 @@ from pathlib import Path
 import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from core.config import load_properties
 from tests.support.node import REPO
 
 
@@ -52,6 +57,22 @@ class Platform:
         c = self.info["clusters"][cluster]
         return c["from_regions"][from_region] if from_region else c["bootstrap"]
 
+    def client(self, cluster: str, from_region: str | None = None, user: str | None = None) -> dict:
+        """A confluent-kafka configuration for `cluster` (through the WAN from `from_region`),
+        logged in as `user` (the admin by default) when the platform is secured."""
+        config = {"bootstrap.servers": self.bootstrap(cluster, from_region)}
+        security = self.info.get("security")
+        if security:
+            path = security["client_properties"][user or security["admin_user"]]
+            config.update(load_properties(Path(path)))
+        return config
+
+    @property
+    def admin_properties(self) -> Path | None:
+        """The admin user's client properties file, or None on a plaintext platform."""
+        security = self.info.get("security")
+        return Path(security["client_properties"][security["admin_user"]]) if security else None
+
     def status(self) -> dict:
         out = regions(self.state_dir, "status", "--output", "json")
         assert out.returncode == 0, out.stderr
@@ -65,8 +86,9 @@ class Platform:
         return "\n".join(tails)
 
 
-def create(bootstrap: str, topic: str, rf: int, min_isr: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def create(client: dict | str, topic: str, rf: int, min_isr: int = 1) -> None:
+    """`client`: a configuration (Platform.client) or a plaintext cluster's bootstrap."""
+    admin = AdminClient(client if isinstance(client, dict) else {"bootstrap.servers": client})
     admin.create_topics([NewTopic(topic, 3, rf, config={"min.insync.replicas": str(min_isr)})])[topic].result(30)
     deadline = time.monotonic() + 30
     while True:
