@@ -24,13 +24,14 @@ from contextlib import AsyncExitStack
 
 import anyio
 from anyio.abc import TaskStatus
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from core.client import Admin, KafkaClient, NewTopic
 from core.client.admin import ConfigResource
 from core.client.consumer import Consumer
 from core.client.errors import KafkaError
 from core.client.producer import Producer
+from core.client.properties import PropertiesFileError, read_properties
 from core.client.security import ClientSecurity, SaslSettingsError, TlsError, security_from_properties
 from core.protocol.errors import ErrorCode
 
@@ -78,6 +79,27 @@ class LinkConfig(BaseModel):
     # as MirrorMaker 2 takes them per cluster alias.
     source_properties: dict[str, str] = Field(default_factory=dict)
     target_properties: dict[str, str] = Field(default_factory=dict)
+    # The same from a properties file (a `--command-config` file), so that passwords need not
+    # sit in the link's configuration; the inline properties override the file's.
+    source_properties_file: str | None = None
+    target_properties_file: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_properties_files(cls, data):
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for side in ("source", "target"):
+            path = data.get(f"{side}_properties_file")
+            if path is None:
+                continue
+            try:
+                from_file = read_properties(str(path))
+            except PropertiesFileError as exc:
+                raise ValueError(f"{side}_properties_file: {exc}") from None
+            data[f"{side}_properties"] = {**from_file, **(data.get(f"{side}_properties") or {})}
+        return data
 
     @field_validator("source_properties", "target_properties")
     @classmethod

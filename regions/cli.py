@@ -8,6 +8,9 @@
     regions down                         stop everything (data stays in the state directory)
     regions compose [TOPOLOGY] [-o FILE] the topology as a Docker Compose file
     regions wan --link ... --proxy ...   the WAN between regions on its own (what compose runs)
+    regions pki ...                      a secured compose platform's CA, certificates and
+                                         passwords (its `pki` service runs it)
+    regions grant-mirror-acls ...        the mirror user's ACLs (its `mirror-acls` service)
 
 The platform runs under a supervisor process (regions/supervisor.py) that outlives `regions up
 --detach`; the other commands talk to it through a socket in the state directory
@@ -73,6 +76,28 @@ def main(argv: list[str] | None = None) -> int:
                           "region SERVER; repeatable")
     wan.add_argument("--metrics-port", type=int, default=None,
                      help="serve /metrics and /health on this port")
+    pki = sub.add_parser("pki", help="make a secured compose platform's CA, certificates and passwords "
+                         "(what its pki service runs); keeps whatever exists")
+    pki.add_argument("--dir", type=Path, required=True, help="where to keep them (the pki volume)")
+    pki.add_argument("--mechanism", default="SCRAM-SHA-512", choices=("SCRAM-SHA-256", "SCRAM-SHA-512"))
+    pki.add_argument("--admin-user", default="admin")
+    pki.add_argument("--mirror-user", default="mirror")
+    pki.add_argument("--node", action="append", default=[], metavar="CLUSTER/ID=HOST[,HOST...]",
+                     help="a node certificate and the host names it answers to; repeatable")
+    pki.add_argument("--export", type=Path, default=None,
+                     help="also copy the CA and the admin's client properties here (for the host)")
+    pki.add_argument("--export-ca", default=None, metavar="PATH",
+                     help="the CA's path as clients on the host see it, for the exported properties")
+    pki.add_argument("--owner", default=None, metavar="UID:GID", help="hand every file in --dir to this user")
+    grant = sub.add_parser("grant-mirror-acls", help="grant the mirror user the ACLs its links need "
+                           "(what a secured compose platform's mirror-acls service runs)")
+    grant.add_argument("--command-config", type=Path, required=True, help="the admin user's client properties")
+    grant.add_argument("--cluster", action="append", default=[], metavar="NAME=BOOTSTRAP",
+                       help="a cluster and its bootstrap addresses; repeatable")
+    grant.add_argument("--link", action="append", default=[], metavar="SOURCE,TARGET[,POLICY]",
+                       help="a mirror link (policy default or identity); repeatable")
+    grant.add_argument("--mirror-user", default="mirror")
+    grant.add_argument("--timeout", type=float, default=120.0, help="seconds to keep asking (default 120)")
     supervise = sub.add_parser("supervise")   # internal: what `up` runs in the background
     supervise.add_argument("topology", type=Path)
     args = parser.parse_args(argv)
@@ -344,7 +369,8 @@ def cmd_compose(args, state_dir: Path) -> int:
         import os
         assets = os.path.relpath(Path(__file__).resolve().parents[1] / "compose",
                                  Path(args.output).resolve().parent)
-    text = compose_file(topology, source=source, output=output, assets=assets)
+    secrets_on_host = str(Path(output).parent / "secrets") if args.output else "compose/secrets"
+    text = compose_file(topology, source=source, output=output, assets=assets, secrets_on_host=secrets_on_host)
     if args.output is None:
         sys.stdout.write(text)
         return 0
@@ -383,8 +409,54 @@ def cmd_wan(args, state_dir: Path) -> int:
     return 0
 
 
+def cmd_pki(args, state_dir: Path) -> int:
+    from .compose_security import make_secrets, parse_node
+    try:
+        nodes = dict(parse_node(text) for text in args.node)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    owner = None
+    if args.owner is not None:
+        uid, sep, gid = args.owner.partition(":")
+        if not (sep and uid.isdigit() and gid.isdigit()):
+            raise CliError(f"--owner: {args.owner!r} is not UID:GID")
+        owner = (int(uid), int(gid))
+    if args.export is not None and not args.export.is_dir():
+        raise CliError(f"--export: {args.export} is not a directory")
+    for line in make_secrets(args.dir, mechanism=args.mechanism, admin_user=args.admin_user,
+                             mirror_user=args.mirror_user, nodes=nodes, export=args.export,
+                             export_ca=args.export_ca, owner=owner):
+        print(line)
+    return 0
+
+
+def cmd_grant_mirror_acls(args, state_dir: Path) -> int:
+    import logging
+
+    from core.client.properties import PropertiesFileError, read_properties
+    from core.client.security import SaslSettingsError, TlsError, security_from_properties
+
+    from .compose_security import grant_mirror_acls, parse_cluster, parse_link
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        clusters = dict(parse_cluster(text) for text in args.cluster)
+        links = [parse_link(text) for text in args.link]
+        security = security_from_properties(read_properties(args.command_config))
+    except (ValueError, TlsError, SaslSettingsError) as exc:
+        prefix = "--command-config: " if isinstance(exc, (PropertiesFileError, TlsError, SaslSettingsError)) else ""
+        raise CliError(f"{prefix}{exc}") from None
+    try:
+        granted = anyio.run(lambda: grant_mirror_acls(mirror_user=args.mirror_user, clusters=clusters, links=links,
+                                                      client_security=security, timeout=args.timeout))
+    except TimeoutError as exc:
+        raise CliError(str(exc)) from None
+    print(f"granted {args.mirror_user} {granted} ACLs on {', '.join(clusters)}")
+    return 0
+
+
 COMMANDS = {"up": cmd_up, "status": cmd_status, "stop": cmd_stop_start, "start": cmd_stop_start,
-            "down": cmd_down, "supervise": cmd_supervise, "compose": cmd_compose, "wan": cmd_wan}
+            "down": cmd_down, "supervise": cmd_supervise, "compose": cmd_compose, "wan": cmd_wan,
+            "pki": cmd_pki, "grant-mirror-acls": cmd_grant_mirror_acls}
 
 
 if __name__ == "__main__":

@@ -28,6 +28,17 @@ the WAN would.
 A mirror link runs in its own container in the target's region, reading the source through the
 WAN and writing the target directly, as `regions up` runs it.
 
+A secured topology (`security: enabled`, as the shipped one is) gets the same model as `regions
+up` (regions/security.py), with its secrets made inside the platform on the first `up` by a
+`pki` service and the mirror's ACLs granted by a `mirror-acls` service
+(regions/compose_security.py). Listeners then are:
+
+    9091  REPLICATION  SSL, client certificate required: replication between the brokers
+    9092  INTERNAL     SASL_SSL: clients inside the region (the mirror writing its target)
+    9093  CONTROLLER   SSL, client certificate required
+    9095  EXTERNAL     SASL_SSL, published on the host
+    9096+ WAN_<REGION> SASL_SSL, through the WAN container (which passes TLS through)
+
 Everything is derived from the topology, deterministically: the cluster id of each cluster is
 a UUIDv5 of the platform's and cluster's names, so the committed file is exactly what the
 generator writes (a test compares them), and storage is formatted with it on a node's first
@@ -41,9 +52,12 @@ import uuid
 
 import yaml
 
+from . import compose_security as secure
 from .layout import wan_listener
+from .security import secured_node_properties
 from .topology import Topology, TopologyError, _dotted
 
+REPLICATION_PORT = 9091
 INTERNAL_PORT = 9092
 CONTROLLER_PORT = 9093
 METRICS_PORT = 9094
@@ -81,16 +95,23 @@ def cluster_id_for(topology: Topology, cluster: str) -> str:
 
 
 def compose_file(topology: Topology, *, source: str = "regions/topologies/two-regions.yaml",
-                 output: str = "compose/two-regions.yml", assets: str = ".") -> str:
+                 output: str = "compose/two-regions.yml", assets: str = ".",
+                 secrets_on_host: str = "compose/secrets") -> str:
     """The compose file's text for `topology`; TopologyError names what compose cannot do.
-    `assets` is where compose/ (alert rules, Grafana's files) is, relative to the output."""
+    `assets` is where compose/ (alert rules, Grafana's files) is, relative to the output;
+    `secrets_on_host` is its `secrets/` (where a secured platform puts the admin's client
+    properties for the host) as a client in the repository's root names it."""
     _check_expressible(topology)
     doc = _ComposeDocument(topology, assets)
+    if doc.security is not None:
+        doc.add_pki(secrets_on_host)
     for region, name, cluster in topology.clusters():
         for node in cluster.nodes:
             doc.add_node(region, name, cluster, node)
     if doc.wan_ports:
         doc.add_wan()
+    if doc.security is not None and topology.mirrors:
+        doc.add_mirror_acls()
     for link in topology.mirrors:
         doc.add_mirror(link)
     doc.add_prometheus()
@@ -105,6 +126,7 @@ class _ComposeDocument:
     def __init__(self, topology: Topology, assets: str):
         self.topology = topology
         self.assets = assets
+        self.security = topology.security if topology.security.enabled else None
         self.services: dict = {}
         self.volumes: dict = {}
         self.configs: dict = {}
@@ -125,18 +147,25 @@ class _ComposeDocument:
 
     def add_node(self, region: str, name: str, cluster, node) -> None:
         host = _host(name, node.id)
-        listeners, advertised, protocols = [], [], ["CONTROLLER:PLAINTEXT"]
+        secured = self.security is not None
+        client_protocol = "SASL_SSL" if secured else "PLAINTEXT"
+        listeners, advertised = [], []
+        protocols = [f"CONTROLLER:{'SSL' if secured else 'PLAINTEXT'}"]
         ports = [f"{node.host}:{node.metrics_port}:{METRICS_PORT}"] if node.metrics_port else []
         if node.is_broker:
             listeners += [f"INTERNAL://0.0.0.0:{INTERNAL_PORT}", f"EXTERNAL://0.0.0.0:{EXTERNAL_PORT}"]
             advertised += [f"INTERNAL://{host}:{INTERNAL_PORT}", f"EXTERNAL://{node.host}:{node.port}"]
-            protocols += ["INTERNAL:PLAINTEXT", "EXTERNAL:PLAINTEXT"]
+            protocols += [f"INTERNAL:{client_protocol}", f"EXTERNAL:{client_protocol}"]
+            if secured:
+                listeners.insert(0, f"REPLICATION://0.0.0.0:{REPLICATION_PORT}")
+                advertised.insert(0, f"REPLICATION://{host}:{REPLICATION_PORT}")
+                protocols.insert(1, "REPLICATION:SSL")
             ports.insert(0, f"{node.host}:{node.port}:{EXTERNAL_PORT}")
             for i, client_region in enumerate(self._remote(region)):
                 listener = wan_listener(client_region)
                 listeners.append(f"{listener}://0.0.0.0:{FIRST_WAN_LISTENER_PORT + i}")
                 advertised.append(f"{listener}://wan:{self.wan_ports[(name, node.id, client_region)]}")
-                protocols.append(f"{listener}:PLAINTEXT")
+                protocols.append(f"{listener}:{client_protocol}")
         if node.is_controller:
             listeners.append(f"CONTROLLER://0.0.0.0:{CONTROLLER_PORT}")
         props = {
@@ -153,26 +182,82 @@ class _ComposeDocument:
         }
         if advertised:
             props["advertised.listeners"] = ",".join(advertised)
-            props["inter.broker.listener.name"] = "INTERNAL"
+            props["inter.broker.listener.name"] = "REPLICATION" if secured else "INTERNAL"
+        command = ["seaway", "node", "--config", NODE_PROPERTIES, "--cluster-id", cluster_id_for(self.topology, name)]
+        volume = f"{host}-data"
+        volumes = [f"{volume}:/var/lib/seaway"]
+        if self.security is not None:
+            mtls = (("replication",) if node.is_broker else ()) + (("controller",) if node.is_controller else ())
+            props.update(secured_node_properties(
+                keystore=secure.keystore_path(name, node.id), ca=secure.ca_path(), cluster=name,
+                mechanism=self.security.mechanism, admin_user=self.security.admin_user, mtls_listeners=mtls))
+            command += ["--add-scram-file", secure.scram_file_path()]
+            volumes.append(f"pki:{secure.SECRETS_MOUNT}:ro")
         for extra in (cluster.config, node.config):
             props.update(extra)
         self.configs[host] = {"content": "".join(f"{k}={_property(v)}\n" for k, v in props.items())}
-        volume = f"{host}-data"
         self.volumes[volume] = None
         self.services[host] = {
             "image": IMAGE,
             "hostname": host,
-            "command": ["seaway", "node", "--config", NODE_PROPERTIES,
-                        "--cluster-id", cluster_id_for(self.topology, name)],
+            "command": command,
             "configs": [{"source": host, "target": NODE_PROPERTIES}],
             "networks": [region],
-            "volumes": [f"{volume}:/var/lib/seaway"],
+            "volumes": volumes,
             "ports": ports,
             "healthcheck": _healthcheck(METRICS_PORT),
             "stop_grace_period": "30s",
             "labels": {"io.seaway.region": region, "io.seaway.cluster": name, "io.seaway.node-id": str(node.id)},
         }
+        if self.security is not None:
+            self.services[host]["depends_on"] = {"pki": {"condition": "service_completed_successfully"}}
         _add_target(self.scrape["seaway-nodes"], f"{host}:{METRICS_PORT}", region=region, cluster=name)
+
+    def add_pki(self, secrets_on_host: str) -> None:
+        """The one-shot service that makes the secrets (regions/compose_security.py)."""
+        assert self.security is not None
+        command = ["regions", "pki", "--dir", secure.SECRETS_MOUNT, "--mechanism", self.security.mechanism,
+                   "--admin-user", self.security.admin_user, "--mirror-user", self.security.mirror_user,
+                   "--owner", "%d:%d" % secure.IMAGE_USER, "--export", secure.EXPORT_MOUNT,
+                   "--export-ca", f"${{SEAWAY_SECRETS_DIR:-{secrets_on_host}}}/ca.crt"]
+        for _, name, cluster in self.topology.clusters():
+            for node in cluster.nodes:
+                # The names a node is reached by: its container, the WAN container (clients of
+                # other regions), and the host's address its EXTERNAL listener is published at.
+                command += ["--node", f"{name}/{node.id}={_host(name, node.id)},wan,{node.host}"]
+        self.volumes["pki"] = None
+        self.services["pki"] = {
+            "image": IMAGE,
+            "user": "root",
+            "command": command,
+            "network_mode": "none",
+            "volumes": [f"pki:{secure.SECRETS_MOUNT}", f"${{SEAWAY_SECRETS_DIR:-./secrets}}:{secure.EXPORT_MOUNT}"],
+            "labels": {"io.seaway.role": "pki"},
+        }
+
+    def add_mirror_acls(self) -> None:
+        """The one-shot service that grants the mirror user its ACLs once the nodes are up."""
+        assert self.security is not None
+        command = ["regions", "grant-mirror-acls", "--command-config",
+                   secure.client_properties_path(self.security.admin_user), "--mirror-user", self.security.mirror_user]
+        touched = list(dict.fromkeys(c for m in self.topology.mirrors for c in (m.source, m.target)))
+        waits_for = {}
+        for name in touched:
+            brokers = self.topology.cluster(name).brokers
+            command += ["--cluster", f"{name}=" + ",".join(f"{_host(name, n.id)}:{INTERNAL_PORT}" for n in brokers)]
+            for n in self.topology.cluster(name).nodes:
+                waits_for[_host(name, n.id)] = {"condition": "service_healthy"}
+        for m in self.topology.mirrors:
+            command += ["--link", f"{m.source},{m.target},{m.policy}"]
+        self.services["mirror-acls"] = {
+            "image": IMAGE,
+            "command": command,
+            "networks": sorted({self.topology.region_of(name) for name in touched},
+                               key=list(self.topology.regions).index),
+            "volumes": [f"pki:{secure.SECRETS_MOUNT}:ro"],
+            "depends_on": waits_for,
+            "labels": {"io.seaway.role": "mirror-acls"},
+        }
 
     def add_wan(self) -> None:
         command = ["regions", "wan", "--metrics-port", str(METRICS_PORT)]
@@ -203,6 +288,9 @@ class _ComposeDocument:
         link = self.topology.mirror_link_config(
             m, source_bootstrap, ",".join(f"{_host(m.target, n.id)}:{INTERNAL_PORT}"
                                           for n in self.topology.cluster(m.target).brokers))
+        if self.security is not None:   # its own user on both sides; the password stays on the pki volume
+            props = secure.client_properties_path(self.security.mirror_user)
+            link["source_properties_file"] = link["target_properties_file"] = props
         self.configs[service] = {"content": yaml.safe_dump({"links": [link]}, sort_keys=False)}
         self.services[service] = {
             "image": IMAGE,
@@ -215,6 +303,9 @@ class _ComposeDocument:
             "stop_grace_period": "20s",
             "labels": {"io.seaway.role": "mirror", "io.seaway.link": f"{m.source}->{m.target}"},
         }
+        if self.security is not None:
+            self.services[service]["volumes"] = [f"pki:{secure.SECRETS_MOUNT}:ro"]
+            self.services[service]["depends_on"] = {"mirror-acls": {"condition": "service_completed_successfully"}}
         _add_target(self.scrape["seaway-mirror"], f"{service}:{MIRROR_METRICS_PORT}", region=target_region,
                     cluster=m.target)
 

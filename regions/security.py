@@ -53,6 +53,11 @@ def node_principal(cluster: str) -> str:
     return f"User:node.{cluster}"
 
 
+def node_identity_name(cluster: str, node_id: int) -> str:
+    """The file name (in pki/, without suffix) of a node's certificate."""
+    return f"{cluster}-node-{node_id}"
+
+
 @dataclass(frozen=True)
 class Identity:
     """A certificate's files, with its key and chain in one PEM file (ssl.keystore.type=PEM)."""
@@ -124,9 +129,11 @@ class PlatformSecurity:
                     _write_private(keystore, issued.key.read_text() + issued.cert.read_text())
         return Identity(keystore, cert, key)
 
-    def node_identity(self, cluster: str, node_id: int, host: str) -> Identity:
-        return self.identity(f"{cluster}-node-{node_id}", f"node.{cluster}",
-                             tuple(dict.fromkeys((host, "localhost", "127.0.0.1"))))
+    def node_identity(self, cluster: str, node_id: int, host: str, also: tuple[str, ...] = ()) -> Identity:
+        """The node's certificate; `also`: more names it answers to (a container's host name,
+        the WAN proxy's)."""
+        return self.identity(node_identity_name(cluster, node_id), f"node.{cluster}",
+                             tuple(dict.fromkeys((host, *also, "localhost", "127.0.0.1"))))
 
     def scram_arguments(self) -> list[str]:
         """`storage format` arguments that put the platform users' credentials in a new
@@ -169,56 +176,97 @@ class PlatformSecurity:
         return security_from_properties(self.client_properties(self.admin_user))
 
     def mirror_acls(self, cluster: str, links: list) -> list:
-        """The ACLs the mirror user needs on `cluster`, for the topology's mirror links
-        (MirrorLink) that read from it or write to it; core.client.acl_admin bindings.
-
-        From a source it reads every topic and its configs, the groups' committed offsets
-        (DESCRIBE on groups, and on the cluster to list them), and it keeps two topics of its
-        own there: `heartbeats` and `mm2-offset-syncs.<target>.internal`. On a target it
-        creates, writes, grows and configures the remote topics, which the default policy
-        names `<source>.` (the identity policy keeps names, so there it is every topic),
-        writes `<source>.checkpoints.internal`, and commits translated offsets into groups."""
-        from core.client.acl_admin import AclBinding, AclOperation as Op, AclPermission, PatternType, ResourceType
-        principal = f"User:{self.mirror_user}"
-        out: list = []
-
-        def grant(rtype, name, pattern, *ops):
-            out.extend(AclBinding(rtype, name, pattern, principal, "*", op, AclPermission.ALLOW) for op in ops)
-
-        T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
-        LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
-        for link in links:
-            if link.source == cluster:
-                grant(T, "*", LIT, Op.READ, Op.DESCRIBE, Op.DESCRIBE_CONFIGS)
-                grant(T, "heartbeats", LIT, Op.CREATE, Op.WRITE)
-                grant(T, f"mm2-offset-syncs.{link.target}.internal", LIT, Op.CREATE, Op.WRITE, Op.READ)
-                grant(G, "*", LIT, Op.DESCRIBE)
-                grant(C, "kafka-cluster", LIT, Op.DESCRIBE)
-            if link.target == cluster:
-                remote = ("*", LIT) if link.policy == "identity" else (f"{link.source}.", PRE)
-                grant(T, *remote, Op.CREATE, Op.WRITE, Op.READ, Op.DESCRIBE, Op.ALTER, Op.ALTER_CONFIGS,
-                      Op.DESCRIBE_CONFIGS)
-                grant(T, f"{link.source}.checkpoints.internal", LIT, Op.CREATE, Op.WRITE, Op.READ, Op.DESCRIBE)
-                grant(G, "*", LIT, Op.READ, Op.DESCRIBE)
-                grant(C, "kafka-cluster", LIT, Op.DESCRIBE)
-        return list(dict.fromkeys(out))
+        """The ACLs the mirror user needs on `cluster` (see mirror_acls)."""
+        return mirror_acls(self.mirror_user, cluster, links)
 
     def node_properties(self, *, cluster: str, node_id: int, host: str, is_controller: bool) -> dict[str, str]:
         """What every node of a secured cluster gets, besides its listeners."""
         identity = self.node_identity(cluster, node_id, host)
-        props = {
-            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(identity.keystore),
-            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.ca_path),
-            "ssl.principal.mapping.rules": MAPPING_RULES,
-            "sasl.enabled.mechanisms": self.mechanism,
-            "authorizer.class.name": ACL_AUTHORIZER,
-            "allow.everyone.if.no.acl.found": "false",
-            "super.users": f"{node_principal(cluster)};User:{self.admin_user}",
-            "listener.name.internal.ssl.client.auth": "required",
-        }
-        if is_controller:
-            props["listener.name.controller.ssl.client.auth"] = "required"
-        return props
+        return secured_node_properties(keystore=str(identity.keystore), ca=str(self.ca_path), cluster=cluster,
+                                       mechanism=self.mechanism, admin_user=self.admin_user,
+                                       mtls_listeners=("internal", "controller") if is_controller else ("internal",))
+
+
+def mirror_acls(mirror_user: str, cluster: str, links: list) -> list:
+    """The ACLs `mirror_user` needs on `cluster`, for the mirror links (anything with source,
+    target and policy) that read from it or write to it; core.client.acl_admin bindings.
+
+    From a source it reads every topic and its configs, the groups' committed offsets
+    (DESCRIBE on groups, and on the cluster to list them), and it keeps two topics of its
+    own there: `heartbeats` and `mm2-offset-syncs.<target>.internal`. On a target it
+    creates, writes, grows and configures the remote topics, which the default policy
+    names `<source>.` (the identity policy keeps names, so there it is every topic),
+    writes `<source>.checkpoints.internal`, and commits translated offsets into groups."""
+    from core.client.acl_admin import AclBinding, AclOperation as Op, AclPermission, PatternType, ResourceType
+    principal = f"User:{mirror_user}"
+    out: list = []
+
+    def grant(rtype, name, pattern, *ops):
+        out.extend(AclBinding(rtype, name, pattern, principal, "*", op, AclPermission.ALLOW) for op in ops)
+
+    T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+    LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
+    for link in links:
+        if link.source == cluster:
+            grant(T, "*", LIT, Op.READ, Op.DESCRIBE, Op.DESCRIBE_CONFIGS)
+            grant(T, "heartbeats", LIT, Op.CREATE, Op.WRITE)
+            grant(T, f"mm2-offset-syncs.{link.target}.internal", LIT, Op.CREATE, Op.WRITE, Op.READ)
+            grant(G, "*", LIT, Op.DESCRIBE)
+            grant(C, "kafka-cluster", LIT, Op.DESCRIBE)
+        if link.target == cluster:
+            remote = ("*", LIT) if link.policy == "identity" else (f"{link.source}.", PRE)
+            grant(T, *remote, Op.CREATE, Op.WRITE, Op.READ, Op.DESCRIBE, Op.ALTER, Op.ALTER_CONFIGS,
+                  Op.DESCRIBE_CONFIGS)
+            grant(T, f"{link.source}.checkpoints.internal", LIT, Op.CREATE, Op.WRITE, Op.READ, Op.DESCRIBE)
+            grant(G, "*", LIT, Op.READ, Op.DESCRIBE)
+            grant(C, "kafka-cluster", LIT, Op.DESCRIBE)
+    return list(dict.fromkeys(out))
+
+async def grant_until_created(name: str, bootstrap: str, bindings: list, client_security, *, log,
+                             deadline: float | None = None) -> None:
+    """Create `bindings` on the cluster `name`, asking again every second while it is still
+    starting, until they are all in place (creating an ACL that exists changes nothing, so
+    every start of a platform does it); TimeoutError once past `deadline` (monotonic)."""
+    import time
+
+    import anyio
+
+    from core.client.acl_admin import AclAdmin
+    from core.client.client import KafkaClient
+    while True:
+        try:
+            async with KafkaClient(bootstrap, client_id="regions-acls", security=client_security) as client:
+                errors = [e for e in await AclAdmin(client, timeout_ms=10_000).create_acls(bindings) if e]
+            if not errors:
+                log.info("ACLs in place on %s (%d)", name, len(bindings))
+                return
+            problem = errors[0]
+        except Exception as exc:   # noqa: BLE001 — a cluster still starting; ask again
+            problem = exc
+        log.info("ACLs on %s not created yet: %s", name, problem)
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"ACLs on {name} not created: {problem}")
+        await anyio.sleep(1.0)
+
+
+def secured_node_properties(*, keystore: str, ca: str, cluster: str, mechanism: str, admin_user: str,
+                            mtls_listeners: tuple[str, ...]) -> dict[str, str]:
+    """A secured node's TLS, SASL and ACL settings (its listeners are the caller's): the node
+    certificate, the platform CA, certificate subjects mapped to names, ACLs on with the
+    cluster's nodes and the admin as super users, and client certificates required on the
+    node-to-node listeners (lower-case listener names)."""
+    props = {
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": keystore,
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": ca,
+        "ssl.principal.mapping.rules": MAPPING_RULES,
+        "sasl.enabled.mechanisms": mechanism,
+        "authorizer.class.name": ACL_AUTHORIZER,
+        "allow.everyone.if.no.acl.found": "false",
+        "super.users": f"{node_principal(cluster)};User:{admin_user}",
+    }
+    for listener in mtls_listeners:
+        props[f"listener.name.{listener}.ssl.client.auth"] = "required"
+    return props
 
 
 def _write_private(path: Path, text: str) -> None:

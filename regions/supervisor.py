@@ -195,25 +195,14 @@ class Supervisor:
     async def _grant_mirror_then_start(self) -> None:
         """On a secured platform the mirror may do only what its ACLs allow, so they are in
         place before it starts: the admin user creates them on each cluster as soon as it
-        answers (creating an ACL that exists changes nothing, so every start does it)."""
-        from core.client.acl_admin import AclAdmin
-        from core.client.client import KafkaClient
+        answers."""
+        from .security import grant_until_created
         security = self.layout.security
         assert security is not None and self.mirror is not None
         for name, cluster in self.layout.clusters.items():
             wanted = security.mirror_acls(name, self.layout.topology.mirrors)
-            while wanted:
-                try:
-                    async with KafkaClient(cluster.bootstrap, client_id="regions-supervisor",
-                                           security=security.admin_security()) as client:
-                        errors = [e for e in await AclAdmin(client, timeout_ms=10_000).create_acls(wanted) if e]
-                    if not errors:
-                        log.info("mirror ACLs in place on %s (%d)", name, len(wanted))
-                        break
-                    log.info("mirror ACLs on %s not created yet: %s", name, errors[0])
-                except Exception as exc:   # noqa: BLE001 — a cluster still starting; ask again
-                    log.info("mirror ACLs on %s not created yet: %s", name, exc)
-                await anyio.sleep(1.0)
+            if wanted:
+                await grant_until_created(name, cluster.bootstrap, wanted, security.admin_security(), log=log)
         self.mirror.start()
 
     def format_storage(self) -> None:

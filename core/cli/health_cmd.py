@@ -29,26 +29,30 @@ def register(sub) -> None:
                    help="the node's controller listener: its quorum must have a leader")
     p.add_argument("--node-id", type=int, help="the node's id (default: any registered broker will do)")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait (default: 5)")
+    p.add_argument("--command-config", metavar="FILE",
+                   help="client properties (security.protocol, ssl.*, sasl.*) for both listeners")
     p.set_defaults(func=lambda args: anyio.run(_check, args))
 
 
 async def _check(args) -> int:
+    from .common import command_config_security
     if not args.bootstrap_server and not args.controller:
         raise UsageError("health: give --bootstrap-server, --controller or both")
+    security = command_config_security(args.command_config)
     seen = []
     try:
         with anyio.fail_after(args.timeout):
             if args.bootstrap_server:
-                seen.append(await _broker(args.bootstrap_server, args.node_id, args.timeout))
+                seen.append(await _broker(args.bootstrap_server, args.node_id, args.timeout, security))
             if args.controller:
-                seen.append(await _controller(args.controller, args.timeout))
+                seen.append(await _controller(args.controller, args.timeout, security))
     except TimeoutError:
         raise CliError(f"unhealthy: no answer within {args.timeout:g}s") from None
     print("healthy: " + "; ".join(seen))
     return 0
 
 
-async def _describe(address: str, endpoint_type: int, timeout: float):
+async def _describe(address: str, endpoint_type: int, timeout: float, security):
     # not at module level: `seaway --help` (and every other command) stays fast
     from core.client.client import parse_bootstrap
     from core.client.connection import BrokerConnection
@@ -60,7 +64,8 @@ async def _describe(address: str, endpoint_type: int, timeout: float):
     except ValueError:
         raise UsageError(f"health: {address!r} is not one HOST:PORT") from None
     conn = BrokerConnection(host, port, client_id="seaway-cli", request_timeout_ms=int(timeout * 1000),
-                            connect_timeout_ms=int(timeout * 1000))
+                            connect_timeout_ms=int(timeout * 1000), ssl_context=security.ssl_context,
+                            sasl=security.sasl)
     try:
         await conn.connect()
         answer = await conn.send(m.DescribeClusterRequest(include_cluster_authorized_operations=False,
@@ -76,8 +81,8 @@ async def _describe(address: str, endpoint_type: int, timeout: float):
     return answer
 
 
-async def _broker(address: str, node_id: int | None, timeout: float) -> str:
-    answer = await _describe(address, 1, timeout)
+async def _broker(address: str, node_id: int | None, timeout: float, security) -> str:
+    answer = await _describe(address, 1, timeout, security)
     ids = sorted(b.broker_id for b in answer.brokers)
     if node_id is None:
         if not ids:
@@ -89,8 +94,8 @@ async def _broker(address: str, node_id: int | None, timeout: float) -> str:
     return f"broker {node_id} registered and unfenced (cluster {answer.cluster_id}, brokers {ids})"
 
 
-async def _controller(address: str, timeout: float) -> str:
-    answer = await _describe(address, 2, timeout)
+async def _controller(address: str, timeout: float, security) -> str:
+    answer = await _describe(address, 2, timeout, security)
     if answer.controller_id < 0:
         raise CliError("unhealthy: the quorum has no leader (an election is under way or a "
                        "majority of the voters is down)")

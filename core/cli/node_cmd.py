@@ -18,6 +18,9 @@ def register(sub) -> None:
                    help="format the log dirs with this cluster id first unless they already are (as "
                         "`seaway storage format --ignore-formatted`; what Kafka's container image does "
                         "with CLUSTER_ID), so a container's first start needs no separate step")
+    p.add_argument("--add-scram-file", metavar="FILE",
+                   help="with --cluster-id: SCRAM credentials for a new cluster's metadata log, one "
+                        "'SCRAM-SHA-512=[name=USER,password=PASSWORD]' per line (as `storage format`)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=run)
 
@@ -39,13 +42,23 @@ def run(args) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = BrokerConfig(_props(args))
+    if args.add_scram_file and not args.cluster_id:
+        from core.config.defs import ConfigError
+        raise ConfigError("--add-scram-file: only with --cluster-id (credentials go into a new cluster's log)")
     if args.cluster_id:
         from pathlib import Path
 
+        from core.node.bootstrap import read_add_scram_file, write_bootstrap
         from core.node.storage import format_storage
+        scram = read_add_scram_file(args.add_scram_file) if args.add_scram_file else []
+        formatted = False
         for directory, what in format_storage([Path(d) for d in config.log_dirs], config.node_id,
                                               args.cluster_id, ignore_formatted=True):
             logging.getLogger("seaway").info("%s: %s (cluster %s)", what, directory, args.cluster_id)
+            formatted |= what == "formatted"
+        if scram and formatted:   # the controller reads it only for a new metadata log anyway
+            write_bootstrap(Path(config.metadata_log_dir), scram)
+            logging.getLogger("seaway").info("%d SCRAM credentials for the new metadata log", len(scram))
     backend_options = {}
     try:
         import uvloop  # noqa: F401

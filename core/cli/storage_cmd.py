@@ -24,6 +24,8 @@ def register(sub) -> None:
     f.add_argument("--add-scram", "-S", metavar="SPEC", action="append", default=[],
                    help="a SCRAM credential for the new cluster's metadata, as kafka-storage takes it: "
                         "'SCRAM-SHA-256=[name=alice,password=alice-secret]' (iterations= optional; repeatable)")
+    f.add_argument("--add-scram-file", metavar="FILE", action="append", default=[],
+                   help="--add-scram specs, one per line (keeps passwords off the command line)")
     f.set_defaults(func=format_dirs)
 
     i = actions.add_parser("info", help="show the cluster and node id of each log dir")
@@ -43,10 +45,12 @@ def random_uuid(args) -> int:
 
 
 def format_dirs(args) -> int:
-    from core.node.bootstrap import parse_add_scram, write_bootstrap
+    from core.node.bootstrap import parse_add_scram, read_add_scram_file, write_bootstrap
     from core.node.storage import format_storage
     config = _config(args.config)
-    scram = [parse_add_scram(spec) for spec in args.add_scram]   # bad specs fail before anything is written
+    # Bad specs fail before anything is written.
+    scram = [parse_add_scram(spec) for spec in args.add_scram]
+    scram += [record for path in args.add_scram_file for record in read_add_scram_file(path)]
     for directory, what in format_storage([Path(d) for d in config.log_dirs], config.node_id,
                                           args.cluster_id, ignore_formatted=args.ignore_formatted):
         print(f"{what}: {directory} (cluster {args.cluster_id}, node {config.node_id})")

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.client.properties import parse_properties
+
 from .defs import INT_MAX, LONG_MAX, ConfigDef, ConfigError, ConfigType
 from .sasl import SASL_CONFIG_LIST, SASL_CONFIGS
 from .tls import SSL_CONFIG_LIST, SSL_CONFIGS
@@ -244,28 +246,6 @@ _ACCEPTED_UNUSED = {
     "group.coordinator.rebalance.protocols", "share.coordinator.state.topic.replication.factor",
     "share.coordinator.state.topic.min.isr", "log.segment.bytes.per.partition",
 }
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java .properties: `k=v`, `k: v` or `k v`; `#`/`!` comments; `\\` continues a line."""
-    props: dict[str, str] = {}
-    pending = ""
-    for raw in text.splitlines():
-        line = pending + raw.strip() if pending else raw.strip()
-        pending = ""
-        if not line or line[0] in "#!":
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending = line[:-1]
-            continue
-        m = re.match(r"^((?:[^=:\s\\]|\\.)+)\s*[=:\s]\s*(.*)$", line)
-        if m:
-            props[m.group(1)] = m.group(2)
-        else:
-            props[line] = ""
-    if pending:
-        props[pending] = ""
-    return props
 
 
 def load_properties(path: str | Path) -> dict[str, str]:

@@ -15,6 +15,9 @@ cluster with half its users.
 
     SCRAM-SHA-256=[name=alice,password=alice-secret]
     SCRAM-SHA-512=[name=alice,iterations=8192,password=alice-secret]
+
+`--add-scram-file FILE` (Seaway's) takes the same specs one per line, so that passwords stay
+out of command lines, where `ps` and a compose file would show them.
 """
 from __future__ import annotations
 
@@ -69,6 +72,24 @@ def parse_add_scram(spec: str) -> m.UserScramCredentialRecord:
     return m.UserScramCredentialRecord(name=fields["name"], mechanism=_MECHANISM_TYPES[mechanism],
                                        salt=credential.salt, stored_key=credential.stored_key,
                                        server_key=credential.server_key, iterations=iterations)
+
+
+def read_add_scram_file(path: str | Path) -> list[m.UserScramCredentialRecord]:
+    """Every --add-scram spec in a file, one per line (blank lines and # comments skipped);
+    ConfigError naming the file and line."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"--add-scram-file: cannot read {path}: {exc.strerror}") from None
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            records.append(parse_add_scram(line))
+        except ConfigError as exc:
+            raise ConfigError(f"--add-scram-file: {path}:{number}: {str(exc).removeprefix('--add-scram: ')}") from None
+    return records
 
 
 def write_bootstrap(directory: Path, records: Sequence[Message]) -> Path:

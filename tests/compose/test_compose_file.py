@@ -48,9 +48,16 @@ def test_regions_compose_writes_the_committed_file(tmp_path):
     assert (out.parent / rules).resolve() == REPO / "compose" / "alerts.yml"
     for volume in doc["services"]["grafana"]["volumes"]:
         assert (out.parent / volume.split(":")[0]).resolve().is_dir(), volume
+    # The CA path in the admin's properties for the host names the directory pki exports to.
+    pki = doc["services"]["pki"]
+    export_ca = pki["command"][pki["command"].index("--export-ca") + 1]
+    mount = next(v for v in pki["volumes"] if v.endswith(":/export")).split(":/export")[0]
+    assert export_ca == f"${{SEAWAY_SECRETS_DIR:-{out.parent}/secrets}}/ca.crt"
+    assert mount == "${SEAWAY_SECRETS_DIR:-./secrets}"          # relative to the file: the same place
     assets = rules.removesuffix("/alerts.yml")
     body = lambda text: text.split("\n", 3)[3]    # noqa: E731 — past the header naming the paths
-    assert body(out.read_text()).replace(f"{assets}/", "./") == body(COMMITTED.read_text())
+    assert (body(out.read_text()).replace(f"{assets}/", "./").replace(f"{out.parent}/secrets", "compose/secrets")
+            == body(COMMITTED.read_text()))
 
 
 def test_the_grafana_dashboard_and_its_provisioning():
@@ -89,9 +96,12 @@ def test_the_file_holds_every_node_network_volume_link_and_prometheus():
         service = services[host]
         assert service["hostname"] == host
         assert service["networks"] == [region]
-        assert service["volumes"] == [f"{host}-data:/var/lib/seaway"]
+        assert service["volumes"] == [f"{host}-data:/var/lib/seaway", "pki:/etc/seaway/secure:ro"]
         assert f"127.0.0.1:{node.port}:9095" in service["ports"]
-        assert service["command"][-2:] == ["--cluster-id", cluster_id_for(topology, cluster)]
+        command = service["command"]
+        assert command[command.index("--cluster-id") + 1] == cluster_id_for(topology, cluster)
+        assert command[command.index("--add-scram-file") + 1] == "/etc/seaway/secure/scram.txt"
+        assert service["depends_on"] == {"pki": {"condition": "service_completed_successfully"}}
         props = dict(line.split("=", 1) for line in doc["configs"][host]["content"].splitlines())
         assert props["broker.rack"] == node.zone
         assert props["node.id"] == str(node.id)
@@ -102,6 +112,18 @@ def test_the_file_holds_every_node_network_volume_link_and_prometheus():
         assert advertised["INTERNAL"] == (host, 9092)
         other = "US_EAST" if region == "eu-west" else "EU_WEST"
         assert advertised[f"WAN_{other}"][0] == "wan"
+        # Secured as the topology asks: SCRAM over TLS for clients, mTLS between nodes, ACLs.
+        assert config.protocol_map == {"EXTERNAL": "SASL_SSL", "INTERNAL": "SASL_SSL", f"WAN_{other}": "SASL_SSL",
+                                             "REPLICATION": "SSL", "CONTROLLER": "SSL"}
+        assert props["inter.broker.listener.name"] == "REPLICATION"
+        assert props["listener.name.replication.ssl.client.auth"] == "required"
+        assert props["listener.name.controller.ssl.client.auth"] == "required"
+        assert props["ssl.keystore.location"] == f"/etc/seaway/secure/pki/{cluster}-node-{node.id}.pem"
+        assert props["allow.everyone.if.no.acl.found"] == "false"
+        assert props["super.users"] == f"User:node.{cluster};User:admin"
+        # Its certificate names every way it is reached: its container, the WAN, the host.
+        pki = services["pki"]["command"]
+        assert f"{cluster}/{node.id}={host},wan,127.0.0.1" in pki
     # One cluster id per cluster, stable, and different between clusters.
     assert cluster_id_for(topology, "eu-west-1") != cluster_id_for(topology, "us-east-1")
     assert cluster_id_for(topology, "eu-west-1") == cluster_id_for(load_topology(DEFAULT_TOPOLOGY), "eu-west-1")
@@ -116,6 +138,15 @@ def test_the_file_holds_every_node_network_volume_link_and_prometheus():
     assert link["source_bootstrap"].split(",") == [f"wan:{FIRST_WAN_PROXY_PORT + i}" for i in range(3)]
     assert link["target_bootstrap"] == "us-east-1-1:9092,us-east-1-2:9092,us-east-1-3:9092"
     assert link["rpo_target_s"] == topology.dr.rpo_target_s
+    # The mirror logs in as its own user, whose password stays on the pki volume, and starts
+    # once mirror-acls has granted that user what the link needs, which waits for every node.
+    assert link["source_properties_file"] == link["target_properties_file"] == "/etc/seaway/secure/clients/mirror.properties"
+    assert "source_properties" not in link and "password" not in doc["configs"]["mirror-eu-west-1-to-us-east-1"]["content"]
+    assert mirror["depends_on"] == {"mirror-acls": {"condition": "service_completed_successfully"}}
+    grant = services["mirror-acls"]
+    assert set(grant["depends_on"]) == set(nodes)
+    assert grant["command"][grant["command"].index("--link") + 1] == "eu-west-1,us-east-1,default"
+    assert services["pki"]["network_mode"] == "none" and services["pki"]["user"] == "root"
 
     prometheus = yaml.safe_load(doc["configs"]["prometheus"]["content"])
     jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}

@@ -2,9 +2,11 @@
 packages and a wheelhouse (nothing pulled), the committed file started from a clean state, and
 then, in order, on the same platform:
 
-1. it becomes healthy (every node registered, unfenced and serving; the mirror and the WAN up);
+1. it becomes healthy (every node registered, unfenced and serving; the mirror and the WAN up),
+   secured: its pki service made the certificates and passwords inside the platform and
+   exported the admin's client properties for the host, and nothing gets in without them;
 2. confluent-kafka on the host produces to and consumes from each region at the published
-   addresses the README prints;
+   addresses the README prints, logged in with those properties;
 3. the mirror copies eu-west's topic to us-east, record for record;
    and every panel of the Grafana dashboard has data in the platform's real Prometheus;
 4. `docker compose kill` of one node leaves acks=all produce working (RF 3, min ISR 2);
@@ -22,12 +24,14 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
+import subprocess
 import time
 import uuid
 from collections import defaultdict
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.compose import REPO, ComposePlatform
@@ -50,9 +54,17 @@ def platform():
             raise
 
 
-def produce(bootstrap: str, topic: str, count: int, prefix: str) -> list[bytes]:
+def eu(platform) -> dict:
+    return platform.client(EU)
+
+
+def us(platform) -> dict:
+    return platform.client(US)
+
+
+def produce(client: dict, topic: str, count: int, prefix: str) -> list[bytes]:
     """`count` unique values, idempotent acks=all; every one acknowledged or the test fails."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+    producer = Producer({**client, "acks": "all", "enable.idempotence": True,
                          "linger.ms": 5, "message.timeout.ms": 60000})
     acked, failed = [], []
 
@@ -68,9 +80,9 @@ def produce(bootstrap: str, topic: str, count: int, prefix: str) -> list[bytes]:
     return values
 
 
-def read_all(bootstrap: str, topic: str, timeout: float = 60) -> dict[int, list[bytes]]:
+def read_all(client: dict, topic: str, timeout: float = 60) -> dict[int, list[bytes]]:
     """Every record of every partition up to its high watermark, by partition, in order."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:6]}",
+    consumer = Consumer({**client, "group.id": f"reader-{uuid.uuid4().hex[:6]}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     try:
         metadata = consumer.list_topics(topic, timeout=30)
@@ -92,11 +104,11 @@ def read_all(bootstrap: str, topic: str, timeout: float = 60) -> dict[int, list[
         consumer.close()
 
 
-def wait_mirrored(source: dict[int, list[bytes]], timeout: float = 120) -> dict[int, list[bytes]]:
+def wait_mirrored(platform, source: dict[int, list[bytes]], timeout: float = 120) -> dict[int, list[bytes]]:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            copy = read_all(US, MIRRORED, timeout=30)
+            copy = read_all(us(platform), MIRRORED, timeout=30)
         except Exception:   # noqa: BLE001 — the topic may not exist yet
             copy = {}
         if {p: len(v) for p, v in copy.items()} == {p: len(v) for p, v in source.items()}:
@@ -114,21 +126,39 @@ def test_up_from_a_clean_state_becomes_healthy(platform):
     for service in ALL_SERVICES:
         assert platform.health(service) == "healthy", service
     assert took < 120
+    # Secured: the admin's properties were exported for the host, privately, and a client
+    # without them is refused.
+    props = platform.admin_properties.read_text()
+    assert "security.protocol=SASL_SSL" in props and "sasl.mechanism=SCRAM-SHA-512" in props
+    assert f"ssl.ca.location={platform.secrets}/ca.crt" in props
+    assert oct(platform.admin_properties.stat().st_mode & 0o777) == "0o600"
+    with pytest.raises(KafkaException):
+        AdminClient({"bootstrap.servers": EU, "socket.timeout.ms": 3000}).list_topics(timeout=5)
+    # The README's kcat and seaway commands work as printed (with this run's secrets directory).
+    readme = (REPO / "README.md").read_text()
+    for program in ("kcat", "seaway"):
+        line = next(ln.strip() for ln in readme.splitlines() if ln.strip().startswith(f"{program} ")
+                    and "compose/secrets/admin.properties" in ln)
+        command = shlex.split(line.replace("compose/secrets", str(platform.secrets)))
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert done.returncode == 0, (line, done.stderr)
+        if program == "kcat":
+            assert "3 brokers" in done.stdout, done.stdout
 
 
 def test_clients_on_the_host_produce_and_consume_in_each_region(platform):
-    admin = AdminClient({"bootstrap.servers": EU})
+    admin = AdminClient(eu(platform))
     for future in admin.create_topics([NewTopic(TOPIC, 3, 3)]).values():
         future.result(30)
-    sent = produce(EU, TOPIC, 300, "eu")
-    assert sorted(v for vs in read_all(EU, TOPIC).values() for v in vs) == sorted(sent)
-    sent_us = produce(US, "local-us", 100, "us")          # auto-created in us-east
-    assert sorted(v for vs in read_all(US, "local-us").values() for v in vs) == sorted(sent_us)
+    sent = produce(eu(platform), TOPIC, 300, "eu")
+    assert sorted(v for vs in read_all(eu(platform), TOPIC).values() for v in vs) == sorted(sent)
+    sent_us = produce(us(platform), "local-us", 100, "us")          # auto-created in us-east
+    assert sorted(v for vs in read_all(us(platform), "local-us").values() for v in vs) == sorted(sent_us)
 
 
 def test_the_mirror_copies_eu_west_to_us_east_record_for_record(platform):
-    source = read_all(EU, TOPIC)
-    assert wait_mirrored(source) == source
+    source = read_all(eu(platform), TOPIC)
+    assert wait_mirrored(platform, source) == source
 
 
 def test_every_dashboard_panel_has_data_from_the_real_prometheus(platform):
@@ -147,14 +177,14 @@ def test_every_dashboard_panel_has_data_from_the_real_prometheus(platform):
         if not empty:
             return
         assert time.monotonic() < deadline, "panels without data:\n" + "\n".join(empty)
-        produce(EU, TOPIC, 20, f"dashboard-{time.monotonic():.0f}")      # keep rates above zero
+        produce(eu(platform), TOPIC, 20, f"dashboard-{time.monotonic():.0f}")      # keep rates above zero
         time.sleep(5)
 
 
 def test_a_killed_node_leaves_acks_all_produce_working(platform):
     platform.compose("kill", "eu-west-1-2")
-    sent = produce(EU, TOPIC, 200, "after-kill")
-    got = [v for vs in read_all(EU, TOPIC).values() for v in vs]
+    sent = produce(eu(platform), TOPIC, 200, "after-kill")
+    got = [v for vs in read_all(eu(platform), TOPIC).values() for v in vs]
     assert set(sent) <= set(got)
     platform.compose("start", "eu-west-1-2")
     platform.wait_healthy(["eu-west-1-2"])
@@ -163,8 +193,8 @@ def test_a_killed_node_leaves_acks_all_produce_working(platform):
 def test_a_stopped_region_leaves_the_other_serving(platform):
     platform.compose("stop", "--timeout", "10", *EU_NODES)
     try:
-        sent = produce(US, "local-us", 100, "us-alone")
-        got = [v for vs in read_all(US, "local-us").values() for v in vs]
+        sent = produce(us(platform), "local-us", 100, "us-alone")
+        got = [v for vs in read_all(us(platform), "local-us").values() for v in vs]
         assert set(sent) <= set(got)
     finally:
         platform.compose("start", *EU_NODES)
@@ -172,10 +202,10 @@ def test_a_stopped_region_leaves_the_other_serving(platform):
 
 
 def test_a_cut_wan_raises_the_lag_alert_and_the_mirror_catches_up_after(platform):
-    wait_mirrored(read_all(EU, TOPIC))
+    wait_mirrored(platform, read_all(eu(platform), TOPIC))
     platform.disconnect("eu-west", "wan")
     try:
-        during = produce(EU, TOPIC, 300, "during-cut")   # eu-west itself still serves
+        during = produce(eu(platform), TOPIC, 300, "during-cut")   # eu-west itself still serves
         deadline = time.monotonic() + 150
         lags = []
         while True:
@@ -191,20 +221,20 @@ def test_a_cut_wan_raises_the_lag_alert_and_the_mirror_catches_up_after(platform
         assert lags[-1] > 60 and lags[0] < lags[-1], lags              # grew while the WAN was cut
     finally:
         platform.connect("eu-west", "wan")
-    source = read_all(EU, TOPIC)
+    source = read_all(eu(platform), TOPIC)
     assert set(during) <= {v for vs in source.values() for v in vs}
-    copy = wait_mirrored(source, timeout=180)
+    copy = wait_mirrored(platform, source, timeout=180)
     assert copy == source               # nothing lost, nothing duplicated, same order
 
 
 def test_down_then_up_keeps_every_record(platform):
-    before_eu, before_us = read_all(EU, TOPIC), read_all(US, MIRRORED)
+    before_eu, before_us = read_all(eu(platform), TOPIC), read_all(us(platform), MIRRORED)
     platform.compose("down", "--timeout", "20")
     assert platform.leftovers()["container"] == []
-    assert len(platform.leftovers()["volume"]) == 7          # six nodes' data and Prometheus'
+    assert len(platform.leftovers()["volume"]) == 8          # six nodes' data, Prometheus' and pki
     platform.up()
-    assert read_all(EU, TOPIC) == before_eu
-    assert read_all(US, MIRRORED) == before_us
+    assert read_all(eu(platform), TOPIC) == before_eu
+    assert read_all(us(platform), MIRRORED) == before_us
 
 
 def test_down_with_volumes_leaves_nothing_behind(platform):

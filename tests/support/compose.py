@@ -8,6 +8,10 @@ own, so that it never touches a platform someone else runs.
         platform.disconnect("eu-west", "wan")    # cut the WAN on eu-west's side
         platform.prometheus_query('ALERTS{alertstate="firing"}')
 
+The platform is secured, as the default topology is: clients on the host log in with the admin
+properties its `pki` service exports, here to a directory of this run ($SEAWAY_SECRETS_DIR):
+`platform.client(bootstrap)` is a confluent-kafka configuration that does.
+
 Images: `seaway-test:<id>` and `seaway-test-prometheus:<id>` (compose/build-image.sh), removed
 on exit, as is the Debian base image if this run had to make it. Containers, networks and
 volumes go with `down -v`; whatever of the project is left after that (a test that failed half
@@ -17,7 +21,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -55,8 +61,20 @@ class ComposePlatform:
         self.volumes_before: set[str] = set()
         self.build_s: float | None = None
         self.build_log = ""
+        self.secrets = Path(tempfile.mkdtemp(prefix=f"{self.project}-secrets-"))
         self.env = dict(os.environ, SEAWAY_IMAGE=self.image, PROMETHEUS_IMAGE=self.prometheus_image,
-                        SEAWAY_PROMETHEUS_IMAGE=self.prometheus_image, SEAWAY_BASE_IMAGE=BASE_IMAGE)
+                        SEAWAY_PROMETHEUS_IMAGE=self.prometheus_image, SEAWAY_BASE_IMAGE=BASE_IMAGE,
+                        SEAWAY_SECRETS_DIR=str(self.secrets))
+
+    @property
+    def admin_properties(self) -> Path:
+        """What the pki service exported for clients on the host (after the first `up`)."""
+        return self.secrets / "admin.properties"
+
+    def client(self, bootstrap: str) -> dict:
+        """A confluent-kafka configuration for `bootstrap`, logged in as the admin user."""
+        from core.config import load_properties
+        return {"bootstrap.servers": bootstrap, **load_properties(self.admin_properties)}
 
     # ---------------------------------------------------------------- images
 
@@ -146,6 +164,7 @@ class ComposePlatform:
         images = [self.image, self.prometheus_image] + ([BASE_IMAGE] if self.made_base else [])
         run(["docker", "image", "rm", "-f", *images], check=False)
         run(["docker", "image", "prune", "-f", "--filter", "label=io.seaway.stage=build"], check=False)
+        shutil.rmtree(self.secrets, ignore_errors=True)
 
     def __enter__(self) -> "ComposePlatform":
         try:
