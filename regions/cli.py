@@ -335,15 +335,36 @@ def cmd_stop_start(args, state_dir: Path) -> int:
 
 def cmd_down(args, state_dir: Path) -> int:
     from .supervisor import PLATFORM_FILE, send_command
+    try:
+        supervisor_pid = json.loads((state_dir / PLATFORM_FILE).read_text()).get("supervisor_pid")
+    except (OSError, ValueError):
+        supervisor_pid = None
     reply = anyio.run(send_command, state_dir, {"cmd": "down"}, 10.0)
     if reply is None:
         print(f"no platform is running in {state_dir}")
         return 0
+    # Done when the supervisor has exited, not merely when it removed platform.json: a
+    # script that starts another platform right after must not meet this one's processes.
     deadline = time.monotonic() + 120
-    while (state_dir / PLATFORM_FILE).exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    while ((state_dir / PLATFORM_FILE).exists() or _alive(supervisor_pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
     print("platform stopped; its data stays in " + str(state_dir))
     return 0
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:   # a zombie (its parent has not reaped it yet) has exited
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 def cmd_supervise(args, state_dir: Path) -> int:

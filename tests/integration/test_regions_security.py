@@ -137,6 +137,17 @@ def test_every_other_way_in_is_shut(platform):
     del host, port
 
 
+def test_seaway_health_asks_a_secured_node_with_the_admin_properties(platform):
+    first = platform.bootstrap("eu-1").split(",")[0]
+    base = ["seaway", "health", "--bootstrap-server", first, "--node-id", "1", "--timeout", "10"]
+    healthy = subprocess.run(base + ["--command-config", admin_config_path(platform)], capture_output=True,
+                             text=True, timeout=60, cwd=REPO)
+    assert healthy.returncode == 0 and healthy.stdout.startswith("healthy: broker 1 registered"), healthy.stderr
+    anonymous = subprocess.run(base, capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert anonymous.returncode == 1 and "Traceback" not in anonymous.stderr
+    assert len(anonymous.stderr.strip().splitlines()) == 1 and "unhealthy" in anonymous.stderr, anonymous.stderr
+
+
 def admin_config_path(platform) -> str:
     kcat = printed_command(platform, "kcat")
     return kcat[kcat.index("-F") + 1]
