@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.client.properties import parse_properties
+from core.client.properties import PropertiesFileError, parse_properties, read_properties
 
 from .defs import INT_MAX, LONG_MAX, ConfigDef, ConfigError, ConfigType
 from .sasl import SASL_CONFIG_LIST, SASL_CONFIGS
@@ -249,11 +249,11 @@ _ACCEPTED_UNUSED = {
 
 
 def load_properties(path: str | Path) -> dict[str, str]:
+    """A properties file; ConfigError naming it when it cannot be read."""
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"config file {path}: {exc.strerror}") from None
-    return parse_properties(text)
+        return read_properties(path)
+    except PropertiesFileError as exc:
+        raise ConfigError(f"config file {str(exc).removeprefix('cannot read ')}") from None
 
 
 class BrokerConfig:
