@@ -71,6 +71,11 @@ class TlsStream(ByteStream):
                 except ssl.SSLError as exc:
                     raise anyio.BrokenResourceError from exc
                 if not chunk:
+                    # An SSLObject reports the peer's close_notify as an empty read, not as
+                    # SSLZeroReturnError. Waiting for more bytes here would deadlock with a peer
+                    # that sends close_notify and waits for ours before it closes the socket
+                    # (asyncio's and OpenSSL's clients do): each close would cost it a timeout.
+                    closed = True
                     break
                 chunks.append(chunk)
                 size += len(chunk)

@@ -4,6 +4,7 @@ node processes and the mirror) burns at idle.
 
     python tests/benchmarks/bench_platform.py                # 3 trials, 30 s idle sample each
     python tests/benchmarks/bench_platform.py --trials 1 --idle 60
+    python tests/benchmarks/bench_platform.py --plaintext    # the same with `security` off
 
 Each trial starts the shipped two-region topology (fixed ports removed, so it cannot clash
 with a platform already running) in a fresh state directory with `regions up --detach`, waits
@@ -80,8 +81,12 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--settle", type=float, default=10.0, help="seconds after up before sampling")
     ap.add_argument("--idle", type=float, default=30.0, help="seconds of idle CPU sampling")
+    ap.add_argument("--plaintext", action="store_true",
+                    help="turn the topology's security off (what TLS, SCRAM and ACLs cost)")
     args = ap.parse_args()
     doc = yaml.safe_load(Path(DEFAULT_TOPOLOGY).read_text())
+    if args.plaintext:
+        doc["security"] = {"enabled": False}
     for region in doc["regions"].values():
         for cluster in region["clusters"].values():
             for node in cluster["nodes"]:

@@ -17,6 +17,7 @@ import socket
 import ssl
 import time
 
+import anyio
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
@@ -216,6 +217,36 @@ def test_plaintext_to_a_tls_port_and_tls_to_a_plaintext_port_are_closed(node, pk
             answer += chunk
         # At most a TLS alert record (content type 21), never a Kafka response, then the close.
         assert answer == b"" or answer[0] == 0x15, answer
+    assert_still_serves(node, pki)
+
+
+def test_a_close_notify_is_answered_at_once(node, pki):
+    """A client that ends with close_notify and waits for the node's (Python's ssl and asyncio
+    do; Seaway's client gave up after a second, on every TLS connection it closed) gets it,
+    after a request and without one, and the node serves on."""
+    from core.client.connection import BrokerConnection
+    context = ssl.create_default_context(cafile=str(pki.ca.cert_path))
+    for send_a_request in (False, True):
+        with socket.create_connection(("127.0.0.1", node.ports["TLS"]), timeout=15) as raw:
+            tls = context.wrap_socket(raw, server_hostname="127.0.0.1")
+            if send_a_request:
+                tls.sendall(b"\x00\x00\x00\x0c\x00\x12\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00")
+                size = int.from_bytes(tls.recv(4), "big")   # ApiVersions v0 answered: read it all
+                body = b""
+                while len(body) < size:
+                    body += tls.recv(size - len(body))
+            tls.settimeout(15)
+            plain = tls.unwrap()             # sends close_notify, returns once the node's arrived
+            assert plain.recv(1) == b""      # and then the socket closes
+
+    async def open_and_close() -> float:
+        conn = BrokerConnection("127.0.0.1", node.ports["TLS"], ssl_context=context, request_timeout_ms=15000)
+        await conn.connect()
+        started = time.monotonic()
+        await conn.close()
+        return time.monotonic() - started
+    took = anyio.run(open_and_close)
+    assert took < 0.9, f"closing a TLS connection took {took:.2f}s: the close_notify went unanswered"
     assert_still_serves(node, pki)
 
 
