@@ -246,7 +246,9 @@ class _ComposeDocument:
             brokers = self.topology.cluster(name).brokers
             command += ["--cluster", f"{name}=" + ",".join(f"{_host(name, n.id)}:{INTERNAL_PORT}" for n in brokers)]
             for n in self.topology.cluster(name).nodes:
-                waits_for[_host(name, n.id)] = {"condition": "service_healthy"}
+                # Started, not healthy: it asks again every second until the cluster takes the
+                # ACLs, which is sooner than the nodes' first healthcheck (one interval in).
+                waits_for[_host(name, n.id)] = {"condition": "service_started"}
         for m in self.topology.mirrors:
             command += ["--link", f"{m.source},{m.target},{m.policy}"]
         self.services["mirror-acls"] = {

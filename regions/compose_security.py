@@ -16,8 +16,9 @@ every Seaway container mounts read-only at SECRETS_MOUNT:
                         names (`compose/secrets/` by default, or $SEAWAY_SECRETS_DIR), owned by
                         that directory's owner, so that clients on the host can log in.
     nodes               start once pki has finished; TLS and SCRAM as `regions up` sets them.
-    mirror-acls         `regions grant-mirror-acls`: once every node is healthy, the admin user
-                        grants the mirror user the ACLs its links need (security.mirror_acls).
+    mirror-acls         `regions grant-mirror-acls`: once the nodes have started, the admin
+                        user grants the mirror user the ACLs its links need
+                        (security.mirror_acls), asking again until the clusters take them.
     mirror-*            start once mirror-acls has finished; log in as the mirror user.
 
 Every Seaway container runs as the image's user (uid 10001), so the volume's files are that
