@@ -148,6 +148,15 @@ class ForwardedBatch(NamedTuple):
     base_sequence: int          # as written (-1 without a producer)
     reencoded: bool             # rebuilt from its records (compacted or trimmed)
 
+    @property
+    def run(self) -> int:
+        """How many upstream offsets from its base keep their distance downstream (the offset
+        sync's extent, mirror/translation.py): all of them when every upstream offset in the
+        batch holds a record (whole, or trimmed at the front), none when compaction left gaps
+        that Produce closes up."""
+        dense = self.upstream_last_offset - self.upstream_base_offset + 1 == self.records_count
+        return self.records_count if dense else 0
+
 
 @dataclass(slots=True)
 class PreparedBatches:

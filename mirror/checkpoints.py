@@ -4,9 +4,9 @@ optionally committed into the target's groups.
 
 Every `interval_s` the emitter lists the source's consumer groups (less MM2's default
 exclusions), fetches their committed offsets, and translates each offset of a mirrored
-partition with the link's OffsetSyncStore (mirror/translation.py): exact at batch boundaries,
-otherwise the last boundary below (re-delivering at most what lies between), and nothing when
-no sync covers the offset, never a guess. A checkpoint is written when its translation
+partition with the link's OffsetSyncStore (mirror/translation.py): exact anywhere inside a
+batch copied whole (a sync's run), otherwise where the last run below ends (re-delivering at
+most what lies between), and nothing when no sync covers the offset, never a guess. A checkpoint is written when its translation
 changed. Names are the target's (`eu-west-1.orders`), as MM2 writes them.
 
 With `sync_group_offsets`, translated offsets are also committed to the target group of the

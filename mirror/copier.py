@@ -12,13 +12,17 @@ is written once (the target's idempotence), and a window of requests keeps a cro
 link busy instead of paying one round trip per batch.
 
 When a batch is acknowledged at downstream offset d, the copier reports an offset sync
-(upstream base, d) to its `on_synced` callback, and after the window drains at the end of a
-fetch, the end edge (next upstream offset, next downstream offset), so translation is exact at
-every batch boundary and a caught-up group translates too. Syncs are reported in order and
-only for acknowledged batches: a recorded sync never claims data the target lacks.
+(upstream base, d, extent) to its `on_synced` callback: the extent is the batch's offset count
+when its upstream offsets are dense (so upstream base + k is downstream d + k throughout, and
+translation is exact anywhere inside it), and 0 for a batch rebuilt with fewer records than
+offsets (a compacted one), where it is not; those are counted as `inexact_batches`. After the
+window drains at the end of a fetch it reports the end edge (next upstream offset, next
+downstream offset, 0), so a caught-up group translates exactly even past a hole. Syncs are
+reported in order and only for acknowledged batches: a recorded sync never claims data the
+target lacks.
 
-Positions. The copier starts at `start_offset` (the latest recorded sync, or the source's
-log start). After a crash, batches produced after the last recorded sync are produced again:
+Positions. The copier starts at `start_offset` (where the latest recorded sync's run ends, or
+the source's log start). After a crash, batches produced after the last recorded sync are produced again:
 duplicates are bounded by what was in flight or not yet recorded, never a loss.
 
 Stopping. `request_stop` is a graceful stop (SIGTERM): no new fetch goes out, what was
@@ -115,6 +119,7 @@ class CopierStats:
     skipped_aborted: int = 0
     skipped_control: int = 0
     lost_to_retention: int = 0
+    inexact_batches: int = 0          # forwarded without a run: translation inside them re-reads
 
     @property
     def lag(self) -> int:
@@ -145,13 +150,14 @@ class _InFlight:
     upstream_base: int
     records: int
     max_timestamp: int
+    extent: int = 0                   # its run: upstream offsets that keep their distance downstream
     sent: _Answer | None = None       # the batch's Produce request, once sent
 
 
 class PartitionCopier:
     def __init__(self, source: KafkaClient, target: KafkaClient, producer: ProducerIdentity, *,
                  source_topic: str, target_topic: str, partition: int, start_offset: int | None,
-                 on_synced: Callable[[int, int], Awaitable[None] | None],
+                 on_synced: Callable[[int, int, int], Awaitable[None] | None],
                  max_in_flight: int = 5, fetch_max_bytes: int = 1 << 20, fetch_max_wait_ms: int = 500,
                  produce_timeout_ms: int = 30_000, retry_backoff_ms: int = 200, drain_timeout_s: float = 8.0):
         if not 1 <= max_in_flight <= 5:
@@ -166,7 +172,7 @@ class PartitionCopier:
         self._pid, self._epoch, self._next_seq = -1, -1, 0
         self._window: deque[_InFlight] = deque()
         self._downstream_end: int | None = None     # target offset after the last acked batch
-        self._last_sync: tuple[int, int] | None = None
+        self._last_sync: tuple[int, int, int] | None = None
         self._fetch_conn = None
         self._session = FetchSessionHandler()
         self._fetch_leader: int | None = None
@@ -293,7 +299,7 @@ class PartitionCopier:
         # fetched again under new sequences (which the target could not tell from new data).
         for batch, view in zip(prepared.batches, prepared.views()):
             self._window.append(_InFlight(view, batch.base_sequence, batch.upstream_base_offset,
-                                          batch.records_count, _max_timestamp(view)))
+                                          batch.records_count, _max_timestamp(view), extent=batch.run))
         self._next_seq = prepared.next_sequence
         self.stats.position = prepared.next_fetch_offset
         await self._fill_window()
@@ -489,20 +495,25 @@ class PartitionCopier:
             stats.last_batch_timestamp_ms = entry.max_timestamp
             stats.latencies_ms.append(max(0, int(time.time() * 1000) - entry.max_timestamp))
         self._downstream_end = downstream_base + entry.records
-        await self._sync(entry.upstream_base, downstream_base)
+        if not entry.extent:
+            stats.inexact_batches += 1
+        await self._sync(entry.upstream_base, downstream_base, entry.extent)
 
     async def _record_end(self) -> None:
         """The end edge: where the next upstream record will land downstream."""
         if self._downstream_end is not None and not self._window:
-            await self._sync(self.stats.position, self._downstream_end)
+            await self._sync(self.stats.position, self._downstream_end, 0)
 
-    async def _sync(self, upstream: int, downstream: int) -> None:
-        if self._last_sync == (upstream, downstream):
+    async def _sync(self, upstream: int, downstream: int, extent: int) -> None:
+        last = self._last_sync
+        if last is not None and (last[0] + last[2], last[1] + last[2]) == (upstream, downstream) and not extent:
+            return      # an end edge where the last run ends says nothing new
+        if last == (upstream, downstream, extent):
             return
-        result = self.on_synced(upstream, downstream)
+        result = self.on_synced(upstream, downstream, extent)
         if result is not None:
             await result
-        self._last_sync = (upstream, downstream)      # only once it was handed to the producer
+        self._last_sync = (upstream, downstream, extent)   # only once it was handed to the producer
 
 
 def _max_timestamp(batch: memoryview) -> int:

@@ -11,9 +11,9 @@ partitions than its source gets more.
 
 Offset syncs go where MirrorMaker 2 puts them by default: `mm2-offset-syncs.<target>.internal`
 on the source cluster, one compacted partition, MM2's record format (mirror/records.py). On
-start the link reads that topic to its end: the latest sync of each partition is where its
-copier resumes (so a killed mirror re-sends at most what it had not yet recorded), and every
-sync seen feeds the OffsetSyncStore that translates consumer-group offsets.
+start the link reads that topic to its end: where the latest sync of each partition's run ends
+is where its copier resumes (so a killed mirror re-sends at most what it had not yet recorded),
+and every sync seen feeds the OffsetSyncStore that translates consumer-group offsets.
 """
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ from core.protocol.errors import ErrorCode
 from .checkpoints import CheckpointEmitter
 from .copier import PartitionCopier, ProducerIdentity
 from .policy import DefaultReplicationPolicy, IdentityReplicationPolicy, TopicFilter, should_replicate
-from .records import Heartbeat, OffsetSync, decode_offset_sync, encode_heartbeat, encode_offset_sync
+from .records import (
+    Heartbeat, OffsetSync, decode_offset_sync, encode_heartbeat, encode_offset_sync, offset_sync_headers)
 from .translation import OffsetSyncStore
 
 log = logging.getLogger("mirror.link")
@@ -295,7 +296,7 @@ class MirrorLink:
                 for record in await consumer.poll(timeout_ms=1000):
                     position = record.offset + 1
                     try:
-                        sync = decode_offset_sync(record.key, record.value)
+                        sync = decode_offset_sync(record.key, record.value, record.headers)
                     except ValueError as exc:       # someone else's record: skip it, say so
                         log.warning("%s: offset %d of %s is not an offset sync: %s", self.name,
                                     record.offset, self.syncs_topic, exc)
@@ -313,14 +314,16 @@ class MirrorLink:
             log.warning("%s: ignoring offset sync %s: %s", self.name, sync, exc)
             return
         # The latest sync in the topic is the truth, even below an earlier one (a restart
-        # that re-forwarded from an older point).
-        self.resume[key] = sync.upstream_offset
+        # that re-forwarded from an older point). Its run was acknowledged whole, so the copy
+        # resumes after it.
+        self.resume[key] = sync.upstream_offset + sync.extent
 
-    async def _record_sync(self, topic: str, partition: int, upstream: int, downstream: int) -> None:
-        sync = OffsetSync(topic, partition, upstream, downstream)
+    async def _record_sync(self, topic: str, partition: int, upstream: int, downstream: int, extent: int) -> None:
+        sync = OffsetSync(topic, partition, upstream, downstream, extent)
         self._observe(sync)
         key, value = encode_offset_sync(sync)
-        await self._sync_producer.send(self.syncs_topic, value=value, key=key, partition=0)
+        await self._sync_producer.send(self.syncs_topic, value=value, key=key, headers=offset_sync_headers(sync),
+                                       partition=0)
 
     # ------------------------------------------------------------------ topics
 
@@ -375,7 +378,7 @@ class MirrorLink:
         copier = PartitionCopier(
             self.source, self.target, identity, source_topic=topic, target_topic=remote,
             partition=partition, start_offset=start,
-            on_synced=lambda u, d, t=topic, p=partition: self._record_sync(t, p, u, d),
+            on_synced=lambda u, d, x, t=topic, p=partition: self._record_sync(t, p, u, d, x),
             max_in_flight=self.config.max_in_flight, fetch_max_bytes=self.config.fetch_max_bytes)
         self.copiers[(topic, partition)] = copier
         tg.start_soon(copier.run, name=repr(copier))

@@ -65,7 +65,7 @@ def partition_rows(link) -> list[dict]:
                      "target_topic": copier.target_topic, "position": s.position,
                      "source_end": s.source_end, "lag_records": lag, "lag_seconds": round(lag_s, 3),
                      "records": s.records, "bytes": s.bytes, "errors": s.errors,
-                     "lost_to_retention": s.lost_to_retention})
+                     "lost_to_retention": s.lost_to_retention, "inexact_batches": s.inexact_batches})
     return rows
 
 
@@ -103,6 +103,9 @@ class _LinkCollector:
                                                "produces of a partition, each retried", labels=labels)
         lost = CounterMetricFamily("seaway_mirror_lost_to_retention", "Source records deleted before "
                                    "they were mirrored", labels=["link"])
+        inexact = CounterMetricFamily("seaway_mirror_inexact_batches", "Batches forwarded with fewer "
+                                      "records than offsets (compacted): a group that stopped inside "
+                                      "one translates to its start and re-reads", labels=["link"])
         age = GaugeMetricFamily("seaway_mirror_checkpoint_age_seconds", "Seconds since the last "
                                 "complete checkpoint pass (-1 before the first)", labels=["link"])
         rpo = GaugeMetricFamily("seaway_mirror_rpo_target_seconds", "The recovery-point target the "
@@ -124,9 +127,10 @@ class _LinkCollector:
                     p[name].add_metric([link.name], q[f"{name}_ms"])
             errors.add_metric([link.name], sum(r["errors"] for r in rows) + link.checkpoints.errors)
             lost.add_metric([link.name], sum(r["lost_to_retention"] for r in rows))
+            inexact.add_metric([link.name], sum(r["inexact_batches"] for r in rows))
             last = link.checkpoints.last_run
             age.add_metric([link.name], -1 if last is None else max(0.0, time.time() - last))
             if link.config.rpo_target_s is not None:
                 rpo.add_metric([link.name], link.config.rpo_target_s)
-        yield from (lag, lag_s, records, size, partition_errors, latency, p["p50"], p["p99"], errors, lost, age,
-                    rpo)
+        yield from (lag, lag_s, records, size, partition_errors, latency, p["p50"], p["p99"], errors, lost,
+                    inexact, age, rpo)

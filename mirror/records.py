@@ -17,6 +17,9 @@ Kafka (trunk, Oct 2024; unchanged since the formats appeared in 2.4):
       topic  mm2-offset-syncs.<target alias>.internal (MM2 reads partition 0 only)
       key    topic STRING, partition INT32
       value  upstreamOffset INT64, offset INT64                       (no version header)
+      Seaway's addition: a record header `seaway.extent` (ASCII decimal) with the number of
+      upstream offsets after the sync that keep their distance downstream (the batch's run,
+      mirror/translation.py). MM2 never reads headers; a sync without one has extent 0.
 
     Checkpoint   connect/mirror-client/src/main/java/org/apache/kafka/connect/mirror/Checkpoint.java
       topic  <source alias>.checkpoints.internal (MirrorClient reads partition 0 only)
@@ -210,6 +213,11 @@ class OffsetSync:
     partition: int
     upstream_offset: int
     downstream_offset: int
+    extent: int = 0       # Seaway's: the run after the sync (a header, not in MM2's value)
+
+
+EXTENT_HEADER: Final = "seaway.extent"
+_EXTENT_MAX: Final = 2**63 - 1      # offsets are INT64
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,10 +252,25 @@ def encode_offset_sync(sync: OffsetSync) -> tuple[bytes, bytes]:
             _OFFSET_SYNC_VALUE.write((sync.upstream_offset, sync.downstream_offset)))
 
 
-def decode_offset_sync(key: Bytes | None, value: Bytes | None) -> OffsetSync:
+def offset_sync_headers(sync: OffsetSync) -> list[tuple[str, bytes]]:
+    """The record headers of an offset-sync record: its extent, when it has one."""
+    return [(EXTENT_HEADER, b"%d" % sync.extent)] if sync.extent else []
+
+
+def decode_offset_sync(key: Bytes | None, value: Bytes | None,
+                       headers: list[tuple[str, Bytes | None]] | None = None) -> OffsetSync:
     topic, partition = _decode(_OFFSET_SYNC_KEY, key)
     upstream, downstream = _decode(_OFFSET_SYNC_VALUE, value)
-    return OffsetSync(topic, partition, upstream, downstream)
+    extent = 0
+    for name, raw in headers or ():
+        if name != EXTENT_HEADER:
+            continue
+        text = bytes(raw or b"")
+        if not text.isdigit() or len(text) > 19 or int(text) > _EXTENT_MAX:
+            raise DecodeError(f"OffsetSync header {EXTENT_HEADER}: {text[:20]!r} is not an extent "
+                              f"(0..{_EXTENT_MAX} in ASCII digits)")
+        extent = int(text)
+    return OffsetSync(topic, partition, upstream, downstream, extent)
 
 
 def encode_checkpoint(checkpoint: Checkpoint) -> tuple[bytes, bytes]:

@@ -5,75 +5,92 @@ Theory of operation
 **What a sync says.** The mirror forwards whole upstream batches and a batch keeps its offset
 deltas, so an upstream batch with base offset b and last offset e, written downstream at base
 D, occupies downstream [D, D + e - b], and upstream offset b + k sits at D + k. The mirror
-records an offset sync at *both edges* of every batch it writes: (b, D) and (e + 1, D + e - b
-+ 1). For back-to-back batches the end of one is the start of the next, so that is about one
-sync per batch. An upstream hole the mirror does not copy (batches removed by compaction,
-transaction markers, aborted data) shows as two syncs with the same downstream offset. The
-end-edge sync matters: the latest sync is how far the mirror has got, and a caught-up group
-(committed offset = e + 1) translates exactly only because that edge was recorded.
+records an offset sync for every batch it writes, (b, D), with the batch's *extent* e - b + 1
+(the offsets it spans), and after each fetch's batches are acknowledged the end edge (e + 1,
+D + e - b + 1) with extent 0. An upstream hole the mirror does not copy (batches removed by
+compaction, transaction markers, aborted data) lies between one sync's extent and the next
+sync. A batch the mirror had to rebuild (a compacted batch, whose offsets Kafka's Produce
+renumbers, or one a fetch entered in the middle) does not keep its deltas: its sync has
+extent 0, and translation inside it is conservative, as below. The extent travels with the
+sync, in MM2's offset-sync record as a header MM2 ignores (mirror/records.py), so it holds
+whatever else the store forgets.
 
-A sync (u, d) is a *cut* between positions, and promises:
+A sync (u, d, x) is a *cut* between positions with a *run* after it, and promises:
 
   P1  every upstream record at offset >= u has (or, once mirrored, will have) a copy
       downstream at offset >= d;
-  P2  every downstream copy of an upstream record at offset < u lies below d.
+  P2  every downstream copy of an upstream record at offset < u lies below d;
+  P3  for 0 <= k < x, upstream offset u + k, if it holds a record, has its copy at d + k,
+      and every copy of an upstream record at offset >= u + x lies at or above d + x.
 
 P1 is what safety rests on; it holds even if the mirror re-forwards data after a restart or
-something else writes to the target partition. P2 is what makes a sync point exact; a restart
-that forwards records below u again breaks it, and the store drops exactly those syncs.
+something else writes to the target partition. P2 and P3 are what make translation exact; a
+restart that forwards records below u again breaks P2, and the store drops exactly those syncs
+(and shortens the run of a sync whose run it re-enters).
 
 **Translation.** A group that committed c has consumed every upstream record below c and none
-at or above it. `translate` takes the greatest sync (u1, d1) with u1 <= c and answers d1:
+at or above it. `translate` takes the greatest sync (u1, d1, x1) with u1 <= c and answers
+d1 + min(c - u1, x1):
 
-* never past an unconsumed record: those are all at upstream >= c >= u1, so by P1 their copies
-  are at >= d1;
-* exact when c == u1: by P2 every record the group consumed (below c = u1) has its copies
-  below d1, so none is delivered twice;
-* otherwise the group re-reads the records in [u1, c): at most c - u1 duplicates (fewer on a
-  compacted topic). `redelivery_bound` returns that number.
+* never past an unconsumed record: those are at upstream >= c; inside the run, by P3, their
+  copies are at d1 + (r - u1) >= d1 + (c - u1); beyond it, at >= d1 + x1;
+* exact when c <= u1 + x1: every record the group consumed has its copy below the answer (by
+  P2 below u1, by P3 inside the run), and every one it did not is at or above it;
+* otherwise (c past the run, in a hole or where the store forgot the syncs) the group re-reads
+  at most the records in [u1 + x1, c): `redelivery_bound` returns that number. A hole holds no
+  records, so a group that stopped in one re-reads nothing; only forgotten syncs cost.
 
 It returns None, rather than guess, when c < 0 (Kafka's -1: no committed offset), when there is
 no sync, when c is below the earliest sync kept (replication started after the group's
-position), and when c is above the latest sync: the group is ahead of the mirror. Answering the
-latest downstream offset there would not skip anything (P1), but the store knows nothing of
-that part of the log (it may lag the offset-syncs topic, or the group's offset may belong to a
-truncated or re-created topic); the next sync turns it into an exact answer.
+position), and when c is beyond the latest sync's run: the group is ahead of the mirror.
+Answering the latest downstream offset there would not skip anything (P1), but the store knows
+nothing of that part of the log (it may lag the offset-syncs topic, or the group's offset may
+belong to a truncated or re-created topic); the next sync turns it into an exact answer.
+
+Worked example: upstream batch [10, 14] is copied whole to [100, 104]; offsets 15..19 were
+compacted away; batch [20, 24] is copied to [105, 109]; the fetch ends there. Syncs (10, 100,
+5) and (20, 105, 5); the end edge (25, 110, 0) is where the second run ends, so the store adds
+nothing for it. A group at c = 12 resumes at 102 (MM2 since 3.5, and Seaway before syncs
+carried runs, answer 101 and 100: one and two records read again); at c = 17, in the hole, at
+105 (it consumed 10..14, and upstream 20 is at 105); at c = 25 at 110.
 
 **Why not MM2's `downstream + 1`.** Kafka's OffsetSyncStore.translateDownstream
 (connect/mirror/src/main/java/org/apache/kafka/connect/mirror/OffsetSyncStore.java, since 3.5,
 KAFKA-12468; before that MM2 answered d1 + (c - u1), which could skip records) answers d1 + 1
-when c > u1. Its syncs name records:
-u1 is the offset of a record MM2 copied and d1 the offset of that copy, so a group past u1 has
-consumed the record at d1. Seaway's syncs are cuts, not records: after an end-edge sync
-(e + 1, D') the record at D' is the first of the next forwarded batch, whose upstream offset
-may be beyond c (an upstream hole), and d1 + 1 would skip it. Example: upstream batch
-[10, 14] is copied to [100, 104], then offsets 15..19 were compacted away and batch [20, 24] is
-copied to [105, 109]; syncs (10, 100), (15, 105), (20, 105). A group at c = 17 has consumed
-10..14 only; MM2's rule gives 106 and skips upstream 20 (downstream 105); ours gives 105.
-Inside one batch d1 + (c - u1) would be exact too, but an offset sync does not carry a batch's
-extent, and after eviction two neighbouring syncs need not belong to one batch.
+when c > u1. Its syncs name records: u1 is the offset of a record MM2 copied and d1 the offset
+of that copy, so a group past u1 has consumed the record at d1. It cannot do better because a
+sync does not say how far the copy runs. Seaway's syncs are cuts with runs: after a run ends,
+the record at its end may be the first of a later batch whose upstream offset is beyond c (a
+hole), and d1 + 1 would skip it (at c = 17 above MM2 answers 106 and skips upstream 20); and
+inside a run d1 + (c - u1) is exact, where MM2 re-reads.
 
 **The store.** `PartitionSyncs` keeps one source partition's syncs, strictly increasing
 upstream and non-decreasing downstream, fed in the order the mirror wrote them (the offset-syncs
 topic is read from its single partition, in order):
 
-* a sync ahead in both coordinates is appended; one at the latest upstream offset replaces it
-  (the later write is the better cut);
+* a sync where the latest run ends, in both coordinates, extends that run (the two runs are
+  one: for an uncompacted partition copied by one mirror, the store holds a single sync however
+  long the history, and translation is exact everywhere in it);
+* any other sync ahead in both coordinates is appended; one at the latest upstream offset
+  replaces it (the later write is the better cut);
 * upstream going back with downstream not going back means the mirror rewound and forwards again
   (a restart from an older committed position). Older syncs below the new upstream offset keep
   P1 (their copies still exist, new copies land above them) and P2 (only records at or above
-  the new offset are copied again). Syncs at or above it lose P2 and are dropped. (MM2 drops
-  everything on any rewind.)
+  the new offset are copied again); a run that reaches past the new offset is cut there (its
+  records beyond are copied again, above it: P3's second half would break). Syncs at or above
+  it lose P2 and are dropped. (MM2 drops everything on any rewind.)
 * downstream going back means the target partition lost data (unclean election, re-creation):
   any kept sync may promise copies that no longer exist, so only the new sync is kept.
 
 Memory is bounded by `capacity` syncs (default 64, MM2's SYNCS_PER_PARTITION). The latest sync is
 always kept, so a caught-up group stays exact, and so is the earliest, so coverage of lagging
 groups only grows. When full, the store drops the inner sync whose removal costs least: the gap
-it leaves, divided by how far that gap lies behind the head. Spacing then grows roughly
-geometrically with age, as in MM2's store: a group lagging by L re-reads a small multiple of the
-local sync spacing, which stays a fraction of L. Eviction only removes cuts, so translation can
-only fall back to an older sync: more duplicates, never a skip.
+it leaves (from the end of the previous sync's run to the next cut), divided by how far that
+gap lies behind the head. Spacing then grows roughly
+geometrically with age, as in MM2's store: a group lagging by L re-reads at most a small
+multiple of the local sync spacing, which stays a fraction of L, and nothing when its position
+falls inside a kept run. Eviction only removes cuts and their runs, so translation can only
+fall back to an older sync: more duplicates, never a skip.
 
 For one store state, translation is monotonic in c (a later commit never translates to an
 earlier downstream offset). Over time, a fixed c may move back (eviction, a downstream reset) or
@@ -91,9 +108,11 @@ DEFAULT_CAPACITY: Final = 64
 
 
 class Sync(NamedTuple):
-    """Upstream offset `upstream` is at downstream offset `downstream` (a cut: see above)."""
+    """Upstream offset `upstream` is at downstream offset `downstream` (a cut), and the next
+    `extent` upstream offsets keep their distance from it downstream (a run: see above)."""
     upstream: int
     downstream: int
+    extent: int = 0
 
 
 def _upstream(sync: Sync) -> int:
@@ -102,7 +121,7 @@ def _upstream(sync: Sync) -> int:
 
 def _covering(syncs: Sequence[Sync], upstream_offset: int) -> Sync | None:
     """The greatest sync at or below upstream_offset, if translation is defined there."""
-    if upstream_offset < 0 or not syncs or upstream_offset > syncs[-1].upstream:
+    if upstream_offset < 0 or not syncs or upstream_offset > syncs[-1].upstream + syncs[-1].extent:
         return None
     i = bisect_right(syncs, upstream_offset, key=_upstream)
     return syncs[i - 1] if i else None
@@ -112,17 +131,17 @@ def translate(syncs: Sequence[Sync], upstream_offset: int) -> int | None:
     """The downstream offset at which a group that committed `upstream_offset` resumes, or None.
 
     `syncs` must be sorted as a `PartitionSyncs` keeps them: upstream strictly increasing,
-    downstream non-decreasing; the last one is how far the mirror has got.
+    downstream non-decreasing; the last one (with its run) is how far the mirror has got.
     """
     sync = _covering(syncs, upstream_offset)
-    return None if sync is None else sync.downstream
+    return None if sync is None else sync.downstream + min(upstream_offset - sync.upstream, sync.extent)
 
 
 def redelivery_bound(syncs: Sequence[Sync], upstream_offset: int) -> int | None:
     """At most how many already-consumed records `translate` makes the group read again (0 at
-    a sync point), or None where `translate` declines."""
+    a sync point and inside its run), or None where `translate` declines."""
     sync = _covering(syncs, upstream_offset)
-    return None if sync is None else upstream_offset - sync.upstream
+    return None if sync is None else max(0, upstream_offset - sync.upstream - sync.extent)
 
 
 class PartitionSyncs:
@@ -140,22 +159,36 @@ class PartitionSyncs:
 
     @property
     def mirrored_to(self) -> int | None:
-        """The upstream offset the mirror has copied everything below (its latest sync)."""
-        return self._syncs[-1].upstream if self._syncs else None
+        """The upstream offset the mirror has copied everything below (its latest sync's run end)."""
+        return self._syncs[-1].upstream + self._syncs[-1].extent if self._syncs else None
 
     def __len__(self) -> int:
         return len(self._syncs)
 
-    def observe(self, upstream: int, downstream: int) -> None:
-        if upstream < 0 or downstream < 0:
-            raise ValueError(f"an offset sync needs non-negative offsets, got upstream "
-                             f"{upstream}, downstream {downstream}")
+    def observe(self, upstream: int, downstream: int, extent: int = 0) -> None:
+        if upstream < 0 or downstream < 0 or extent < 0:
+            raise ValueError(f"an offset sync needs non-negative offsets and extent, got upstream "
+                             f"{upstream}, downstream {downstream}, extent {extent}")
         syncs = self._syncs
-        new = Sync(upstream, downstream)
+        new = Sync(upstream, downstream, extent)
+        if syncs and syncs[-1].extent and (upstream, downstream) == (
+                syncs[-1].upstream + syncs[-1].extent, syncs[-1].downstream + syncs[-1].extent):
+            # The new run continues the last one in both coordinates: one longer run says the
+            # same, and a mirror copying an uncompacted partition keeps a single sync.
+            syncs[-1] = syncs[-1]._replace(extent=syncs[-1].extent + extent)
+            return
         if syncs and downstream < syncs[-1].downstream:
             syncs.clear()
         elif syncs and upstream <= syncs[-1].upstream:
             del syncs[bisect_left(syncs, upstream, key=_upstream):]
+        if syncs:
+            last = syncs[-1]
+            room = upstream - last.upstream
+            # A run never reaches past the next cut (a rewind into it, or a batch that
+            # started inside it), nor past where the next sync's copies begin downstream.
+            room = min(room, downstream - last.downstream)
+            if last.extent > room:
+                syncs[-1] = last._replace(extent=room)
         syncs.append(new)
         if len(syncs) > self.capacity:
             _evict_one(syncs)
@@ -176,7 +209,9 @@ def _evict_one(syncs: list[Sync]) -> None:
     # Compare gap/lag ratios by cross-multiplying: exact, and the same on every platform.
     best, best_gap, best_lag = 1, 0, 0
     for i in range(1, n - 1):
-        gap = syncs[i + 1].upstream - syncs[i - 1].upstream
+        # Without sync i, offsets between the end of the previous run and the next cut
+        # translate back to the previous sync: that is the re-delivery its removal allows.
+        gap = syncs[i + 1].upstream - syncs[i - 1].upstream - syncs[i - 1].extent
         lag = head - syncs[i + 1].upstream + 1
         if i == 1 or gap * best_lag < best_gap * lag:
             best, best_gap, best_lag = i, gap, lag
@@ -202,7 +237,7 @@ class OffsetSyncStore:
         partition = self._partitions.get(key)
         if partition is None:
             partition = self._partitions[key] = PartitionSyncs(self.capacity)
-        partition.observe(sync.upstream_offset, sync.downstream_offset)
+        partition.observe(sync.upstream_offset, sync.downstream_offset, sync.extent)
 
     def translate(self, topic: str, partition: int, upstream_offset: int) -> int | None:
         syncs = self._partitions.get((topic, partition))

@@ -1,7 +1,8 @@
 """`mirror run` between two real clusters (single Seaway nodes here; the two-region platform
 runs it across the WAN in test_regions_mirror.py): every record arrives with its key, value,
-headers, timestamp and partition; offset syncs map batch boundaries exactly; a mirror killed
-with kill -9 resumes from its last recorded sync, duplicating only records at or after it.
+headers, timestamp and partition; offset syncs and their runs map every offset exactly; a
+mirror killed with kill -9 resumes where its last recorded run ends, duplicating only records
+at or after it; a group that moves to the target re-reads nothing and skips nothing.
 """
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from mirror.records import decode_offset_sync
 from tests.support.mirror import (SteadyWriter, copies_after_a_restart, produce, read_all,
-                                  read_internal, resume_on_target, start_mirror)
+                                  read_internal, read_offset_syncs, resume_on_target, start_mirror)
 from tests.support.node import REPO, SeawayNode
 
 pytestmark = pytest.mark.integration
@@ -37,7 +37,7 @@ def clusters(tmp_path):
 
 
 def offset_syncs(bootstrap: str) -> list:
-    return read_internal(bootstrap, SYNCS, decode_offset_sync)
+    return read_offset_syncs(bootstrap, SYNCS)
 
 
 def test_every_record_arrives_with_its_fields_and_syncs_map_batches_exactly(tmp_path, clusters):
@@ -50,9 +50,9 @@ def test_every_record_arrives_with_its_fields_and_syncs_map_batches_exactly(tmp_
         got = read_all(tgt.bootstrap, "src.orders", 6000)
         ends = {p: 1 + max(o for q, o in placed.values() if q == p) for p in range(3)}
         deadline = time.monotonic() + 30
-        while True:      # the end edge of every partition gets recorded too
+        while True:      # how far each partition got is recorded too
             syncs = [s for s in offset_syncs(src.bootstrap) if s.topic == "orders"]
-            if {p: max((s.upstream_offset for s in syncs if s.partition == p), default=-1)
+            if {p: max((s.upstream_offset + s.extent for s in syncs if s.partition == p), default=-1)
                     for p in range(3)} == ends:
                 break
             assert time.monotonic() < deadline, (syncs[-5:], ends)
@@ -71,13 +71,19 @@ def test_every_record_arrives_with_its_fields_and_syncs_map_batches_exactly(tmp_
     for p in range(3):
         ups = sorted((placed[v][1], by_value[v][1]) for v in placed if placed[v][0] == p)
         assert [d for _, d in ups] == sorted(d for _, d in ups)
-    # Each offset sync (u, d): upstream offset u is downstream offset d, exactly.
+    # Each offset sync (u, d, x): upstream offset u + k is downstream offset d + k, exactly, for
+    # every k below x (the batch's run); the runs cover every record.
     assert {s.topic for s in offset_syncs(src.bootstrap)} <= {"orders", "heartbeats"}
     at_target = {(p, o): v for v, (p, o) in by_value.items()}
     at_source = {(p, o): v for v, (p, o) in placed.items()}
+    covered = set()
     for s in syncs:
         if (s.partition, s.upstream_offset) in at_source:
             assert at_target[(s.partition, s.downstream_offset)] == at_source[(s.partition, s.upstream_offset)], s
+        for k in range(s.extent):
+            assert at_target[(s.partition, s.downstream_offset + k)] == at_source[(s.partition, s.upstream_offset + k)], s
+            covered.add((s.partition, s.upstream_offset + k))
+    assert covered == set(at_source)
     # The topic's non-default config came along.
     target_admin = AdminClient({"bootstrap.servers": tgt.bootstrap})
     res = target_admin.describe_configs([ConfigResource("topic", "src.orders")])
@@ -89,7 +95,7 @@ def wait_for_progress(tmp_path: Path, bootstrap: str, mirror: subprocess.Popen, 
     deadline = time.monotonic() + 60
     while True:
         syncs = offset_syncs(bootstrap) if _has_topic(bootstrap, SYNCS) else []
-        if sum({s.partition: s.upstream_offset for s in syncs if s.topic != "heartbeats"}.values()) > beyond:
+        if sum({s.partition: s.upstream_offset + s.extent for s in syncs if s.topic != "heartbeats"}.values()) > beyond:
             return
         assert time.monotonic() < deadline and mirror.poll() is None, (tmp_path / "mirror.log").read_text()[-2000:]
         time.sleep(0.05)
@@ -107,7 +113,7 @@ def test_a_mirror_killed_with_kill9_resumes_from_its_last_sync(tmp_path, cluster
     recorded = {}
     for s in offset_syncs(src.bootstrap):
         if s.topic == "events":
-            recorded[s.partition] = s.upstream_offset       # the latest sync is the resume point
+            recorded[s.partition] = s.upstream_offset + s.extent     # where the latest run ends: the resume point
     producer.join(120)
     assert sum(recorded.values()) < total, "the kill came too late to test a resume"
     seen = copies_after_a_restart(tmp_path, src, tgt, total)
@@ -173,10 +179,11 @@ def test_a_bad_link_config_gets_one_line(tmp_path):
 
 
 def test_a_group_fails_over_to_the_target_without_skipping(tmp_path, clusters):
-    """A group consumes part of a topic on the source and commits; the mirror checkpoints and
-    commits the translated offsets into the idle target group; the same group then consumes
-    the rest on the target: nothing skipped, re-deliveries within the translation's bound."""
-    from mirror.translation import Sync, translate
+    """A group consumes part of a topic on the source and commits, stopping inside batches; the
+    mirror checkpoints and commits the translated offsets into the idle target group; the same
+    group then consumes the rest on the target: nothing skipped and, the batches having been
+    copied whole, nothing read again."""
+    from mirror.translation import Sync, redelivery_bound, translate
     src, tgt = clusters
     admin = AdminClient({"bootstrap.servers": src.bootstrap})
     admin.create_topics([NewTopic("orders", 3, 1)])["orders"].result(10)
@@ -210,7 +217,7 @@ def test_a_group_fails_over_to_the_target_without_skipping(tmp_path, clusters):
             checkpoints = {cp.partition: cp for cp in read_checkpoints(tgt.bootstrap) if cp.group == "app"}
             syncs = [s for s in offset_syncs(src.bootstrap) if s.topic == "orders"] \
                 if _has_topic(src.bootstrap, SYNCS) else []
-            mine = {p: [Sync(s.upstream_offset, s.downstream_offset) for s in syncs if s.partition == p]
+            mine = {p: [Sync(s.upstream_offset, s.downstream_offset, s.extent) for s in syncs if s.partition == p]
                     for p in range(3)}
             translated = {p: translate(mine[p], committed[p]) for p in range(3)}
             if len(checkpoints) == 3 and all(translated[p] == cp.downstream_offset for p, cp in checkpoints.items()):
@@ -219,8 +226,8 @@ def test_a_group_fails_over_to_the_target_without_skipping(tmp_path, clusters):
             time.sleep(0.5)
         assert {p: cp.upstream_offset for p, cp in checkpoints.items()} == committed, (checkpoints, committed)
         assert all(cp.topic == "src.orders" for cp in checkpoints.values())
-        bound = sum(committed[p] - max(s.upstream for s in mine[p] if s.upstream <= committed[p])
-                    for p in checkpoints)
+        bound = sum(redelivery_bound(mine[p], committed[p]) for p in checkpoints)
+        assert bound == 0, {p: redelivery_bound(mine[p], committed[p]) for p in checkpoints}
         # The same group, now on the target, resumes where the checkpoints say.
         wanted = {v.encode() for v in placed} - {v.encode() for _, _, v in consumed}
         resume_on_target(tgt.bootstrap, "app", "src.orders", wanted, bound, timeout=60)

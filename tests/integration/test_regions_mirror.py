@@ -12,8 +12,9 @@ What must hold afterwards:
   resent only under its idempotent producer id;
 - the outage was seen (the mirror counted errors) and was ridden out by retries, not by the
   supervisor restarting the mirror;
-- the group, on us-east, skips no record it had not consumed in eu-west, and re-reads at most
-  what lies between its committed offsets and the last offset syncs at or below them.
+- the group, on us-east, skips no record it had not consumed in eu-west and, since every batch
+  went whole and its sync carries the batch's run, re-reads none either (it stopped inside
+  batches on purpose).
 """
 from __future__ import annotations
 
@@ -29,10 +30,9 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from mirror.records import decode_offset_sync
-from mirror.translation import Sync, translate
+from mirror.translation import Sync, redelivery_bound, translate
 from regions.topology import DEFAULT_TOPOLOGY
-from tests.support.mirror import read_internal, resume_on_target
+from tests.support.mirror import read_offset_syncs, resume_on_target
 from tests.support.node import REPO
 from tests.support.regions import Platform, create, regions, without_fixed_ports
 
@@ -175,32 +175,38 @@ def test_a_group_moves_to_us_east_after_a_source_outage_with_every_record_mirror
                                               mirrored[part][first_difference][:1])
         assert p.status()["mirror"]["pid"] == mirror_pid     # ridden out by retries, not a restart
 
-        # The mirror commits translated offsets into us-east-1's idle group. Each must be the
-        # downstream side of a sync in eu-west-1's topic at or below what the group committed
-        # (the mirror's store keeps a bounded, thinned set of syncs, so not always the latest
-        # such sync), and never past the exact translation through every sync in the topic.
+        # The mirror commits translated offsets into us-east-1's idle group: each must be the
+        # translation of what the group committed through the syncs in eu-west-1's topic (the
+        # mirror's store merges runs, so it forgets none of them here), which is exact: the
+        # group stopped inside batches, each copied whole with its run.
         admin = AdminClient(us)
         deadline = time.monotonic() + 90
         while True:
             syncs = defaultdict(list)
-            for s in read_internal(eu, SYNCS, decode_offset_sync):
+            for s in read_offset_syncs(eu, SYNCS):
                 if s.topic == TOPIC:
-                    syncs[s.partition].append(Sync(s.upstream_offset, s.downstream_offset))
+                    syncs[s.partition].append(Sync(s.upstream_offset, s.downstream_offset, s.extent))
             found = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(GROUP)])[GROUP].result(10)
             on_target = {tp.partition: tp.offset for tp in found.topic_partitions if tp.topic == REMOTE}
-            behind = {part: [s.upstream for s in syncs[part]
-                             if s.upstream <= committed[part] and s.downstream == on_target.get(part)]
-                      for part in committed}
-            if all(behind.values()):
+            exact = {part: translate(_as_store(syncs[part]), committed[part]) for part in committed}
+            if all(on_target.get(part) == exact[part] is not None for part in committed):
                 break
-            assert time.monotonic() < deadline, (on_target, committed)
+            assert time.monotonic() < deadline, (on_target, exact, committed)
             time.sleep(1)
-        for part in committed:
-            assert on_target[part] <= translate(syncs[part], committed[part]), (part, on_target, committed)
-        bound = sum(committed[part] - max(behind[part]) for part in committed)
+        bound = sum(redelivery_bound(_as_store(syncs[part]), committed[part]) for part in committed)
+        assert bound == 0, {part: redelivery_bound(_as_store(syncs[part]), committed[part]) for part in committed}
         assert all(on_target[part] > 0 for part in committed), on_target   # translated, not from scratch
-        print(f"group failover: committed {committed}, translated {on_target}, re-delivery bound {bound}")
+        print(f"group failover: committed {committed}, translated {on_target}")
 
         # The same group in us-east reads the rest: none skipped, re-reads within the bound.
         wanted = {r[1] for part in source.values() for r in part} - consumed
         resume_on_target(us, GROUP, REMOTE, wanted, bound)
+
+
+def _as_store(syncs: list) -> tuple:
+    """The syncs as the mirror's store keeps them (runs merged), with no capacity limit."""
+    from mirror.translation import PartitionSyncs
+    store = PartitionSyncs(capacity=10**6)
+    for sync in syncs:
+        store.observe(*sync)
+    return store.syncs

@@ -71,9 +71,15 @@ def as_client(bootstrap: str | dict) -> dict:
     return dict(bootstrap) if isinstance(bootstrap, dict) else {"bootstrap.servers": bootstrap}
 
 
-def read_internal(bootstrap: str | dict, topic: str, decode) -> list:
-    """Every record of partition 0 of an internal topic, decoded; by offset, since a
-    compacted topic may have gaps."""
+def read_offset_syncs(bootstrap: str | dict, topic: str) -> list:
+    """Every offset sync in `topic`, with Seaway's extent header."""
+    from mirror.records import decode_offset_sync
+    return read_internal(bootstrap, topic, decode_offset_sync, headers=True)
+
+
+def read_internal(bootstrap: str | dict, topic: str, decode, *, headers: bool = False) -> list:
+    """Every record of partition 0 of an internal topic, decoded (with its headers as a third
+    argument when `headers`); by offset, since a compacted topic may have gaps."""
     c = Consumer({**as_client(bootstrap), "group.id": f"read-{topic}", "auto.offset.reset": "earliest",
                   "enable.auto.commit": False})
     try:
@@ -84,7 +90,8 @@ def read_internal(bootstrap: str | dict, topic: str, decode) -> list:
             assert time.monotonic() < deadline, f"read {position} of {end} of {topic}"
             for msg in c.consume(1000, timeout=1):
                 if not msg.error():
-                    out.append(decode(msg.key(), msg.value()))
+                    out.append(decode(msg.key(), msg.value(), msg.headers() or []) if headers
+                               else decode(msg.key(), msg.value()))
                     position = msg.offset() + 1
         return out
     finally:

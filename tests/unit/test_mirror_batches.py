@@ -355,6 +355,7 @@ def test_fetch_inside_a_batch_forwards_only_records_from_the_position(codec):
     (batch,) = out.batches
     assert (batch.upstream_base_offset, batch.upstream_last_offset, batch.records_count, batch.reencoded) == (
         13, 15, 3, True)
+    assert batch.run == 3          # trimmed, not compacted: 13..15 keep their distance downstream
     info = read_batch_header(out.data)
     assert info.compression == codec and info.attributes & ATTR_LOG_APPEND_TIME
     (decoded,) = target_batches(out)
@@ -396,6 +397,8 @@ def test_compacted_batch_is_rebuilt_because_produce_needs_count_equal_range(code
     out = prepare_for_target(fetched, fetch_offset=20, producer=MIRROR)
     assert [(b.upstream_base_offset, b.upstream_last_offset, b.records_count, b.reencoded)
             for b in out.batches] == [(21, 27, 3, True), (28, 28, 1, False)]
+    # Produce closes the compacted batch's gaps up, so it has no run; the whole one does.
+    assert [b.run for b in out.batches] == [0, 1]
     assert upstream_offsets(out) == [21, 24, 26, 28]
     assert [b.base_sequence for b in out.batches] == [0, 3]
     assert out.next_sequence == 4 and out.next_fetch_offset == 29

@@ -49,6 +49,9 @@ def test_the_rpo_target_and_health_are_served():
     metrics = MirrorMetrics([link], CollectorRegistry())
     text = generate_latest(metrics.registry).decode()
     assert 'seaway_mirror_rpo_target_seconds{link="src->tgt"} 60.0' in text
+    assert 'seaway_mirror_inexact_batches_total{link="src->tgt"} 0.0' in text
+    link.copiers[("orders", 0)].stats.inexact_batches = 3
+    assert 'seaway_mirror_inexact_batches_total{link="src->tgt"} 3.0' in generate_latest(metrics.registry).decode()
     assert metrics.health() == (True, "healthy: src->tgt copying 1 partitions")
     link.stopping = True
     assert metrics.health() == (False, "stopping: src->tgt")

@@ -286,3 +286,26 @@ def test_mutated_records_decode_or_raise_value_error(data, case):
     except ValueError:
         return
     assert CODECS[type(decoded)][0](decoded) == (key, value)
+
+
+# --------------------------------------------------------------------------- Seaway's extent header
+
+def test_an_offset_syncs_extent_rides_in_a_header_mm2_never_reads():
+    from mirror.records import EXTENT_HEADER, offset_sync_headers
+    sync = OffsetSync("orders", 3, 1000, 70, extent=512)
+    key, value = encode_offset_sync(sync)
+    assert value == encode_offset_sync(OffsetSync("orders", 3, 1000, 70))[1]   # MM2's bytes unchanged
+    headers = offset_sync_headers(sync)
+    assert headers == [(EXTENT_HEADER, b"512")]
+    assert decode_offset_sync(key, value, headers) == sync
+    assert decode_offset_sync(key, value) == OffsetSync("orders", 3, 1000, 70)     # MM2's own syncs
+    assert offset_sync_headers(OffsetSync("orders", 3, 1000, 70)) == []
+    assert decode_offset_sync(key, value, [("other", b"x"), (EXTENT_HEADER, bytearray(b"7"))]).extent == 7
+
+
+@pytest.mark.parametrize("raw", [b"", b"-1", b"1e3", b" 5", b"99999999999999999999", b"9223372036854775808", None])
+def test_a_bad_extent_header_is_refused(raw):
+    from mirror.records import EXTENT_HEADER
+    key, value = encode_offset_sync(OffsetSync("t", 0, 1, 2))
+    with pytest.raises(DecodeError, match=f"OffsetSync header {EXTENT_HEADER}: .* is not an extent"):
+        decode_offset_sync(key, value, [(EXTENT_HEADER, raw)])

@@ -1,8 +1,9 @@
 """Offset translation (mirror/translation.py).
 
 The rule under test: a translated offset never points past a record the group had not consumed
-upstream, it is exact at sync points, it re-delivers at most c - u1 records otherwise (u1 the
-greatest sync at or below c), and translation returns None rather than guess.
+upstream, it is exact at sync points and anywhere inside a sync's run, it re-delivers at most
+c - (u1 + x1) records otherwise ((u1, x1) the greatest sync at or below c and its run), and
+translation returns None rather than guess.
 """
 from __future__ import annotations
 
@@ -16,14 +17,16 @@ from mirror.translation import (
     DEFAULT_CAPACITY, OffsetSyncStore, PartitionSyncs, Sync, redelivery_bound, translate)
 
 
-def syncs(*pairs: tuple[int, int]) -> list[Sync]:
-    return [Sync(u, d) for u, d in pairs]
+def syncs(*entries: tuple[int, ...]) -> list[Sync]:
+    """Syncs from (upstream, downstream) or (upstream, downstream, extent) tuples."""
+    return [Sync(*entry) for entry in entries]
 
 
 # Upstream batch [10, 14] copied to [100, 104]; offsets 15..19 compacted away; batch [20, 24]
 # copied to [105, 109]. The mirror records both edges of each batch: the hole is the pair
 # (15, 105), (20, 105).
 COMPACTED = syncs((10, 100), (15, 105), (20, 105), (25, 110))
+RUNS = syncs((10, 100, 5), (20, 105, 5))     # the fetch's end edge (25, 110) is where a run ends
 
 # --------------------------------------------------------------------------- the rule, by table
 
@@ -54,6 +57,24 @@ TRANSLATIONS = [
     pytest.param(COMPACTED, 26, None, None, id="compacted-ahead"),
     # Something else wrote to the target partition: downstream jumps, upstream does not.
     pytest.param(syncs((0, 0), (5, 5), (6, 9)), 5, 5, 0, id="foreign-records-between"),
+    # Runs (the module docstring's worked example): batches [10, 14] and [20, 24] copied whole
+    # to [100, 104] and [105, 109], 15..19 compacted away.
+    pytest.param(RUNS, 10, 100, 0, id="run-start"),
+    pytest.param(RUNS, 12, 102, 0, id="inside-a-run-is-exact"),
+    pytest.param(RUNS, 14, 104, 0, id="run-last-offset"),
+    pytest.param(RUNS, 15, 105, 0, id="run-end-is-exact"),
+    # In the hole: nothing lies in 15..19, so resuming at 105 re-reads nothing and skips
+    # nothing (upstream 20 is at 105). MM2 would answer 101 (d1 + 1) and re-read 4 records;
+    # the store cannot tell a hole from forgotten syncs, so its bound says 2.
+    pytest.param(RUNS, 17, 105, 2, id="inside-a-hole"),     # the bound: 15..16 might hold records
+    pytest.param(RUNS, 23, 108, 0, id="inside-the-second-run"),
+    pytest.param(RUNS, 25, 110, 0, id="caught-up"),
+    pytest.param(RUNS, 26, None, None, id="ahead-of-the-runs"),
+    # The latest sync's run is how far the mirror has got: no end edge needed.
+    pytest.param(syncs((0, 50, 10)), 10, 60, 0, id="latest-run-end"),
+    pytest.param(syncs((0, 50, 10)), 11, None, None, id="past-the-latest-run"),
+    # A batch rebuilt with fewer records than offsets has no run: conservative inside it.
+    pytest.param(syncs((0, 0, 0), (10, 6, 0)), 4, 0, 4, id="rebuilt-batch-no-run"),
 ]
 
 
@@ -93,6 +114,31 @@ UPDATES = [
 ]
 
 
+RUN_UPDATES = [
+    # Runs that continue each other are one run: an uncompacted history is a single sync.
+    pytest.param([(0, 0, 5), (5, 5, 5)], [(0, 0, 10)], 10, id="back-to-back-runs-merge"),
+    pytest.param([(0, 0, 5), (5, 5, 5), (10, 10, 0)], [(0, 0, 10)], 10, id="end-edge-after-a-run-adds-nothing"),
+    pytest.param([(0, 0, 5), (5, 7, 5)], [(0, 0, 5), (5, 7, 5)], 10, id="foreign-records-break-a-run"),
+    pytest.param([(0, 0, 5), (8, 5, 5)], [(0, 0, 5), (8, 5, 5)], 13, id="a-hole-breaks-a-run"),
+    pytest.param([(0, 0, 5), (5, 5, 0), (5, 5, 5)], [(0, 0, 10)], 10, id="edge-then-run"),
+    # A restart re-forwards from 3, inside the first run: the run is cut at 3 (records 3.. are
+    # copied again at 20..) and what was at or above 3 is dropped.
+    pytest.param([(0, 0, 10), (10, 12, 5), (3, 20, 7)], [(0, 0, 3), (3, 20, 7)], 10, id="rewind-into-a-run"),
+    # A run never reaches past where the next sync's copies begin downstream.
+    pytest.param([(0, 0, 10), (4, 2, 0)], [(0, 0, 2), (4, 2, 0)], 4, id="run-cut-by-downstream"),
+    pytest.param([(0, 0, 10), (20, 5, 0)], [(0, 0, 5), (20, 5, 0)], 20, id="run-cut-by-a-lost-tail"),
+]
+
+
+@pytest.mark.parametrize("observed, kept, mirrored_to", RUN_UPDATES)
+def test_store_updates_runs(observed, kept, mirrored_to):
+    store = PartitionSyncs()
+    for sync in observed:
+        store.observe(*sync)
+    assert store.syncs == tuple(syncs(*kept))
+    assert store.mirrored_to == mirrored_to
+
+
 @pytest.mark.parametrize("observed, kept", UPDATES)
 def test_store_updates(observed, kept):
     store = PartitionSyncs()
@@ -115,10 +161,10 @@ def test_rewind_keeps_translation_below_the_rewind_point():
     assert store.translate(15) == 120
 
 
-@pytest.mark.parametrize("u, d", [(-1, 0), (0, -1)])
-def test_negative_sync_is_refused(u, d):
+@pytest.mark.parametrize("u, d, x", [(-1, 0, 0), (0, -1, 0), (0, 0, -1)])
+def test_negative_sync_is_refused(u, d, x):
     with pytest.raises(ValueError, match="non-negative"):
-        PartitionSyncs().observe(u, d)
+        PartitionSyncs().observe(u, d, x)
 
 
 @pytest.mark.parametrize("make", [PartitionSyncs, OffsetSyncStore])
@@ -190,14 +236,17 @@ def test_spacing_grows_with_age():
 # --------------------------------------------------------------------------- monotonicity
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50)), max_size=40),
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50), st.integers(0, 8)), max_size=40),
        st.integers(1, 8), st.integers(-2, 60), st.integers(-2, 60))
 def test_a_later_commit_never_translates_earlier(observed, capacity, c1, c2):
     store = PartitionSyncs(capacity)
-    for u, d in observed:
-        store.observe(u, d)
+    for u, d, x in observed:
+        store.observe(u, d, x)
     kept = store.syncs
     assert all(a.upstream < b.upstream and a.downstream <= b.downstream
+               for a, b in zip(kept, kept[1:]))
+    # Runs never overlap the next cut, in either coordinate.
+    assert all(a.upstream + a.extent <= b.upstream and a.downstream + a.extent <= b.downstream
                for a, b in zip(kept, kept[1:]))
     c1, c2 = sorted((c1, c2))
     t1, t2 = store.translate(c1), store.translate(c2)
@@ -229,21 +278,23 @@ def test_offset_sync_store_keeps_partitions_apart():
 
 @dataclass
 class Mirror:
-    """A model of the mirror copying an upstream partition: whole batches, offset deltas kept,
-    a sync at both edges of each batch; with compaction holes, foreign writers on the target
-    and restarts that forward batches again."""
+    """A model of the mirror copying an upstream partition: whole batches, offset deltas kept
+    and a run as long as the batch, or rebuilt (records renumbered back to back, as Produce
+    makes a compacted batch) with no run; a sync at both edges of each batch; with compaction
+    holes, foreign writers on the target and restarts that forward batches again."""
     # upstream offset -> (downstream offset, index in `written` of the sync after which it exists)
     copies: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     written: list[Sync] = field(default_factory=list)           # syncs in the order written
     end: int = 0                                                # downstream log end offset
 
-    def forward(self, base: int, span: int, records: list[int], foreign: int) -> None:
+    def forward(self, base: int, span: int, records: list[int], foreign: int, rebuilt: bool) -> None:
         self.end += foreign
-        self.written.append(Sync(base, self.end))
-        for r in records:
+        self.written.append(Sync(base, self.end, 0 if rebuilt else span))
+        for i, r in enumerate(records):
             # a batch's copies become visible with its end-edge sync, appended below
-            self.copies.setdefault(r, []).append((self.end + r - base, len(self.written)))
-        self.end += span
+            at = self.end + (i if rebuilt else r - base)
+            self.copies.setdefault(r, []).append((at, len(self.written)))
+        self.end += len(records) if rebuilt else span
         self.written.append(Sync(base + span, self.end))
 
     def exact(self, c: int) -> int:
@@ -278,18 +329,19 @@ def upstream_batches(draw) -> list[tuple[int, int, list[int]]]:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), upstream_batches(), st.integers(1, 6))
 def test_translation_never_skips_and_is_exact_at_sync_points(data, batches, capacity):
-    """Random upstream logs, mirrored with holes, foreign writes and restarts; the store sees
-    the syncs in order with a small capacity. At any moment, for any committed offset c:
-    translate(c) is None only where the rule says so; otherwise it is at or below the exact
-    downstream position of c, re-delivers at most redelivery_bound(c) <= c - u1 records, and
-    re-delivers none when c is a sync point."""
+    """Random upstream logs, mirrored with holes, rebuilt batches, foreign writes and restarts;
+    the store sees the syncs in order with a small capacity. At any moment, for any committed
+    offset c: translate(c) is None only where the rule says so; otherwise it is at or below the
+    exact downstream position of c, re-delivers at most redelivery_bound(c) = c - (u1 + x1)
+    records (or none), and re-delivers none when c is a sync point or inside a kept run."""
     mirror = Mirror()
     i, restarts = 0, 0
     while i < len(batches):
         if restarts < 2 and i > 0 and data.draw(st.integers(0, 5)) == 0:
             i, restarts = data.draw(st.integers(0, i - 1)), restarts + 1   # restart, re-forward
         base, span, records = batches[i]
-        mirror.forward(base, span, records, foreign=data.draw(st.sampled_from([0, 0, 0, 1, 3])))
+        mirror.forward(base, span, records, foreign=data.draw(st.sampled_from([0, 0, 0, 1, 3])),
+                       rebuilt=len(records) < span and data.draw(st.booleans()))
         i += 1
 
     store, full = PartitionSyncs(capacity), PartitionSyncs(10**6)
@@ -307,14 +359,14 @@ def test_translation_never_skips_and_is_exact_at_sync_points(data, batches, capa
 def _check(mirror: Mirror, store: PartitionSyncs, c: int, step: int) -> None:
     kept = store.syncs
     result = store.translate(c)
-    undefined = c < 0 or not kept or c < kept[0].upstream or c > kept[-1].upstream
+    undefined = c < 0 or not kept or c < kept[0].upstream or c > kept[-1].upstream + kept[-1].extent
     assert (result is None) == undefined, (kept, c)
     if result is None:
         return
-    u1 = max(s.upstream for s in kept if s.upstream <= c)
+    s1 = max((s for s in kept if s.upstream <= c), key=lambda s: s.upstream)
     assert result <= mirror.exact(c), (kept, c, mirror)
     bound = store.redelivery_bound(c)
-    assert bound == c - u1
+    assert bound == max(0, c - s1.upstream - s1.extent)
     assert mirror.redelivered(result, c, step) <= bound, (kept, c, mirror)
-    if any(s.upstream == c for s in kept):
-        assert mirror.redelivered(result, c, step) == 0, (kept, c, mirror)
+    if c <= s1.upstream + s1.extent:
+        assert bound == 0 and mirror.redelivered(result, c, step) == 0, (kept, c, mirror)
