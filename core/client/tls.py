@@ -30,7 +30,7 @@ from typing import Any, Mapping
 _PROTOCOLS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 _INSECURE_PROTOCOLS = ("SSLv2", "SSLv3", "TLSv1", "TLSv1.1", "TLS")
 
-# Every ssl.* setting with its default; the broker's typed definitions are in core/security/tls.py.
+# Every ssl.* setting with its default, for clients and (core/config/tls.py) the broker alike.
 DEFAULTS: dict[str, Any] = {
     "ssl.keystore.type": None, "ssl.keystore.location": None, "ssl.keystore.password": None,
     "ssl.key.password": None, "ssl.keystore.certificate.chain": None, "ssl.keystore.key": None,

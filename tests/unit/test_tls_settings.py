@@ -204,3 +204,12 @@ def test_a_rotated_keystore_is_loaded_and_a_broken_one_is_not(ca, tmp_path, monk
     clock[0] += 2
     assert reloading.current() is reloaded          # a broken file keeps the last good one
     assert "still serving the previous certificate" in caplog.text
+
+
+def test_the_broker_and_the_client_know_the_same_ssl_settings_and_defaults():
+    """One list of ssl.* settings: a key the broker's config accepts but the client's reader
+    refuses (or the other way round) would make the same properties file work on one side only."""
+    from core.client.tls import DEFAULTS
+    from core.config.tls import SSL_CONFIGS
+    assert set(SSL_CONFIGS) == set(DEFAULTS)
+    assert {name: d.default for name, d in SSL_CONFIGS.items()} == DEFAULTS
