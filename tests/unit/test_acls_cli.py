@@ -235,3 +235,17 @@ def test_operation_names_read_as_kafkas():
     assert AclOperation.DESCRIBE_CONFIGS.kafka_name == "DescribeConfigs"
     with pytest.raises(ValueError):
         AclOperation.parse("fly")
+
+
+def test_the_clients_acl_codes_are_the_brokers():
+    """core/client may not import core/security (the import contract), so AclAdmin has its own
+    enums, with the filter-only ANY and MATCH the broker's closed sets leave out. Every code the
+    broker knows must mean the same on both sides."""
+    from core.client.acl_admin import PatternType, ResourceType
+    from core.security import acls, authorizer
+    pairs = [(authorizer.Operation, AclOperation), (authorizer.ResourceType, ResourceType),
+             (acls.PatternType, PatternType), (acls.Permission, AclPermission)]
+    for broker, client in pairs:
+        assert {m.name: m.value for m in broker}.items() <= {m.name: m.value for m in client}.items(), broker
+    assert {m.name for m in AclOperation} - {m.name for m in authorizer.Operation} == {"ANY"}
+    assert {m.name for m in ResourceType} - {m.name for m in authorizer.ResourceType} == {"ANY"}
