@@ -72,7 +72,12 @@ async def _brokers_and_partitions(cluster: ClusterLayout, health: ClusterHealth,
             async with client:     # closes its connections even when the time is up
                 admin = Admin(client, timeout_ms=timeout_ms)
                 described = await admin.describe_cluster()
-                health.brokers = sorted(b.node_id for b in described.brokers)
+                seen = {b.node_id for b in described.brokers}
+                # Every broker that answers must see them all: a broker whose metadata image
+                # lags would hand a client that bootstraps from it a partial cluster.
+                for view in await _every_brokers_view(cluster, timeout_ms, security):
+                    seen &= view
+                health.brokers = sorted(seen)
                 topics = await admin.describe_topics(None)
                 for desc in topics.values():
                     if isinstance(desc, KafkaError):
@@ -85,6 +90,38 @@ async def _brokers_and_partitions(cluster: ClusterLayout, health: ClusterHealth,
                             health.under_replicated += 1
     except Exception as exc:   # noqa: BLE001 — a cluster that does not answer is a status, not a crash
         health.error = f"brokers: {_short(exc)}"
+
+
+async def _every_brokers_view(cluster: ClusterLayout, timeout_ms: int, security) -> list[set[int]]:
+    """The registered, unfenced brokers as each reachable broker of the cluster sees them
+    (DescribeCluster on its own client listener); a broker that does not answer is down,
+    which the cluster-wide answer already shows."""
+    from core.client.connection import BrokerConnection
+    from core.protocol import messages as m
+
+    views: list[set[int]] = []
+
+    async def ask(host: str, port: int) -> None:
+        conn = BrokerConnection(host, port, client_id="regions-status", request_timeout_ms=timeout_ms,
+                                connect_timeout_ms=timeout_ms,
+                                ssl_context=security.ssl_context if security is not None else None,
+                                sasl=security.sasl if security is not None else None)
+        try:
+            await conn.connect()
+            answer = await conn.send(m.DescribeClusterRequest(include_cluster_authorized_operations=False,
+                                                              endpoint_type=1), m.ApiKey.DESCRIBE_CLUSTER, version=1)
+        except (OSError, KafkaError):
+            return
+        finally:
+            await conn.close()
+        if not answer.error_code:
+            views.append({b.broker_id for b in answer.brokers})
+
+    async with anyio.create_task_group() as tg:
+        for n in cluster.nodes:
+            if n.node.is_broker and n.client_port is not None:
+                tg.start_soon(ask, n.node.host, n.client_port)
+    return views
 
 
 def _short(exc: BaseException) -> str:
