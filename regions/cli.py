@@ -462,10 +462,12 @@ def cmd_grant_mirror_acls(args, state_dir: Path) -> int:
     try:
         clusters = dict(parse_cluster(text) for text in args.cluster)
         links = [parse_link(text) for text in args.link]
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    try:
         security = security_from_properties(read_properties(args.command_config))
-    except (ValueError, TlsError, SaslSettingsError) as exc:
-        prefix = "--command-config: " if isinstance(exc, (PropertiesFileError, TlsError, SaslSettingsError)) else ""
-        raise CliError(f"{prefix}{exc}") from None
+    except (PropertiesFileError, TlsError, SaslSettingsError) as exc:
+        raise CliError(f"--command-config: {exc}") from None
     try:
         granted = anyio.run(lambda: grant_mirror_acls(mirror_user=args.mirror_user, clusters=clusters, links=links,
                                                       client_security=security, timeout=args.timeout))

@@ -186,7 +186,7 @@ class _ComposeDocument:
         command = ["seaway", "node", "--config", NODE_PROPERTIES, "--cluster-id", cluster_id_for(self.topology, name)]
         volume = f"{host}-data"
         volumes = [f"{volume}:/var/lib/seaway"]
-        if self.security is not None:
+        if secured:
             mtls = (("replication",) if node.is_broker else ()) + (("controller",) if node.is_controller else ())
             props.update(secured_node_properties(
                 keystore=secure.keystore_path(name, node.id), ca=secure.ca_path(), cluster=name,
@@ -209,7 +209,7 @@ class _ComposeDocument:
             "stop_grace_period": "30s",
             "labels": {"io.seaway.region": region, "io.seaway.cluster": name, "io.seaway.node-id": str(node.id)},
         }
-        if self.security is not None:
+        if secured:
             self.services[host]["depends_on"] = {"pki": {"condition": "service_completed_successfully"}}
         _add_target(self.scrape["seaway-nodes"], f"{host}:{METRICS_PORT}", region=region, cluster=name)
 

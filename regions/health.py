@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 import anyio
 
 from core.client import Admin, KafkaClient
+from core.client.describe import describe_cluster_at
 from core.client.quorum import QuorumError, describe_quorum
 from core.protocol.errors import KafkaError
 
@@ -96,24 +97,14 @@ async def _every_brokers_view(cluster: ClusterLayout, timeout_ms: int, security)
     """The registered, unfenced brokers as each reachable broker of the cluster sees them
     (DescribeCluster on its own client listener); a broker that does not answer is down,
     which the cluster-wide answer already shows."""
-    from core.client.connection import BrokerConnection
-    from core.protocol import messages as m
-
     views: list[set[int]] = []
 
     async def ask(host: str, port: int) -> None:
-        conn = BrokerConnection(host, port, client_id="regions-status", request_timeout_ms=timeout_ms,
-                                connect_timeout_ms=timeout_ms,
-                                ssl_context=security.ssl_context if security is not None else None,
-                                sasl=security.sasl if security is not None else None)
         try:
-            await conn.connect()
-            answer = await conn.send(m.DescribeClusterRequest(include_cluster_authorized_operations=False,
-                                                              endpoint_type=1), m.ApiKey.DESCRIBE_CLUSTER, version=1)
+            answer = await describe_cluster_at(host, port, timeout_ms=timeout_ms, security=security,
+                                               client_id="regions-status")
         except (OSError, KafkaError):
             return
-        finally:
-            await conn.close()
         if not answer.error_code:
             views.append({b.broker_id for b in answer.brokers})
 

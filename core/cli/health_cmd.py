@@ -55,26 +55,18 @@ async def _check(args) -> int:
 async def _describe(address: str, endpoint_type: int, timeout: float, security):
     # not at module level: `seaway --help` (and every other command) stays fast
     from core.client.client import parse_bootstrap
-    from core.client.connection import BrokerConnection
+    from core.client.describe import describe_cluster_at
     from core.client.errors import KafkaError
-    from core.protocol import messages as m
 
     try:
         [(host, port)] = parse_bootstrap(address)
     except ValueError:
         raise UsageError(f"health: {address!r} is not one HOST:PORT") from None
-    conn = BrokerConnection(host, port, client_id="seaway-cli", request_timeout_ms=int(timeout * 1000),
-                            connect_timeout_ms=int(timeout * 1000), ssl_context=security.ssl_context,
-                            sasl=security.sasl)
     try:
-        await conn.connect()
-        answer = await conn.send(m.DescribeClusterRequest(include_cluster_authorized_operations=False,
-                                                          endpoint_type=endpoint_type),
-                                  m.ApiKey.DESCRIBE_CLUSTER, version=1)
+        answer = await describe_cluster_at(host, port, timeout_ms=int(timeout * 1000), endpoint_type=endpoint_type,
+                                           security=security)
     except (KafkaError, OSError) as exc:
         raise CliError(f"unhealthy: {host}:{port} does not answer: {exc}") from None
-    finally:
-        await conn.close()
     if answer.error_code:
         raise CliError(f"unhealthy: {host}:{port} answered DescribeCluster with error "
                        f"{answer.error_code} ({answer.error_message or 'no message'})")
