@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import re
+
+from core.protocol.dr import DR_EPOCH, REPLICA_OF
+
 from .defs import LONG_MAX, ConfigDef, ConfigError, ConfigType
 
 _T = ConfigType
@@ -69,6 +73,12 @@ TOPIC_CONFIG_LIST = [
               "replicas (PARTITION:BROKER, or *) whose replication is throttled on the follower side "
               "(follower.replication.throttled.rate)", validator=lambda v: _check_throttled(
                   "follower.replication.throttled.replicas", v)),
+    # Seaway's DR roles (core/protocol/dr.py): no broker-wide default, a topic's own only.
+    ConfigDef(REPLICA_OF, _T.STRING, "",
+              "the cluster whose mirror alone may write this topic, a read-only DR replica "
+              "(empty: writable)", validator=lambda v: _check_cluster_name(REPLICA_OF, v)),
+    ConfigDef(DR_EPOCH, _T.LONG, 0, "the DR epoch of the last role change (only grows)",
+              minimum=0),
 ]
 
 
@@ -79,6 +89,11 @@ def _check_throttled(name: str, items: list[str]) -> None:
         partition, _, broker = item.partition(":")
         if not (partition.isdigit() and broker.isdigit()):
             raise ConfigError(f"{name}: {item!r} is not PARTITION:BROKER (or the list is not just *)")
+
+
+def _check_cluster_name(name: str, value: str) -> None:
+    if value and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", value):
+        raise ConfigError(f"{name}: {value!r} is not a cluster name (letters, digits, '_', '-')")
 
 
 def is_throttled(items: list[str], partition: int, broker: int) -> bool:

@@ -36,6 +36,7 @@ from core.protocol.errors import ErrorCode, KafkaError
 
 from .common import (TOO_LARGE_MESSAGE, ControllerResult, Working, answer_each,
                      topic_name_error)
+from .dr_epochs import check_dr_change
 from .image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from .settings import ControllerConfig
 
@@ -233,6 +234,8 @@ def _apply_resource(w: Working, config: ControllerConfig, node_id: int, rtype: i
     else:
         _check_broker_configs({k: v for k, v in changes.items() if v is not None})
     _check_exists(image, config, node_id, rtype, name)
+    if rtype == TOPIC_RESOURCE:
+        check_dr_change(image, name, current, changes, new)
     records = [m.ConfigRecord(resource_type=rtype, resource_name=name, name=key, value=value)
                for key, value in changes.items()
                if rtype == BROKER_RESOURCE or current.get(key) != value]

@@ -19,6 +19,10 @@ Idempotent producers (producer id set): the partition checks each batch's epoch 
 sequence against the producer's last five batches (producer_state.py). A retry of a batch
 already appended is answered with its original offset and nothing is appended; a gap is
 OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EPOCH.
+
+A read-only DR replica (topic config seaway.replica.of) takes records only from the mirror
+copying from the cluster it names; anyone else gets INVALID_TOPIC_EXCEPTION, as a write to an
+internal topic does (core/protocol/dr.py).
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ import logging
 from typing import cast
 
 from core.protocol import messages as m
+from core.protocol.dr import REPLICA_OF, replica_write_refusal
 from core.protocol.errors import ErrorCode
 from core.protocol.errors import DecodeError
 from core.protocol.records import InvalidBatch, Record, decode_batch, scan_batches
@@ -54,6 +59,9 @@ async def _produce_partition(ctx, topic, index: int, records, acks: int = 1, tim
     if topic.internal:
         # only the coordinator writes there; a client record could corrupt group state
         return _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot append to internal topic {topic.name}")
+    refusal = replica_write_refusal(topic.name, topic.configs.get(REPLICA_OF), ctx.client_id)
+    if refusal is not None:      # a DR replica: only its mirror writes (core/protocol/dr.py)
+        return _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION, refusal)
     if records is None or len(records) == 0:
         # Kafka's ProduceRequest.validateRecords: INVALID_RECORD, which is not retriable.
         return _error(index, ErrorCode.INVALID_RECORD, "produce request has no records")

@@ -1,0 +1,51 @@
+"""Seaway's DR conventions on the wire: what marks a topic as a read-only DR replica, the epoch
+that fences DR controllers, and how the mirror names itself. The broker, the controller, the
+mirror and the DR controller all read these names from here.
+
+A DR pair is two clusters joined by identity-named mirror links, one each way. Each topic of
+the pair has one writable copy, on the cluster that is active for it. The other copy is a
+*replica*: its topic config `seaway.replica.of` names the cluster it receives records from,
+and its brokers refuse Produce from every client but the mirror copying from that cluster.
+The refusal is INVALID_TOPIC_EXCEPTION with a message naming the source, because that is how
+Kafka answers a write to an internal topic and every client treats it as final for the batch
+(no retries, the error reaches the application).
+
+The mirror is recognised by its client id, `__seaway_mirror.<source cluster>`, as Kafka
+recognises its admin client by `__admin_client`. That guards against mistakes (an
+application still pointed at the old region); ACLs are what keep out a hostile client.
+
+Because a link copies only into a replica of its own source, the topic configs alone say
+which way records flow: promoting a topic (deleting `seaway.replica.of`) stops the link into
+it, and fencing the old primary's copy (setting it to the new primary) starts the link back.
+Both live in the clusters' metadata, so they survive every process that set them.
+
+Epochs. A DR controller takes an epoch before it changes roles: it raises the config
+`seaway.dr.epoch` of the topic `__seaway_dr` on a cluster, and the cluster's controller lets
+that value only grow, strictly. Two DR controllers that read epoch 4 and both ask for 5: one
+gets it, the other gets STALE_CONTROLLER_EPOCH. Every role change then carries the epoch too
+(`seaway.dr.epoch` on the topic, set in the same request as `seaway.replica.of`), and the
+cluster refuses one below its current epoch, so a controller that lost the race, or stalled
+and woke up later, cannot change a role behind the winner's back.
+"""
+from __future__ import annotations
+
+REPLICA_OF = "seaway.replica.of"
+DR_EPOCH = "seaway.dr.epoch"
+# One compacted partition per cluster: its config holds the cluster's DR epoch, and its records
+# (key: the DR pair's name) are the controller's decisions, which clients and gateways follow.
+DR_STATE_TOPIC = "__seaway_dr"
+MIRROR_CLIENT_PREFIX = "__seaway_mirror."
+
+
+def mirror_client_id(source_cluster: str) -> str:
+    """The client id the mirror copying from `source_cluster` uses towards its target."""
+    return MIRROR_CLIENT_PREFIX + source_cluster
+
+
+def replica_write_refusal(topic: str, replica_of: str, client_id: str | None) -> str | None:
+    """Why this client may not produce to `topic`, a replica of `replica_of`; None if it may
+    (it is the mirror from that cluster). `replica_of` empty: the topic is writable."""
+    if not replica_of or client_id == mirror_client_id(replica_of):
+        return None
+    return (f"{topic} is a read-only DR replica of cluster {replica_of}: produce to the active "
+            f"cluster, or promote this one (dr failover)")

@@ -1,0 +1,124 @@
+"""A DR replica topic (topic config seaway.replica.of, core/protocol/dr.py) refuses records from
+everyone but its mirror, and every real client reports that at once, as a final error that
+names the topic, rather than retrying; promoting the topic makes it writable again.
+
+Also: a replica is read as any topic is, and the refusal comes only from the produce path."""
+from __future__ import annotations
+
+import subprocess
+import time
+
+import anyio
+import pytest
+
+from core.client import Admin, KafkaClient, NewTopic, Producer
+from core.client.admin import ConfigResource
+from core.client.errors import KafkaError
+from core.protocol.dr import DR_EPOCH, DR_STATE_TOPIC, REPLICA_OF, mirror_client_id
+from core.protocol.errors import ErrorCode
+from tests.support.clients import CLIENTS, Record, unique_topic
+
+pytestmark = pytest.mark.integration
+
+# What each client says when the broker answers INVALID_TOPIC_EXCEPTION (error 17). The README's
+# DR section quotes these, so an operator can search for what their application logged.
+CLIENT_SAYS = {
+    "confluent": "Broker: Invalid topic",
+    "kafka-python": "InvalidTopicError",
+    "kcat": "Broker: Invalid topic",
+    "kafkajs": "The request attempted to perform an operation on an invalid topic",
+}
+
+
+async def _admin(bootstrap: str, fn):
+    async with KafkaClient(bootstrap) as client:
+        return await fn(Admin(client))
+
+
+def create_replica(bootstrap: str, name: str, of: str = "eu-west-1") -> None:
+    result = anyio.run(_admin, bootstrap, lambda a: a.create_topics([NewTopic(name, 1, 1, {REPLICA_OF: of})]))
+    assert result[name] is None, result
+
+
+def set_configs(bootstrap: str, topic: str, configs: dict) -> KafkaError | None:
+    result = anyio.run(_admin, bootstrap, lambda a: a.incremental_alter_configs({ConfigResource.topic(topic): configs}))
+    return result[ConfigResource.topic(topic)]
+
+
+async def _send(bootstrap: str, topic: str, client_id: str) -> int:
+    async with KafkaClient(bootstrap, client_id=client_id) as client:
+        async with Producer(client, acks=-1) as producer:
+            delivery = await producer.send(topic, b"v", partition=0)
+            return (await delivery).offset
+
+
+@pytest.mark.parametrize("name", list(CLIENTS))
+def test_every_client_gets_a_final_error_naming_the_topic(seaway_broker, name):
+    client = CLIENTS[name]
+    topic = unique_topic(f"replica-{name}")
+    create_replica(seaway_broker, topic)
+    started = time.monotonic()
+    if name == "kcat":      # as a person runs it: the harness's kcat is quiet (-q)
+        proc = subprocess.run([client.binary, "-P", "-b", seaway_broker, "-t", topic, "-p", "0"],
+                              input=b"v\n", capture_output=True, timeout=60)
+        assert proc.returncode == 1
+        said = proc.stderr.decode()
+    else:
+        with pytest.raises(Exception) as raised:
+            client.produce(seaway_broker, topic, [Record(key=b"k", value=b"v", partition=0)], timeout=60)
+        said = str(raised.value)
+    # Final, not retried until the delivery timeout: the application hears of it at once.
+    assert time.monotonic() - started < 20
+    assert CLIENT_SAYS[name] in said, said
+    # Nothing reached the log: the mirror's own write is the first record.
+    assert anyio.run(_send, seaway_broker, topic, mirror_client_id("eu-west-1")) == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_only_the_mirror_from_the_named_cluster_writes(seaway_broker, anyio_backend):
+    topic = unique_topic("replica-own")
+    async with KafkaClient(seaway_broker) as client:
+        assert (await Admin(client).create_topics([NewTopic(topic, 1, 1, {REPLICA_OF: "eu-west-1"})]))[topic] is None
+    for client_id in ("app", mirror_client_id("us-east-1"), "__seaway_mirror", None):
+        with pytest.raises(KafkaError) as raised:
+            await _send(seaway_broker, topic, client_id)
+        assert raised.value.code == ErrorCode.INVALID_TOPIC_EXCEPTION
+        assert f"{topic} is a read-only DR replica of cluster eu-west-1" in str(raised.value)
+    assert await _send(seaway_broker, topic, mirror_client_id("eu-west-1")) == 0
+
+
+def test_promoting_a_replica_makes_it_writable_and_fencing_makes_it_read_only(seaway_broker):
+    topic = unique_topic("replica-promote")
+    create_replica(seaway_broker, topic)
+    confluent = CLIENTS["confluent"]
+    assert set_configs(seaway_broker, topic, {REPLICA_OF: None}) is None          # promote
+    acked = confluent.produce(seaway_broker, topic, [Record(value=b"after", partition=0)])
+    assert acked[0].offset == 0
+    # Fenced towards the other cluster (the old primary's side of a planned failover).
+    assert set_configs(seaway_broker, topic, {REPLICA_OF: "us-east-1"}) is None
+    with pytest.raises(Exception, match="Invalid topic"):
+        confluent.produce(seaway_broker, topic, [Record(value=b"fenced", partition=0)])
+    assert anyio.run(_send, seaway_broker, topic, mirror_client_id("us-east-1")) == 1
+    # Readers are never fenced.
+    got = confluent.consume(seaway_broker, topic, [0], count=2)
+    assert [r.value for r in got] == [b"after", b"v"]
+
+
+def test_a_stale_epoch_is_refused_over_the_wire(seaway_broker):
+    """The cluster's epoch rules (unit-tested in test_controller_dr_epochs.py), end to end:
+    the error code and message reach an admin client."""
+    topic = unique_topic("replica-epoch")
+    create_replica(seaway_broker, topic)
+    result = anyio.run(_admin, seaway_broker,
+                       lambda a: a.create_topics([NewTopic(DR_STATE_TOPIC, 1, 1, {"cleanup.policy": "compact"})]))
+    assert result[DR_STATE_TOPIC] is None or result[DR_STATE_TOPIC].code == ErrorCode.TOPIC_ALREADY_EXISTS
+    current = anyio.run(_admin, seaway_broker, lambda a: a.describe_configs(ConfigResource.topic(DR_STATE_TOPIC)))
+    epoch = int(current[ConfigResource.topic(DR_STATE_TOPIC)][DR_EPOCH].value)
+    assert set_configs(seaway_broker, DR_STATE_TOPIC, {DR_EPOCH: str(epoch + 1)}) is None
+    lost = set_configs(seaway_broker, DR_STATE_TOPIC, {DR_EPOCH: str(epoch + 1)})
+    assert lost is not None and lost.code == ErrorCode.STALE_CONTROLLER_EPOCH
+    stale = set_configs(seaway_broker, topic, {REPLICA_OF: None, DR_EPOCH: str(epoch)})
+    assert stale is not None and stale.code == ErrorCode.STALE_CONTROLLER_EPOCH
+    assert f"at least this cluster's DR epoch {epoch + 1}" in str(stale)
+    assert set_configs(seaway_broker, topic, {REPLICA_OF: None, DR_EPOCH: str(epoch + 1)}) is None
