@@ -9,6 +9,14 @@ Each is created on the target under its remote name with the same partition coun
 source's non-default configs (less those MM2 never copies); a target topic with fewer
 partitions than its source gets more.
 
+A DR link (`dr_pair`, identity names) follows the roles the DR controller gives each topic
+(core/protocol/dr.py): it creates a missing target topic as a read-only replica of its source
+(topic config seaway.replica.of), copies a topic only while its target copy is a replica of
+this source and its source copy is not a replica of the target, and stops the partition's
+copier when that stops being true. A topic that becomes copyable while the link runs (the
+reverse link, once a failover points it back) resumes where the offset syncs for it end:
+the DR controller writes the sync that says where the promoted side stood.
+
 Offset syncs go where MirrorMaker 2 puts them by default: `mm2-offset-syncs.<target>.internal`
 on the source cluster, one compacted partition, MM2's record format (mirror/records.py). On
 start the link reads that topic to its end: where the latest sync of each partition's run ends
@@ -33,6 +41,7 @@ from core.client.errors import KafkaError
 from core.client.producer import Producer
 from core.client.properties import PropertiesFileError, read_properties
 from core.client.security import ClientSecurity, SaslSettingsError, TlsError, security_from_properties
+from core.protocol.dr import REPLICA_OF, link_copies, mirror_client_id
 from core.protocol.errors import ErrorCode
 
 from .checkpoints import CheckpointEmitter
@@ -53,7 +62,8 @@ CLOSE_S = 3.0
 # cluster's brokers or replication, not the data.
 NOT_COPIED = re.compile(r"follower\.replication\.throttled\.replicas|leader\.replication\.throttled\.replicas"
                         r"|message\.timestamp\.difference\.max\.ms|message\.timestamp\.type"
-                        r"|unclean\.leader\.election\.enable|min\.insync\.replicas")
+                        r"|unclean\.leader\.election\.enable|min\.insync\.replicas"
+                        r"|seaway\..*")      # DR roles: each copy has its own
 DYNAMIC_TOPIC_CONFIG = 1
 
 
@@ -66,6 +76,9 @@ class LinkConfig(BaseModel):
     topics: list[str] = Field(default_factory=lambda: [".*"])
     exclude: list[str] = Field(default_factory=lambda: [r".*[\-\.]internal", r".*\.replica", r"__.*"])
     policy: str = Field(default="default", pattern=r"^(default|identity)$")
+    # One direction of a DR pair: target topics are read-only replicas, and the topics' roles
+    # decide what is copied (the module's docstring). Needs the identity policy.
+    dr_pair: bool = False
     refresh_topics_s: float = Field(default=5.0, gt=0)
     max_in_flight: int = Field(default=5, ge=1, le=5)
     fetch_max_bytes: int = Field(default=4 << 20, ge=1024)   # per partition and fetch: 4 MiB a WAN round trip
@@ -102,6 +115,12 @@ class LinkConfig(BaseModel):
             data[f"{side}_properties"] = {**from_file, **(data.get(f"{side}_properties") or {})}
         return data
 
+    @model_validator(mode="after")
+    def _dr_pair_keeps_names(self):
+        if self.dr_pair and self.policy != "identity":
+            raise ValueError("dr_pair: a DR pair keeps topic names, so it needs policy identity")
+        return self
+
     @field_validator("source_properties", "target_properties")
     @classmethod
     def _security_works(cls, props: dict[str, str]) -> dict[str, str]:
@@ -124,6 +143,7 @@ class MirrorLink:
         self.syncs_topic = self.policy.offset_syncs_topic(config.target_alias)
         self.store = OffsetSyncStore()
         self.copiers: dict[tuple[str, int], PartitionCopier] = {}
+        self._retiring: dict[tuple[str, int], PartitionCopier] = {}
         self.resume: dict[tuple[str, int], int] = {}
         self.source_security = config.security("source")
         self.target_security = config.security("target")
@@ -144,7 +164,9 @@ class MirrorLink:
     def _clients(self) -> tuple[KafkaClient, KafkaClient]:
         c = self.config
         return (KafkaClient(c.source_bootstrap, client_id=f"mirror-{c.source_alias}", security=self.source_security),
-                KafkaClient(c.target_bootstrap, client_id=f"mirror-{c.target_alias}", security=self.target_security))
+                # The name a DR replica's brokers take its mirror's writes from (core/protocol/dr.py).
+                KafkaClient(c.target_bootstrap, client_id=mirror_client_id(c.source_alias),
+                            security=self.target_security))
 
     async def run(self, *, task_status: TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
         """Run until stopped or cancelled; a cluster that is down or unreachable (at the start,
@@ -159,6 +181,7 @@ class MirrorLink:
                 log.warning("%s: %s; starting the link again in %.1fs", self.name,
                             "; ".join(str(exc) for exc in group.exceptions), delay)
                 self.copiers.clear()
+                self._retiring.clear()
                 self.source, self.target = self._clients()
                 with anyio.move_on_after(delay):
                     await self._stopping.wait()
@@ -218,7 +241,7 @@ class MirrorLink:
             copiers = list(self.copiers.values())
             for copier in copiers:      # each bounds its own hand-over
                 copier.request_stop()
-            for copier in copiers:
+            for copier in copiers + list(self._retiring.values()):
                 await copier.stopped.wait()
             log.info("%s: stopped; %d of %d partitions handed over", self.name,
                      sum(c.handed_over for c in copiers), len(copiers))
@@ -283,8 +306,15 @@ class MirrorLink:
         if isinstance(error, KafkaError) and error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
             raise error
 
-    async def _load_syncs(self) -> None:
-        """Read the offset-syncs topic to its end: resume points and the translation store."""
+    async def _load_syncs(self, topics: set[str] | None = None) -> None:
+        """Read the offset-syncs topic to its end: resume points and the translation store,
+        of every partition or (`topics`) of these topics' partitions only, whose history is
+        then read again from the start."""
+        if topics is not None:
+            for key in [k for k in self.store.partitions() if k[0] in topics]:
+                self.store.forget(*key)
+            for key in [k for k in self.resume if k[0] in topics]:
+                del self.resume[key]
         consumer = Consumer(self.source, isolation_level="read_committed")
         try:
             await consumer.start()
@@ -301,10 +331,12 @@ class MirrorLink:
                         log.warning("%s: offset %d of %s is not an offset sync: %s", self.name,
                                     record.offset, self.syncs_topic, exc)
                         continue
-                    self._observe(sync)
+                    if topics is None or sync.topic in topics:
+                        self._observe(sync)
         finally:
             await consumer.close()
-        log.info("%s: %d partitions resume from recorded offset syncs", self.name, len(self.resume))
+        log.info("%s: %d partitions resume from recorded offset syncs", self.name,
+                 len(self.resume) if topics is None else sum(k[0] in topics for k in self.resume))
 
     def _observe(self, sync: OffsetSync) -> None:
         key = (sync.topic, sync.partition)
@@ -336,17 +368,68 @@ class MirrorLink:
             return
         described = await source_admin.describe_topics(wanted)
         target_topics = await target_admin.describe_topics(None)
+        roles = await self._roles(source_admin, target_admin, wanted, target_topics) \
+            if self.config.dr_pair else {}
+        newly_copied: list[tuple[str, str, int]] = []
         for topic in wanted:
             desc = described.get(topic)
             if desc is None or isinstance(desc, KafkaError):
                 continue
             remote = self.policy.format_remote_topic(self.config.source_alias, topic)
             count = len(desc.partitions)
+            if self.config.dr_pair:
+                source_role, target_role = roles.get(topic, (None, None))
+                if target_role is None:     # a missing target copy is made a replica of ours
+                    target_role = self.config.source_alias
+                if source_role is None or not link_copies(self.config.source_alias, self.config.target_alias,
+                                                          source_role, target_role):
+                    self._retire(topic)
+                    continue
             await self._ensure_target_topic(source_admin, target_admin, topic, remote, count,
                                             target_topics.get(remote))
-            for p in range(count):
-                if (topic, p) not in self.copiers:
-                    self._start_copier(tg, identity, topic, remote, p)
+            newly_copied += [(topic, remote, p) for p in range(count)
+                             if (topic, p) not in self.copiers and not self._still_retiring((topic, p))]
+        if newly_copied and self._started and self.config.dr_pair:
+            # Copyable since the link started (a failover pointed it here): the offset syncs
+            # the DR controller wrote for it say where to begin.
+            await self._load_syncs({t for t, _, _ in newly_copied})
+        for topic, remote, p in newly_copied:
+            self._start_copier(tg, identity, topic, remote, p)
+
+    async def _roles(self, source_admin: Admin, target_admin: Admin, wanted: list[str],
+                     target_topics: dict) -> dict[str, tuple[str | None, str | None]]:
+        """topic -> (its source copy's seaway.replica.of, its target copy's; None where the copy
+        does not exist, or its configs could not be read)."""
+        def replica_of(found: dict, resource: ConfigResource) -> str | None:
+            entries = found.get(resource)
+            if not isinstance(entries, dict):
+                return None
+            entry = entries.get(REPLICA_OF)
+            return "" if entry is None or entry.value is None else entry.value
+
+        existing = [t for t in wanted
+                    if t in target_topics and not isinstance(target_topics[t], KafkaError)]
+        source_found = await source_admin.describe_configs([ConfigResource.topic(t) for t in wanted])
+        target_found = await target_admin.describe_configs([ConfigResource.topic(t) for t in existing]) \
+            if existing else {}
+        return {t: (replica_of(source_found, ConfigResource.topic(t)),
+                    replica_of(target_found, ConfigResource.topic(t)) if t in existing else None)
+                for t in wanted}
+
+    def _retire(self, topic: str) -> None:
+        """Stop copying `topic`: its copiers hand over what they sent, and no new copier of the
+        partition starts until they have (two would race on the target)."""
+        for key in [k for k in self.copiers if k[0] == topic]:
+            copier = self._retiring[key] = self.copiers.pop(key)
+            copier.request_stop()
+            log.info("%s: %s-%d is no longer copied here (its DR role changed)", self.name, *key)
+
+    def _still_retiring(self, key: tuple[str, int]) -> bool:
+        copier = self._retiring.get(key)
+        if copier is not None and copier.stopped.is_set():
+            del self._retiring[key]
+            copier = None
+        return copier is not None
 
     async def _ensure_target_topic(self, source_admin: Admin, target_admin: Admin, topic: str,
                                    remote: str, count: int, existing) -> None:
@@ -366,6 +449,8 @@ class MirrorLink:
             configs = {name: e.value for name, e in entries.items()
                        if e.source == DYNAMIC_TOPIC_CONFIG and e.value is not None
                        and not e.sensitive and not NOT_COPIED.fullmatch(name)}
+        if self.config.dr_pair:
+            configs[REPLICA_OF] = self.config.source_alias
         result = await target_admin.create_topics([NewTopic(remote, count, self.config.replication_factor,
                                                             configs)])
         error = result.get(remote)

@@ -9,7 +9,7 @@ from typing import Any
 
 import re
 
-from core.protocol.dr import DR_EPOCH, REPLICA_OF
+from core.protocol.dr import DR_EPOCH, FENCED, REPLICA_OF
 
 from .defs import LONG_MAX, ConfigDef, ConfigError, ConfigType
 
@@ -92,8 +92,9 @@ def _check_throttled(name: str, items: list[str]) -> None:
 
 
 def _check_cluster_name(name: str, value: str) -> None:
-    if value and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", value):
-        raise ConfigError(f"{name}: {value!r} is not a cluster name (letters, digits, '_', '-')")
+    if value and value != FENCED and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", value):
+        raise ConfigError(f"{name}: {value!r} is neither a cluster name (letters, digits, '_', "
+                          f"'-') nor {FENCED}")
 
 
 def is_throttled(items: list[str], partition: int, broker: int) -> bool:

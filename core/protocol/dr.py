@@ -14,9 +14,20 @@ The mirror is recognised by its client id, `__seaway_mirror.<source cluster>`, a
 recognises its admin client by `__admin_client`. That guards against mistakes (an
 application still pointed at the old region); ACLs are what keep out a hostile client.
 
-Because a link copies only into a replica of its own source, the topic configs alone say
-which way records flow: promoting a topic (deleting `seaway.replica.of`) stops the link into
-it, and fencing the old primary's copy (setting it to the new primary) starts the link back.
+A third value, `(fenced)`, is a topic no one may write, not even a mirror: the old primary's
+copy while a planned failover drains the link.
+
+A DR link copies a topic only into a replica of its own source, and only from a copy that is
+not itself a replica of the link's target (which would send records back where they came
+from). So the topic configs alone say which way records flow, through a planned failover
+(eu-west primary, us-east its replica):
+
+    eu-west copy     us-east copy     eu-west -> us-east    us-east -> eu-west
+    writable         eu-west          copies                -
+    (fenced)         eu-west          copies: the drain     -
+    (fenced)         writable         - (promoted)          -
+    us-east          writable         -                     copies
+
 Both live in the clusters' metadata, so they survive every process that set them.
 
 Epochs. A DR controller takes an epoch before it changes roles: it raises the config
@@ -35,6 +46,7 @@ DR_EPOCH = "seaway.dr.epoch"
 # (key: the DR pair's name) are the controller's decisions, which clients and gateways follow.
 DR_STATE_TOPIC = "__seaway_dr"
 MIRROR_CLIENT_PREFIX = "__seaway_mirror."
+FENCED = "(fenced)"      # the value of seaway.replica.of that no one may write
 
 
 def mirror_client_id(source_cluster: str) -> str:
@@ -45,7 +57,18 @@ def mirror_client_id(source_cluster: str) -> str:
 def replica_write_refusal(topic: str, replica_of: str, client_id: str | None) -> str | None:
     """Why this client may not produce to `topic`, a replica of `replica_of`; None if it may
     (it is the mirror from that cluster). `replica_of` empty: the topic is writable."""
-    if not replica_of or client_id == mirror_client_id(replica_of):
+    if not replica_of:
+        return None
+    if replica_of == FENCED:
+        return f"{topic} is fenced for a DR failover: produce to the cluster being promoted"
+    if client_id == mirror_client_id(replica_of):
         return None
     return (f"{topic} is a read-only DR replica of cluster {replica_of}: produce to the active "
             f"cluster, or promote this one (dr failover)")
+
+
+def link_copies(source: str, target: str, source_replica_of: str, target_replica_of: str) -> bool:
+    """Does the DR link `source` -> `target` copy a topic whose copies have these
+    seaway.replica.of values? Only into a replica of its source, and never from a copy that is
+    itself a replica of the target."""
+    return target_replica_of == source and source_replica_of != target

@@ -1,0 +1,136 @@
+"""A DR pair: identity links both ways (`dr_pair: true`) between two Seaway nodes, walked through
+a planned failover by hand, one topic config at a time, as the DR controller will do it
+(the table in core/protocol/dr.py). What must hold at every step:
+
+- the mirror creates the target copy as a read-only replica, and applications cannot write it;
+- fencing the primary stops applications but not the drain;
+- after the promotion neither link copies, so no record goes back where it came from;
+- pointed back (the old primary made a replica of the new one), the reverse link starts where
+  the offset sync the controller wrote says, and copies exactly the records written since:
+  every record once, none twice, in order per partition."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from core.protocol.dr import FENCED, REPLICA_OF
+from mirror.records import OffsetSync, encode_offset_sync
+from tests.support.mirror import read_all
+from tests.support.node import REPO, SeawayNode
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+
+
+@pytest.fixture
+def pair(tmp_path):
+    eu = SeawayNode(tmp_path / "eu").start()
+    us = SeawayNode(tmp_path / "us").start()
+    config = tmp_path / "links.yaml"
+    link = ("{{source_alias: {a}, source_bootstrap: '{ab}', target_alias: {b}, target_bootstrap: '{bb}', "
+            "policy: identity, dr_pair: true, refresh_topics_s: 0.5, topics: [orders]}}")
+    config.write_text("links:\n  - " + link.format(a="eu", ab=eu.bootstrap, b="us", bb=us.bootstrap)
+                      + "\n  - " + link.format(a="us", ab=us.bootstrap, b="eu", bb=eu.bootstrap) + "\n")
+    mirror = subprocess.Popen([sys.executable, "-m", "mirror.cli", "run", "--config", str(config)], cwd=REPO,
+                              stderr=open(tmp_path / "mirror.log", "ab"))
+    try:
+        yield eu, us
+    finally:
+        mirror.send_signal(signal.SIGTERM)
+        assert mirror.wait(30) == 0
+        eu.stop()
+        us.stop()
+
+
+def write(bootstrap: str, prefix: str, n: int) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    failed = []
+    for i in range(n):
+        p.produce("orders", b"%s%d" % (prefix.encode(), i), partition=i % PARTITIONS,
+                  on_delivery=lambda err, msg: failed.append(err) if err else None)
+    assert p.flush(30) == 0
+    if failed:
+        raise KafkaException(failed[0])
+
+
+def role(bootstrap: str) -> str:
+    resource = ConfigResource("topic", "orders")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entries = admin.describe_configs([resource])[resource].result(10)
+    return entries[REPLICA_OF].value or ""
+
+
+def set_role(bootstrap: str, value: str | None) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+    op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+    resource = ConfigResource("topic", "orders", incremental_configs=[
+        ConfigEntry(REPLICA_OF, value or "", incremental_operation=op)])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.incremental_alter_configs([resource])[resource].result(10)
+
+
+def ends(bootstrap: str) -> list[int]:
+    from confluent_kafka import Consumer
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends"})
+    try:
+        return [c.get_watermark_offsets(TopicPartition("orders", p), timeout=10)[1] for p in range(PARTITIONS)]
+    finally:
+        c.close()
+
+
+def values(bootstrap: str, at_least: int, timeout: float = 60) -> dict[int, list[str]]:
+    by_partition: dict[int, list[str]] = {p: [] for p in range(PARTITIONS)}
+    for partition, _, value, *_ in sorted(read_all(bootstrap, "orders", at_least, timeout=timeout)):
+        by_partition[partition].append(value)
+    return by_partition
+
+
+def test_a_planned_failover_by_hand_copies_every_record_once_each_way(pair):
+    eu, us = pair
+    admin = AdminClient({"bootstrap.servers": eu.bootstrap})
+    admin.create_topics([NewTopic("orders", PARTITIONS, 1)])["orders"].result(10)
+    write(eu.bootstrap, "o", 300)
+    expected = {p: [f"o{i}" for i in range(p, 300, PARTITIONS)] for p in range(PARTITIONS)}
+    assert values(us.bootstrap, 300) == expected
+    assert (role(eu.bootstrap), role(us.bootstrap)) == ("", "eu")
+    with pytest.raises(KafkaException, match="Invalid topic"):
+        write(us.bootstrap, "stray", 1)        # an application on the replica
+
+    # 1. Fence the primary: applications stop, the forward link drains (here: nothing left).
+    set_role(eu.bootstrap, FENCED)
+    with pytest.raises(KafkaException, match="Invalid topic"):
+        write(eu.bootstrap, "late", 1)
+    eu_ends, us_ends = ends(eu.bootstrap), ends(us.bootstrap)
+    assert sum(us_ends) == 300
+
+    # 2. Promote the replica: applications write there; neither link copies.
+    set_role(us.bootstrap, None)
+    write(us.bootstrap, "n", 90)
+    time.sleep(2.5)      # several discovery rounds of both links
+    assert ends(eu.bootstrap) == eu_ends
+    assert sum(ends(us.bootstrap)) == 390
+
+    # 3. Point the old primary back: the controller records where the promoted side stood,
+    #    then makes the old primary a replica of it.
+    p = Producer({"bootstrap.servers": us.bootstrap})
+    for partition in range(PARTITIONS):
+        key, value = encode_offset_sync(OffsetSync("orders", partition, us_ends[partition], eu_ends[partition], 0))
+        p.produce("mm2-offset-syncs.eu.internal", value=value, key=key, partition=0)
+    assert p.flush(10) == 0
+    set_role(eu.bootstrap, "us")
+    for partition in range(PARTITIONS):
+        expected[partition] += [f"n{i}" for i in range(partition, 90, PARTITIONS)]
+    deadline = time.monotonic() + 60
+    while sum(ends(eu.bootstrap)) < 390:
+        assert time.monotonic() < deadline, ends(eu.bootstrap)
+        time.sleep(0.3)
+    time.sleep(1.5)      # anything extra would have arrived by now
+    assert values(eu.bootstrap, 390) == expected
+    assert values(us.bootstrap, 390) == expected

@@ -1,0 +1,41 @@
+"""Which way a DR pair's records flow follows from the two copies' seaway.replica.of alone
+(core/protocol/dr.py), and who may write a replica."""
+from __future__ import annotations
+
+import pytest
+
+from core.protocol.dr import FENCED, link_copies, mirror_client_id, replica_write_refusal
+
+EU, US = "eu-west-1", "us-east-1"
+
+
+# The planned failover of core/protocol/dr.py's table, then the unplanned one's split brain.
+@pytest.mark.parametrize("eu_copy, us_copy, eu_to_us, us_to_eu", [
+    ("", EU, True, False),            # eu-west primary
+    (FENCED, EU, True, False),        # fenced: the drain goes on
+    (FENCED, "", False, False),       # promoted: nothing flows
+    (US, "", False, True),            # pointed back: us-east primary
+    ("", "", False, False),           # both writable (an unplanned failover's split brain)
+    (US, EU, False, False),           # replicas of each other: nothing is anyone's to send
+    ("ap-1", EU, True, False),        # eu's copy fed from a third cluster still feeds us
+])
+def test_records_flow_only_into_a_replica_of_the_source_and_never_back(eu_copy, us_copy, eu_to_us, us_to_eu):
+    assert link_copies(EU, US, eu_copy, us_copy) is eu_to_us
+    assert link_copies(US, EU, us_copy, eu_copy) is us_to_eu
+
+
+@pytest.mark.parametrize("replica_of, client_id, allowed", [
+    ("", "anyone", True),
+    ("", None, True),
+    (EU, mirror_client_id(EU), True),
+    (EU, mirror_client_id(US), False),
+    (EU, "app", False),
+    (EU, None, False),
+    (FENCED, mirror_client_id(EU), False),
+    (FENCED, mirror_client_id(FENCED), False),     # fenced means no one
+])
+def test_only_the_named_clusters_mirror_writes_a_replica(replica_of, client_id, allowed):
+    refusal = replica_write_refusal("orders", replica_of, client_id)
+    assert (refusal is None) is allowed
+    if refusal is not None:
+        assert refusal.startswith("orders is ")
