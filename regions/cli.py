@@ -310,7 +310,7 @@ def _print_status(state_dir: Path, layout, status: dict | None = None) -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
     mirror = status.get("mirror")
     if mirror is not None:
-        links = ", ".join(f"{m.source} -> {m.target}" for m in layout.topology.mirrors)
+        links = ", ".join(f"{m.source} -> {m.target}" for m in layout.topology.mirror_runs())
         print(f"mirror ({links}): " + (f"running (pid {mirror['pid']})" if mirror["running"]
                                        else f"down (exit {mirror['exit_code']}; see {mirror['log']})"))
 

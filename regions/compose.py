@@ -112,7 +112,7 @@ def compose_file(topology: Topology, *, source: str = "regions/topologies/two-re
         doc.add_wan()
     if doc.security is not None and topology.mirrors:
         doc.add_mirror_acls()
-    for link in topology.mirrors:
+    for link in topology.mirror_runs():
         doc.add_mirror(link)
     doc.add_prometheus()
     doc.add_grafana()
@@ -240,7 +240,7 @@ class _ComposeDocument:
         assert self.security is not None
         command = ["regions", "grant-mirror-acls", "--command-config",
                    secure.client_properties_path(self.security.admin_user), "--mirror-user", self.security.mirror_user]
-        touched = list(dict.fromkeys(c for m in self.topology.mirrors for c in (m.source, m.target)))
+        touched = list(dict.fromkeys(c for m in self.topology.mirror_runs() for c in (m.source, m.target)))
         waits_for = {}
         for name in touched:
             brokers = self.topology.cluster(name).brokers
@@ -249,7 +249,7 @@ class _ComposeDocument:
                 # Started, not healthy: it asks again every second until the cluster takes the
                 # ACLs, which is sooner than the nodes' first healthcheck (one interval in).
                 waits_for[_host(name, n.id)] = {"condition": "service_started"}
-        for m in self.topology.mirrors:
+        for m in self.topology.mirror_runs():
             command += ["--link", f"{m.source},{m.target},{m.policy}"]
         self.services["mirror-acls"] = {
             "image": IMAGE,

@@ -120,7 +120,7 @@ class PlatformLayout:
         writing the target directly. The supervisor writes them into platform.json, where
         `mirror run --platform` reads them."""
         links = []
-        for m in self.topology.mirrors:
+        for m in self.topology.mirror_runs():
             source = self.wan_bootstrap(m.source, self.topology.region_of(m.target))
             link = self.topology.mirror_link_config(m, source, self.clusters[m.target].bootstrap)
             if self.security is not None:   # the mirror logs in as its own user on both sides

@@ -200,7 +200,7 @@ class Supervisor:
         security = self.layout.security
         assert security is not None and self.mirror is not None
         for name, cluster in self.layout.clusters.items():
-            wanted = security.mirror_acls(name, self.layout.topology.mirrors)
+            wanted = security.mirror_acls(name, self.layout.topology.mirror_runs())
             if wanted:
                 await grant_until_created(name, cluster.bootstrap, wanted, security.admin_security(), log=log)
         self.mirror.start()

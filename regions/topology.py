@@ -165,6 +165,19 @@ class Topology(_Strict):
     def cluster(self, cluster_name: str) -> Cluster:
         return self.regions[self.region_of(cluster_name)].clusters[cluster_name]
 
+    def dr_pairs(self) -> list[MirrorLink]:
+        """The DR pairs: the identity links, as the topology lists them (primary first)."""
+        return [m for m in self.mirrors if m.policy == "identity"]
+
+    def mirror_runs(self) -> list[MirrorLink]:
+        """Every directed link the platform runs: the topology's links and, for a DR pair, its
+        reverse too. Both directions of a pair always run; the topics' roles decide which one
+        copies (core/protocol/dr.py), so a failover starts and stops no process."""
+        runs = list(self.mirrors)
+        for m in self.dr_pairs():
+            runs.append(m.model_copy(update={"source": m.target, "target": m.source}))
+        return runs
+
     def mirror_link_config(self, m: MirrorLink, source_bootstrap: str, target_bootstrap: str) -> dict:
         """The configuration the mirror runs link `m` with, in the mirror's own terms (mirror
         run --config's fields), given the addresses it reaches the two clusters at. regions
@@ -173,7 +186,7 @@ class Topology(_Strict):
         link = {"source_alias": m.source, "source_bootstrap": source_bootstrap,
                 "target_alias": m.target, "target_bootstrap": target_bootstrap,
                 "topics": list(m.topics), "policy": m.policy,
-                "sync_group_offsets": m.sync_group_offsets,
+                "sync_group_offsets": m.sync_group_offsets, "dr_pair": m.policy == "identity",
                 "checkpoint_interval_s": m.checkpoint_interval_s, "refresh_topics_s": m.refresh_topics_s,
                 "rpo_target_s": self.dr.rpo_target_s}
         if m.exclude:      # otherwise the mirror's default exclusions apply
@@ -261,6 +274,20 @@ def _cross_field_problems(t: Topology) -> Iterator[Problem]:
         if pairs[(link.source, link.target)] > 1:
             yield ("mirrors", i), f"the link {link.source} -> {link.target} is listed twice"
             break
+    for i, link in enumerate(t.mirrors):
+        reverse = pairs[(link.target, link.source)]
+        if reverse and (link.policy == "identity" or any(
+                m.policy == "identity" for m in t.mirrors if (m.source, m.target) == (link.target, link.source))):
+            yield ("mirrors", i), (f"an identity link is a DR pair, which runs both ways: drop "
+                                   f"{link.source} -> {link.target} or the link back")
+            break
+    in_pairs = Counter(c for m in t.dr_pairs() for c in (m.source, m.target))
+    for i, link in enumerate(t.mirrors):
+        for field in ("source", "target"):
+            if link.policy == "identity" and in_pairs[getattr(link, field)] > 1:
+                yield ("mirrors", i, field), (f"cluster {getattr(link, field)} is in two DR pairs; "
+                                              f"a cluster fails over with one partner")
+                return
     if t.dr.primary is not None and t.dr.primary not in t.regions:
         yield ("dr", "primary"), f"no region named {t.dr.primary!r}"
 

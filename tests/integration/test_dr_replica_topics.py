@@ -16,6 +16,7 @@ from core.client.admin import ConfigResource
 from core.client.errors import KafkaError
 from core.protocol.dr import DR_EPOCH, DR_STATE_TOPIC, REPLICA_OF, mirror_client_id
 from core.protocol.errors import ErrorCode
+from tests.support.cli import seaway
 from tests.support.clients import CLIENTS, Record, unique_topic
 
 pytestmark = pytest.mark.integration
@@ -92,7 +93,8 @@ def test_promoting_a_replica_makes_it_writable_and_fencing_makes_it_read_only(se
     topic = unique_topic("replica-promote")
     create_replica(seaway_broker, topic)
     confluent = CLIENTS["confluent"]
-    assert set_configs(seaway_broker, topic, {REPLICA_OF: None}) is None          # promote
+    # Promote, as the README shows it.
+    seaway("topics", "--bootstrap-server", seaway_broker, "alter", topic, "--delete-config", REPLICA_OF)
     acked = confluent.produce(seaway_broker, topic, [Record(value=b"after", partition=0)])
     assert acked[0].offset == 0
     # Fenced towards the other cluster (the old primary's side of a planned failover).

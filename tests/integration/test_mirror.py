@@ -90,6 +90,14 @@ def test_every_record_arrives_with_its_fields_and_syncs_map_batches_exactly(tmp_
     assert list(res.values())[0].result(10)["retention.ms"].value == "86400000"
 
 
+def wait_until_resumed(log: Path, mirror: subprocess.Popen) -> None:
+    """Until the mirror writing `log` has read its offset syncs: its signal handler is in place."""
+    deadline = time.monotonic() + 30
+    while "resume from recorded offset syncs" not in log.read_text():
+        assert time.monotonic() < deadline and mirror.poll() is None, log.read_text()[-2000:]
+        time.sleep(0.1)
+
+
 def wait_for_progress(tmp_path: Path, bootstrap: str, mirror: subprocess.Popen, beyond: int) -> None:
     """Until the recorded syncs of the link's partitions add up to more than `beyond`."""
     deadline = time.monotonic() + 60
@@ -134,6 +142,9 @@ def test_a_mirror_stopped_with_sigterm_hands_over_without_a_duplicate(tmp_path, 
     producer = SteadyWriter.into_new_topic(src.bootstrap, "events", total)
     mirror = start_mirror(tmp_path, src, tgt)
     for round_ in range(3):
+        # The syncs an earlier run recorded may already be past the mark: wait for this run to
+        # be under way too, since a signal before its handler is in place kills it.
+        wait_until_resumed(tmp_path / ("mirror.log" if round_ == 0 else f"mirror{round_ + 1}.log"), mirror)
         wait_for_progress(tmp_path, src.bootstrap, mirror, 3000 * (round_ + 1))
         mirror.send_signal(signal.SIGTERM)
         assert mirror.wait(30) == 0
@@ -144,11 +155,7 @@ def test_a_mirror_stopped_with_sigterm_hands_over_without_a_duplicate(tmp_path, 
     try:
         got = read_all(tgt.bootstrap, "src.events", total, timeout=90)
     finally:
-        log = tmp_path / "mirror4.log"      # a signal before the handler is in place kills it
-        deadline = time.monotonic() + 30
-        while "resume from recorded offset syncs" not in log.read_text():
-            assert time.monotonic() < deadline and mirror.poll() is None, log.read_text()[-2000:]
-            time.sleep(0.1)
+        wait_until_resumed(tmp_path / "mirror4.log", mirror)
         mirror.send_signal(signal.SIGTERM)
         assert mirror.wait(30) == 0
     values = [value for _, _, value, *_ in got]

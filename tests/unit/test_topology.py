@@ -105,6 +105,16 @@ BAD = [
      15, "mirrors[0].policy", "'default' or 'identity'"),
     ("checkpoints never", edit("target: us-1}", "target: us-1, checkpoint_interval_s: 0}"),
      15, "mirrors[0].checkpoint_interval_s", "greater than 0"),
+    ("dr pair listed both ways", edit("  - {source: eu-1, target: us-1}", "  - {source: eu-1, target: us-1, policy: identity}\n"
+                                       "  - {source: us-1, target: eu-1}"),
+     15, "mirrors[0]", "runs both ways"),
+    ("a cluster in two dr pairs",
+     edit("          - {id: 1, roles: [broker, controller], zone: a}\nmirrors",
+          "          - {id: 1, roles: [broker, controller], zone: a}\n      us-2:\n        nodes:\n"
+          "          - {id: 1, roles: [broker, controller], zone: a}\nmirrors")
+     .replace("  - {source: eu-1, target: us-1}", "  - {source: eu-1, target: us-1, policy: identity}\n"
+              "  - {source: eu-1, target: us-2, policy: identity}"),
+     18, "mirrors[0].source", "in two DR pairs"),
     ("wan link to nowhere", edit("between: [eu-west, us-east]", "between: [eu-west, mars]"),
      18, "wan.links[0].between[1]", "no region named 'mars'"),
     ("dr primary unknown", edit("primary: eu-west", "primary: mars"),
@@ -138,6 +148,20 @@ def test_bad_topologies_get_one_line_naming_the_field(what, doc, line, field, wo
     if field is not None:
         assert f" {field}" in message or message.split(": ")[1].endswith(field), message
     assert words in message, message
+
+
+def test_an_identity_link_is_a_dr_pair_that_runs_both_ways():
+    t = parse_topology(GOOD.replace("{source: eu-1, target: us-1}", "{source: eu-1, target: us-1, policy: identity}"))
+    assert [(m.source, m.target) for m in t.dr_pairs()] == [("eu-1", "us-1")]
+    assert [(m.source, m.target, m.policy) for m in t.mirror_runs()] == [
+        ("eu-1", "us-1", "identity"), ("us-1", "eu-1", "identity")]
+    forward, back = (t.mirror_link_config(m, "s:1", "t:1") for m in t.mirror_runs())
+    assert forward["dr_pair"] and back["dr_pair"]
+    assert (back["source_alias"], back["target_alias"]) == ("us-1", "eu-1")
+    # A renaming link is no DR pair: it runs the way it is written, and no other.
+    plain = parse_topology(GOOD)
+    assert plain.dr_pairs() == [] and len(plain.mirror_runs()) == 1
+    assert not plain.mirror_link_config(plain.mirrors[0], "s:1", "t:1")["dr_pair"]
 
 
 def test_a_missing_file_is_one_line(tmp_path):

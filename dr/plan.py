@@ -1,0 +1,248 @@
+"""Turning `dr failover REGION` into an ordered plan, from what was observed of the clusters,
+with no I/O: `dr plan` prints the plan, `dr failover` carries it out.
+
+Theory of operation
+-------------------
+A DR pair is an identity mirror link of the topology, run both ways. Which cluster is active
+is not stored anywhere but in the topics themselves (core/protocol/dr.py): the active copy of
+each DR topic is writable and its partner is a replica of it. So the observation of both
+clusters (PairView) says everything a plan needs: which side is active, whether a failover
+is half done (roles that agree with neither side), what the link has yet to copy.
+
+A *planned* failover (the active cluster answers) loses nothing:
+
+    take-epoch      the next DR epoch, on both clusters (a compare-and-set: one controller wins)
+    fence           the active copies become (fenced): applications' writes stop
+    drain           the link copies what is left, until the replicas hold every record
+    record-syncs    where each promoted copy stands, for the link back (offset syncs)
+    sync-groups     the groups' committed offsets, translated, into the promoted cluster
+    promote         the replicas become writable
+    switch-clients  the decision record (active region, bootstrap) on both clusters
+    reverse         the old active copies become replicas of the new: the link back runs
+
+An *unplanned* one (the active cluster does not answer, `--force`) promotes at once and
+loses what the link had not copied; the plan says how much that was when last observed:
+
+    take-epoch      on the surviving cluster only
+    record-syncs    where each promoted copy stands, so that failback finds what was stranded
+    promote, switch-clients
+
+Every step is safe to run again, so a controller that dies midway and starts again redoes
+the step it was in; the epoch makes a stale controller's steps fail instead.
+
+Checks that fail stop a failover before it changes anything: the target must answer, every
+DR topic must exist on both sides with the same partitions, the roles must say which side is
+active (else a failover is in progress), and an active side that does not answer needs
+`--force`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from core.protocol.dr import FENCED
+
+# A rough cost of one step (a request or two to each cluster and their commit), for the
+# expected RTO; drills measure the real one.
+STEP_S = 0.5
+
+
+class PlanError(Exception):
+    """One line: the command cannot be planned as asked (bad region, nothing to fail over)."""
+
+
+@dataclass(frozen=True)
+class DrPair:
+    """A DR pair of the topology: the identity link's source (the usual primary) and target."""
+    first: str          # cluster names
+    second: str
+    first_region: str
+    second_region: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.first}~{self.second}"
+
+    def cluster_in(self, region: str) -> str | None:
+        return {self.first_region: self.first, self.second_region: self.second}.get(region)
+
+    def partner(self, cluster: str) -> str:
+        return self.second if cluster == self.first else self.first
+
+    def region_of(self, cluster: str) -> str:
+        return self.first_region if cluster == self.first else self.second_region
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """One cluster as observed: whether it answered, its DR epoch, and its DR topics
+    (name -> (partitions, seaway.replica.of))."""
+    name: str
+    reachable: bool
+    epoch: int = 0
+    topics: dict[str, tuple[int, str]] = field(default_factory=dict)
+    error: str | None = None      # why it did not answer
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    records: int                  # not yet copied to the replica
+    seconds: float                # age of the oldest record not yet copied (0: none)
+
+
+@dataclass(frozen=True)
+class PairView:
+    pair: DrPair
+    clusters: dict[str, ClusterView]
+    # (topic, partition) -> lag of the link out of the active cluster, as last observed.
+    lag: dict[tuple[str, int], PartitionLag] = field(default_factory=dict)
+
+    def active(self) -> str | None:
+        """The active cluster: every DR topic writable there and a replica of it on the
+        partner. None when the roles say neither (a failover half done, or no DR topics), or
+        when neither cluster answered."""
+        for name in (self.pair.first, self.pair.second):
+            own, other = self.clusters[name], self.clusters[self.pair.partner(name)]
+            if not own.reachable and other.reachable:
+                # Only the partner's copies speak: they are replicas of this cluster.
+                if other.topics and all(r == name for _, r in other.topics.values()):
+                    return name
+                continue
+            if not own.reachable or not own.topics:
+                continue
+            if any(r != "" for _, r in own.topics.values()):
+                continue
+            # A topic the link has yet to create on the partner does not change who is active.
+            if other.reachable and any(t in other.topics and other.topics[t][1] != name for t in own.topics):
+                continue
+            return name
+        return None
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    summary: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    pair: DrPair
+    kind: Literal["planned", "unplanned"]
+    source: str            # the cluster failing over (active now)
+    target: str            # the cluster being promoted
+    epoch: int             # the DR epoch the failover takes
+    checks: list[Check]
+    steps: list[Step]
+    rpo_records: int
+    rpo_seconds: float
+    rto_seconds: float
+
+    @property
+    def ready(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def failed_checks(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+
+def find_pair(pairs: list[DrPair], regions: list[str], region: str, to_region: str | None) -> DrPair:
+    """The DR pair that `dr failover REGION [--to REGION]` names; PlanError otherwise."""
+    for name, what in ((region, "REGION"), (to_region, "--to")):
+        if name is not None and name not in regions:
+            raise PlanError(f"{what}: no region named {name!r} (regions: {', '.join(regions)})")
+    candidates = [p for p in pairs if p.cluster_in(region) is not None]
+    if not candidates:
+        raise PlanError(f"REGION: {region} is in no DR pair (a mirror link with policy identity)")
+    if to_region is not None:
+        candidates = [p for p in candidates if p.cluster_in(to_region) is not None and to_region != region]
+        if not candidates:
+            raise PlanError(f"--to: no DR pair joins {region} and {to_region}")
+    if len(candidates) > 1:
+        raise PlanError(f"REGION: {region} is in {len(candidates)} DR pairs; name the other region with --to")
+    return candidates[0]
+
+
+def plan_failover(view: PairView, region: str, *, force: bool = False) -> Plan:
+    """The plan for failing `region`'s cluster of the pair over to its partner. PlanError if
+    there is nothing to fail over; a Plan whose checks say why it cannot run yet otherwise."""
+    pair = view.pair
+    source = pair.cluster_in(region)
+    if source is None:
+        raise PlanError(f"REGION: {region} is not in DR pair {pair.name}")
+    target = pair.partner(source)
+    src, tgt = view.clusters[source], view.clusters[target]
+    active = view.active()
+    if active == target:
+        raise PlanError(f"REGION: {pair.region_of(target)} is already the active region of "
+                        f"{pair.name}: nothing to fail over")
+    checks = [Check("target-reachable", tgt.reachable,
+                    f"{target} answers" if tgt.reachable else f"{target} does not answer: {tgt.error}")]
+    planned = src.reachable
+    if not planned:
+        checks.append(Check("force", force, f"{source} does not answer ({src.error}): an unplanned "
+                            f"failover loses what was not copied" + ("" if force else "; add --force")))
+    checks.append(_roles_check(view, source, active))
+    if tgt.reachable:
+        checks.append(_topics_check(src, tgt) if planned else _replicas_check(source, tgt))
+    epoch = max(c.epoch for c in view.clusters.values() if c.reachable) + 1 if any(
+        c.reachable for c in view.clusters.values()) else 1
+    lagging = sum(v.records for v in view.lag.values())
+    oldest = max((v.seconds for v in view.lag.values()), default=0.0)
+    topics = len(src.topics or tgt.topics)
+    if planned:
+        steps = [
+            Step("take-epoch", f"take DR epoch {epoch} on {source} and {target}"),
+            Step("fence", f"make {source}'s {topics} DR topics {FENCED}: applications' writes stop"),
+            Step("drain", f"wait until {target} has every record of them ({lagging} records behind now)"),
+            Step("record-syncs", f"record where {target}'s copies stand, for the link back"),
+            Step("sync-groups", f"commit the groups' translated offsets into {target}"),
+            Step("promote", f"make {target}'s {topics} DR topics writable"),
+            Step("switch-clients", f"record {pair.region_of(target)} as active on both clusters and in the state directory"),
+            Step("reverse", f"make {source}'s DR topics replicas of {target}: the link back starts"),
+        ]
+        rpo_records, rpo_seconds, rto = 0, 0.0, STEP_S * len(steps) + oldest
+    else:
+        steps = [
+            Step("take-epoch", f"take DR epoch {epoch} on {target}"),
+            Step("record-syncs", f"record where {target}'s copies stand, for failback"),
+            Step("promote", f"make {target}'s {topics} DR topics writable"),
+            Step("switch-clients", f"record {pair.region_of(target)} as active on {target} and in the state directory"),
+        ]
+        rpo_records, rpo_seconds, rto = lagging, oldest, STEP_S * len(steps)
+    return Plan(pair, "planned" if planned else "unplanned", source, target, epoch, checks, steps,
+                rpo_records, rpo_seconds, rto)
+
+
+def _roles_check(view: PairView, source: str, active: str | None) -> Check:
+    if active == source:
+        return Check("roles", True, f"{source} is active; its partner's copies are replicas of it")
+    reachable = [c for c in view.clusters.values() if c.reachable]
+    if all(not c.topics for c in reachable):
+        return Check("roles", False, "no DR topics on either cluster")
+    return Check("roles", False, "the topics' roles name no active cluster: a failover is in "
+                 "progress or was left half done (dr status lists them)")
+
+
+def _topics_check(src: ClusterView, tgt: ClusterView) -> Check:
+    missing = sorted(t for t in src.topics if t not in tgt.topics)
+    if missing:
+        return Check("topics", False, f"{len(missing)} DR topics have no copy on {tgt.name} yet: "
+                     f"{', '.join(missing[:5])}")
+    differ = sorted(t for t, (n, _) in src.topics.items() if tgt.topics[t][0] != n)
+    if differ:
+        return Check("topics", False, f"partition counts differ on {tgt.name}: {', '.join(differ[:5])}")
+    return Check("topics", True, f"{len(src.topics)} DR topics on both clusters, same partitions")
+
+
+def _replicas_check(source: str, tgt: ClusterView) -> Check:
+    if not tgt.topics:
+        return Check("topics", False, f"{tgt.name} has no DR topics to promote")
+    return Check("topics", True, f"{len(tgt.topics)} replicas of {source} on {tgt.name}")

@@ -1,0 +1,106 @@
+"""dr/plan.py: which cluster is active, what `dr failover` would do, and the one-line refusals,
+from observed views of a pair's two clusters (no I/O)."""
+from __future__ import annotations
+
+import pytest
+
+from core.protocol.dr import FENCED
+from dr.plan import (ClusterView, DrPair, PairView, PartitionLag, PlanError, find_pair,
+                     plan_failover)
+
+PAIR = DrPair("eu-west-1", "us-east-1", "eu-west", "us-east")
+EU, US = PAIR.first, PAIR.second
+DOWN = ClusterView(EU, reachable=False, error="connection refused")
+
+
+def cluster(name: str, role: str, epoch: int = 0, topics=("orders", "payments"), partitions=3) -> ClusterView:
+    return ClusterView(name, True, epoch, {t: (partitions, role) for t in topics})
+
+
+def view(eu: ClusterView, us: ClusterView, lag=None) -> PairView:
+    return PairView(PAIR, {EU: eu, US: us}, lag or {})
+
+
+NORMAL = view(cluster(EU, ""), cluster(US, EU))
+
+
+# Each row: the two clusters as observed -> the active cluster.
+@pytest.mark.parametrize("eu, us, active", [
+    (cluster(EU, ""), cluster(US, EU), EU),                       # eu-west serves
+    (cluster(EU, US), cluster(US, ""), US),                       # after a failover
+    (cluster(EU, FENCED), cluster(US, EU), None),                 # fenced, draining
+    (cluster(EU, FENCED), cluster(US, ""), None),                 # promoted, not reversed
+    (cluster(EU, ""), cluster(US, ""), None),                     # split brain
+    (DOWN, cluster(US, EU), EU),                                  # eu-west lost: still active
+    (DOWN, cluster(US, ""), US),                                  # eu-west lost, us-east promoted
+    (cluster(EU, ""), cluster(US, EU, topics=("orders",)), EU),   # a topic the link has yet to create
+    (cluster(EU, "", topics=()), cluster(US, EU, topics=()), None),   # no DR topics at all
+])
+def test_the_active_cluster_is_read_off_the_topics_roles(eu, us, active):
+    assert view(eu, us).active() == active
+
+
+def test_a_planned_failover_fences_drains_promotes_and_reverses_with_rpo_0():
+    lag = {("orders", 0): PartitionLag(40, 1.5), ("orders", 1): PartitionLag(2, 0.2)}
+    plan = plan_failover(view(cluster(EU, "", epoch=3), cluster(US, EU, epoch=5), lag), "eu-west")
+    assert (plan.kind, plan.source, plan.target, plan.epoch) == ("planned", EU, US, 6)
+    assert [s.name for s in plan.steps] == ["take-epoch", "fence", "drain", "record-syncs", "sync-groups",
+                                            "promote", "switch-clients", "reverse"]
+    assert "42 records behind" in plan.steps[2].summary
+    assert plan.ready, plan.failed_checks()
+    assert (plan.rpo_records, plan.rpo_seconds) == (0, 0.0)
+    assert plan.rto_seconds >= 1.5          # at least the drain of the oldest backlog
+
+
+def test_an_unplanned_failover_needs_force_and_expects_to_lose_the_lag():
+    lag = {("orders", 0): PartitionLag(40, 1.5), ("payments", 2): PartitionLag(7, 3.0)}
+    plan = plan_failover(view(DOWN, cluster(US, EU, epoch=2), lag), "eu-west")
+    assert plan.kind == "unplanned" and not plan.ready
+    assert [c.name for c in plan.failed_checks()] == ["force"]
+    assert "add --force" in plan.failed_checks()[0].detail
+    plan = plan_failover(view(DOWN, cluster(US, EU, epoch=2), lag), "eu-west", force=True)
+    assert plan.ready and plan.epoch == 3
+    assert [s.name for s in plan.steps] == ["take-epoch", "record-syncs", "promote", "switch-clients"]
+    assert (plan.rpo_records, plan.rpo_seconds) == (47, 3.0)
+
+
+@pytest.mark.parametrize("eu, us, failing, words", [
+    (cluster(EU, ""), ClusterView(US, False, error="timed out"), "target-reachable", "timed out"),
+    (cluster(EU, FENCED), cluster(US, EU), "roles", "in progress"),
+    (cluster(EU, ""), cluster(US, EU, topics=("orders",)), "topics", "no copy on us-east-1 yet: payments"),
+    (cluster(EU, ""), cluster(US, EU, partitions=6), "topics", "partition counts differ"),
+])
+def test_checks_that_stop_a_failover_before_it_changes_anything(eu, us, failing, words):
+    plan = plan_failover(view(eu, us), "eu-west")
+    assert not plan.ready
+    assert failing in [c.name for c in plan.failed_checks()]
+    assert any(words in c.detail for c in plan.failed_checks()), plan.failed_checks()
+
+
+def test_failing_over_the_region_that_is_already_standby_is_refused():
+    with pytest.raises(PlanError, match="us-east is already the active region of eu-west-1~us-east-1"):
+        plan_failover(view(cluster(EU, US), cluster(US, "")), "eu-west")
+    # ... and going back is a plan like any other.
+    assert plan_failover(view(cluster(EU, US), cluster(US, "")), "us-east").target == EU
+
+
+REGIONS = ["eu-west", "us-east", "ap-south"]
+
+
+@pytest.mark.parametrize("region, to, words", [
+    ("mars", None, "REGION: no region named 'mars' (regions: eu-west, us-east, ap-south)"),
+    ("eu-west", "mars", "--to: no region named 'mars'"),
+    ("ap-south", None, "REGION: ap-south is in no DR pair"),
+    ("eu-west", "ap-south", "--to: no DR pair joins eu-west and ap-south"),
+    ("eu-west", "eu-west", "--to: no DR pair joins eu-west and eu-west"),
+])
+def test_bad_regions_get_one_line(region, to, words):
+    with pytest.raises(PlanError) as raised:
+        find_pair([PAIR], REGIONS, region, to)
+    assert str(raised.value) == words or str(raised.value).startswith(words)
+    assert "\n" not in str(raised.value)
+
+
+def test_the_pair_is_found_from_either_region():
+    assert find_pair([PAIR], REGIONS, "eu-west", None) is PAIR
+    assert find_pair([PAIR], REGIONS, "us-east", "eu-west") is PAIR
