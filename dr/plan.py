@@ -15,9 +15,12 @@ A *planned* failover (the active cluster answers) loses nothing:
     fence           the active copies become (fenced): applications' writes stop
     drain           the link copies what is left, until the replicas hold every record
     record-syncs    where each promoted copy stands, for the link back (offset syncs)
-    sync-groups     the groups' committed offsets, translated, into the promoted cluster
     promote         the replicas become writable
-    switch-clients  the decision record (active region, bootstrap) on both clusters
+    switch-clients  the decision record (active region, bootstrap; phase switching) on both
+                    clusters and in the state directory: producers move
+    sync-groups     once the groups have left the old side, their committed offsets,
+                    translated exactly, into the promoted cluster; the decision becomes
+                    serving: consumers move, and resume where they committed
     reverse         the old active copies become replicas of the new: the link back runs
 
 An *unplanned* one (the active cluster does not answer, `--force`) promotes at once and
@@ -37,14 +40,14 @@ active (else a failover is in progress), and an active side that does not answer
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from core.protocol.dr import FENCED
 
 # A rough cost of one step (a request or two to each cluster and their commit), for the
 # expected RTO; drills measure the real one.
-STEP_S = 0.5
+STEP_S = 0.1
 
 
 class PlanError(Exception):
@@ -144,6 +147,7 @@ class Plan:
     rpo_records: int
     rpo_seconds: float
     rto_seconds: float
+    topics: dict[str, int] = field(default_factory=dict)    # the DR topics it moves: partitions
 
     @property
     def ready(self) -> bool:
@@ -196,16 +200,18 @@ def plan_failover(view: PairView, region: str, *, force: bool = False) -> Plan:
         c.reachable for c in view.clusters.values()) else 1
     lagging = sum(v.records for v in view.lag.values())
     oldest = max((v.seconds for v in view.lag.values()), default=0.0)
-    topics = len(src.topics or tgt.topics)
+    topics = count(len(src.topics or tgt.topics), "DR topic")
     if planned:
         steps = [
             Step("take-epoch", f"take DR epoch {epoch} on {source} and {target}"),
-            Step("fence", f"make {source}'s {topics} DR topics {FENCED}: applications' writes stop"),
+            Step("fence", f"make {source}'s {topics} {FENCED}: applications' writes stop"),
             Step("drain", f"wait until {target} has every record of them ({lagging} records behind now)"),
             Step("record-syncs", f"record where {target}'s copies stand, for the link back"),
-            Step("sync-groups", f"commit the groups' translated offsets into {target}"),
-            Step("promote", f"make {target}'s {topics} DR topics writable"),
-            Step("switch-clients", f"record {pair.region_of(target)} as active on both clusters and in the state directory"),
+            Step("promote", f"make {target}'s {topics} writable"),
+            Step("switch-clients", f"record {pair.region_of(target)} as active (switching) on both clusters "
+                                   f"and in the state directory: producers move"),
+            Step("sync-groups", f"once the groups have left {source}, commit their translated offsets into "
+                                f"{target}, then record it as serving: consumers move"),
             Step("reverse", f"make {source}'s DR topics replicas of {target}: the link back starts"),
         ]
         rpo_records, rpo_seconds, rto = 0, 0.0, STEP_S * len(steps) + oldest
@@ -213,12 +219,17 @@ def plan_failover(view: PairView, region: str, *, force: bool = False) -> Plan:
         steps = [
             Step("take-epoch", f"take DR epoch {epoch} on {target}"),
             Step("record-syncs", f"record where {target}'s copies stand, for failback"),
-            Step("promote", f"make {target}'s {topics} DR topics writable"),
+            Step("promote", f"make {target}'s {topics} writable"),
             Step("switch-clients", f"record {pair.region_of(target)} as active on {target} and in the state directory"),
         ]
         rpo_records, rpo_seconds, rto = lagging, oldest, STEP_S * len(steps)
+    moved = {t: n for t, (n, _) in (src.topics if planned else tgt.topics).items()}
     return Plan(pair, "planned" if planned else "unplanned", source, target, epoch, checks, steps,
-                rpo_records, rpo_seconds, rto)
+                rpo_records, rpo_seconds, rto, moved)
+
+
+def count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _roles_check(view: PairView, source: str, active: str | None) -> Check:
@@ -234,15 +245,26 @@ def _roles_check(view: PairView, source: str, active: str | None) -> Check:
 def _topics_check(src: ClusterView, tgt: ClusterView) -> Check:
     missing = sorted(t for t in src.topics if t not in tgt.topics)
     if missing:
-        return Check("topics", False, f"{len(missing)} DR topics have no copy on {tgt.name} yet: "
+        return Check("topics", False, f"{count(len(missing), 'DR topic')} without a copy on {tgt.name} yet: "
                      f"{', '.join(missing[:5])}")
     differ = sorted(t for t, (n, _) in src.topics.items() if tgt.topics[t][0] != n)
     if differ:
         return Check("topics", False, f"partition counts differ on {tgt.name}: {', '.join(differ[:5])}")
-    return Check("topics", True, f"{len(src.topics)} DR topics on both clusters, same partitions")
+    return Check("topics", True, f"{count(len(src.topics), 'DR topic')} on both clusters, same partitions")
 
 
 def _replicas_check(source: str, tgt: ClusterView) -> Check:
     if not tgt.topics:
         return Check("topics", False, f"{tgt.name} has no DR topics to promote")
-    return Check("topics", True, f"{len(tgt.topics)} replicas of {source} on {tgt.name}")
+    return Check("topics", True, f"{count(len(tgt.topics), 'replica')} of {source} on {tgt.name}")
+
+
+def plan_to_dict(plan: Plan) -> dict:
+    return asdict(plan)
+
+
+def plan_from_dict(data: dict) -> Plan:
+    """A plan kept in the history (plan_to_dict), to finish it."""
+    return Plan(**{**data, "pair": DrPair(**data["pair"]),
+                   "checks": [Check(**c) for c in data["checks"]],
+                   "steps": [Step(**s) for s in data["steps"]]})

@@ -362,8 +362,11 @@ class MirrorLink:
     async def _discover(self, tg, identity: ProducerIdentity) -> None:
         source_admin, target_admin = Admin(self.source), Admin(self.target)
         topics = await source_admin.list_topics()
+        # A DR pair's two clusters each keep their own `heartbeats` under the same name, so
+        # heartbeats stay home there.
         wanted = [t for t in topics if should_replicate(
-            t, self.config.source_alias, self.config.target_alias, self.policy, topic_filter=self.filter)]
+            t, self.config.source_alias, self.config.target_alias, self.policy, topic_filter=self.filter,
+            heartbeats_replication=not self.config.dr_pair)]
         if not wanted:
             return
         described = await source_admin.describe_topics(wanted)

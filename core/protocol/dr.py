@@ -12,7 +12,11 @@ Kafka answers a write to an internal topic and every client treats it as final f
 
 The mirror is recognised by its client id, `__seaway_mirror.<source cluster>`, as Kafka
 recognises its admin client by `__admin_client`. That guards against mistakes (an
-application still pointed at the old region); ACLs are what keep out a hostile client.
+application still pointed at the old region); ACLs are what keep out a hostile client. The
+mirror, in turn, may write only a replica of its own source or a topic no DR controller has
+touched: once a topic is promoted, the link that fed it is refused at once, though its
+copiers notice the new roles only at their next look (without that, records the link back
+copies into the old primary could travel forward again in that window).
 
 A third value, `(fenced)`, is a topic no one may write, not even a mirror: the old primary's
 copy while a planned failover drains the link.
@@ -54,13 +58,23 @@ def mirror_client_id(source_cluster: str) -> str:
     return MIRROR_CLIENT_PREFIX + source_cluster
 
 
-def replica_write_refusal(topic: str, replica_of: str, client_id: str | None) -> str | None:
-    """Why this client may not produce to `topic`, a replica of `replica_of`; None if it may
-    (it is the mirror from that cluster). `replica_of` empty: the topic is writable."""
-    if not replica_of:
-        return None
+def replica_write_refusal(topic: str, replica_of: str, client_id: str | None, dr_epoch: int = 0) -> str | None:
+    """Why this client may not produce to `topic`, whose seaway.replica.of is `replica_of`
+    ("": writable) and seaway.dr.epoch `dr_epoch`; None if it may.
+
+    A mirror (by its client id) writes only into a replica of its own source, or into a topic
+    no DR controller has touched (a renaming link's target): a promoted topic refuses the
+    link that used to feed it, whose copiers stop only at their next look at the roles."""
     if replica_of == FENCED:
         return f"{topic} is fenced for a DR failover: produce to the cluster being promoted"
+    if client_id is not None and client_id.startswith(MIRROR_CLIENT_PREFIX):
+        source = client_id[len(MIRROR_CLIENT_PREFIX):]
+        if replica_of == source or (not replica_of and dr_epoch == 0):
+            return None
+        if not replica_of:
+            return f"{topic} was promoted (DR epoch {dr_epoch}): the mirror from {source} no longer writes it"
+    if not replica_of:
+        return None
     if client_id == mirror_client_id(replica_of):
         return None
     return (f"{topic} is a read-only DR replica of cluster {replica_of}: produce to the active "

@@ -124,3 +124,15 @@ def test_a_stale_epoch_is_refused_over_the_wire(seaway_broker):
     assert stale is not None and stale.code == ErrorCode.STALE_CONTROLLER_EPOCH
     assert f"at least this cluster's DR epoch {epoch + 1}" in str(stale)
     assert set_configs(seaway_broker, topic, {REPLICA_OF: None, DR_EPOCH: str(epoch + 1)}) is None
+
+
+def test_changing_a_config_to_what_it_is_answers_at_once(seaway_broker):
+    """A role change run again (a DR controller finishing a failover) writes no metadata record;
+    the broker answers as soon as its image shows the values, not after waiting for a record
+    that never comes."""
+    topic = unique_topic("replica-again")
+    create_replica(seaway_broker, topic)
+    for _ in range(3):
+        started = time.monotonic()
+        assert set_configs(seaway_broker, topic, {REPLICA_OF: "eu-west-1", "retention.ms": None}) is None
+        assert time.monotonic() - started < 2

@@ -35,7 +35,7 @@ def pair(tmp_path):
     us = SeawayNode(tmp_path / "us").start()
     config = tmp_path / "links.yaml"
     link = ("{{source_alias: {a}, source_bootstrap: '{ab}', target_alias: {b}, target_bootstrap: '{bb}', "
-            "policy: identity, dr_pair: true, refresh_topics_s: 0.5, topics: [orders]}}")
+            "policy: identity, dr_pair: true, refresh_topics_s: 0.5}}")
     config.write_text("links:\n  - " + link.format(a="eu", ab=eu.bootstrap, b="us", bb=us.bootstrap)
                       + "\n  - " + link.format(a="us", ab=us.bootstrap, b="eu", bb=eu.bootstrap) + "\n")
     mirror = subprocess.Popen([sys.executable, "-m", "mirror.cli", "run", "--config", str(config)], cwd=REPO,
@@ -43,10 +43,12 @@ def pair(tmp_path):
     try:
         yield eu, us
     finally:
-        mirror.send_signal(signal.SIGTERM)
-        assert mirror.wait(30) == 0
-        eu.stop()
-        us.stop()
+        try:
+            mirror.send_signal(signal.SIGTERM)
+            assert mirror.wait(30) == 0
+        finally:
+            eu.stop()
+            us.stop()
 
 
 def write(bootstrap: str, prefix: str, n: int) -> None:
@@ -60,8 +62,8 @@ def write(bootstrap: str, prefix: str, n: int) -> None:
         raise KafkaException(failed[0])
 
 
-def role(bootstrap: str) -> str:
-    resource = ConfigResource("topic", "orders")
+def role(bootstrap: str, topic: str = "orders") -> str:
+    resource = ConfigResource("topic", topic)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     entries = admin.describe_configs([resource])[resource].result(10)
     return entries[REPLICA_OF].value or ""
@@ -134,3 +136,5 @@ def test_a_planned_failover_by_hand_copies_every_record_once_each_way(pair):
     time.sleep(1.5)      # anything extra would have arrived by now
     assert values(eu.bootstrap, 390) == expected
     assert values(us.bootstrap, 390) == expected
+    # Each cluster keeps its own heartbeats, neither a replica of the other's.
+    assert role(eu.bootstrap, "heartbeats") == role(us.bootstrap, "heartbeats") == ""

@@ -44,8 +44,9 @@ def test_a_planned_failover_fences_drains_promotes_and_reverses_with_rpo_0():
     lag = {("orders", 0): PartitionLag(40, 1.5), ("orders", 1): PartitionLag(2, 0.2)}
     plan = plan_failover(view(cluster(EU, "", epoch=3), cluster(US, EU, epoch=5), lag), "eu-west")
     assert (plan.kind, plan.source, plan.target, plan.epoch) == ("planned", EU, US, 6)
-    assert [s.name for s in plan.steps] == ["take-epoch", "fence", "drain", "record-syncs", "sync-groups",
-                                            "promote", "switch-clients", "reverse"]
+    assert [s.name for s in plan.steps] == ["take-epoch", "fence", "drain", "record-syncs", "promote",
+                                            "switch-clients", "sync-groups", "reverse"]
+    assert plan.topics == {"orders": 3, "payments": 3}
     assert "42 records behind" in plan.steps[2].summary
     assert plan.ready, plan.failed_checks()
     assert (plan.rpo_records, plan.rpo_seconds) == (0, 0.0)
@@ -67,7 +68,7 @@ def test_an_unplanned_failover_needs_force_and_expects_to_lose_the_lag():
 @pytest.mark.parametrize("eu, us, failing, words", [
     (cluster(EU, ""), ClusterView(US, False, error="timed out"), "target-reachable", "timed out"),
     (cluster(EU, FENCED), cluster(US, EU), "roles", "in progress"),
-    (cluster(EU, ""), cluster(US, EU, topics=("orders",)), "topics", "no copy on us-east-1 yet: payments"),
+    (cluster(EU, ""), cluster(US, EU, topics=("orders",)), "topics", "without a copy on us-east-1 yet: payments"),
     (cluster(EU, ""), cluster(US, EU, partitions=6), "topics", "partition counts differ"),
 ])
 def test_checks_that_stop_a_failover_before_it_changes_anything(eu, us, failing, words):

@@ -24,18 +24,22 @@ def test_records_flow_only_into_a_replica_of_the_source_and_never_back(eu_copy, 
     assert link_copies(US, EU, us_copy, eu_copy) is us_to_eu
 
 
-@pytest.mark.parametrize("replica_of, client_id, allowed", [
-    ("", "anyone", True),
-    ("", None, True),
-    (EU, mirror_client_id(EU), True),
-    (EU, mirror_client_id(US), False),
-    (EU, "app", False),
-    (EU, None, False),
-    (FENCED, mirror_client_id(EU), False),
-    (FENCED, mirror_client_id(FENCED), False),     # fenced means no one
+@pytest.mark.parametrize("replica_of, epoch, client_id, allowed", [
+    ("", 0, "anyone", True),
+    ("", 0, None, True),
+    ("", 3, "app", True),                           # a promoted topic: applications write it
+    (EU, 0, mirror_client_id(EU), True),
+    (EU, 2, mirror_client_id(EU), True),
+    (EU, 0, mirror_client_id(US), False),
+    (EU, 0, "app", False),
+    (EU, 0, None, False),
+    (FENCED, 1, mirror_client_id(EU), False),
+    (FENCED, 1, mirror_client_id(FENCED), False),   # fenced means no one
+    ("", 0, mirror_client_id(EU), True),            # a renaming link's target: no DR role ever
+    ("", 2, mirror_client_id(EU), False),           # promoted: the link that fed it is refused
 ])
-def test_only_the_named_clusters_mirror_writes_a_replica(replica_of, client_id, allowed):
-    refusal = replica_write_refusal("orders", replica_of, client_id)
+def test_who_may_write_a_dr_topic(replica_of, epoch, client_id, allowed):
+    refusal = replica_write_refusal("orders", replica_of, client_id, epoch)
     assert (refusal is None) is allowed
     if refusal is not None:
-        assert refusal.startswith("orders is ")
+        assert refusal.startswith("orders ")

@@ -241,9 +241,52 @@ def _shown(ctx, request, answer, synced_before: int, image_before):
     if ctx.api_key == m.ApiKey.DELETE_ACLS:
         changed = any(r.matching_acls for r in answer.filter_results)
         return (lambda: broker.kraft.sync.synced_offset > synced_before) if changed else None
+    if ctx.api_key in (m.ApiKey.INCREMENTAL_ALTER_CONFIGS, m.ApiKey.ALTER_CONFIGS):
+        return _configs_shown(sync, request, answer, synced_before)
     if any(r.error_code == 0 for r in answer.responses):
         return lambda: broker.kraft.sync.synced_offset > synced_before
     return None
+
+
+_SET, _DELETE = 0, 1
+_TOPIC = 2
+
+
+def _configs_shown(sync, request, answer, synced_before: int):
+    """Config changes: a topic's shows once the reconciled image holds the values asked for,
+    which it may already (a change to what is there writes no record, and no later offset
+    would come to wait for); anything else (broker resources, which always write records;
+    APPEND and SUBTRACT, whose result depends on what was there) once the image moves on."""
+    done = {(r.resource_type, r.resource_name) for r in answer.responses if r.error_code == 0}
+    wanted: dict[str, dict[str, str | None]] = {}
+    moves_on = False
+    incremental = isinstance(request, m.IncrementalAlterConfigsRequest)
+    for res in request.resources:
+        if (res.resource_type, res.resource_name) not in done:
+            continue
+        if res.resource_type != _TOPIC:
+            moves_on = True
+            continue
+        if incremental:
+            if any(c.config_operation not in (_SET, _DELETE) for c in res.configs):
+                moves_on = True
+                continue
+            wanted[res.resource_name] = {c.name: c.value if c.config_operation == _SET else None
+                                         for c in res.configs}
+        else:
+            moves_on = True     # a replacement: keys not named are deleted too
+    if not wanted and not moves_on:
+        return None
+
+    def shown() -> bool:
+        if moves_on and sync.synced_offset <= synced_before:
+            return False
+        for topic, values in wanted.items():
+            current = sync.reconciled.topic_config(topic)
+            if any(current.get(k) != v for k, v in values.items()):
+                return False
+        return True
+    return shown
 
 
 def _leader_epoch(image, topic: str, partition: int) -> int:

@@ -30,7 +30,7 @@ import logging
 from typing import cast
 
 from core.protocol import messages as m
-from core.protocol.dr import REPLICA_OF, replica_write_refusal
+from core.protocol.dr import DR_EPOCH, REPLICA_OF, replica_write_refusal
 from core.protocol.errors import ErrorCode
 from core.protocol.errors import DecodeError
 from core.protocol.records import InvalidBatch, Record, decode_batch, scan_batches
@@ -59,7 +59,8 @@ async def _produce_partition(ctx, topic, index: int, records, acks: int = 1, tim
     if topic.internal:
         # only the coordinator writes there; a client record could corrupt group state
         return _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot append to internal topic {topic.name}")
-    refusal = replica_write_refusal(topic.name, topic.configs.get(REPLICA_OF), ctx.client_id)
+    refusal = replica_write_refusal(topic.name, topic.configs.get(REPLICA_OF), ctx.client_id,
+                                    topic.configs.get(DR_EPOCH))
     if refusal is not None:      # a DR replica: only its mirror writes (core/protocol/dr.py)
         return _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION, refusal)
     if records is None or len(records) == 0:

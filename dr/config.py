@@ -1,0 +1,192 @@
+"""What the DR controller is told: its DR pairs (each cluster's name, region, bootstrap and
+client properties), which topics the pairs carry, its state directory and its timeouts.
+
+    dr --platform ...            # the pairs of the platform `regions up` runs (platform.json)
+    dr --config dr.yaml ...      # anywhere else (compose, a real deployment)
+
+dr.yaml:
+
+    state_dir: /var/lib/seaway-dr       # history, decisions, the active-region files
+    regions: [eu-west, us-east]
+    pairs:
+      - first:  {cluster: eu-west-1, region: eu-west, bootstrap: "eu1:9092", properties_file: admin.properties}
+        second: {cluster: us-east-1, region: us-east, bootstrap: "us1:9092", properties_file: admin.properties}
+        topics: [".*"]                  # the mirror links' topic patterns
+
+The controller needs an admin login on every cluster (it changes topic configs, reads and
+commits group offsets, writes `__seaway_dr`). The platform's is the admin user's properties
+file that `regions up` writes. Errors are one line naming the field.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from core.client.properties import PropertiesFileError, read_properties
+from core.client.security import ClientSecurity, SaslSettingsError, TlsError, security_from_properties
+
+from .plan import DrPair
+
+# The mirror's default exclusions, which DR topics follow too (mirror/link.py LinkConfig).
+DEFAULT_EXCLUDE = [r".*[\-\.]internal", r".*\.replica", r"__.*"]
+
+
+class DrConfigError(Exception):
+    """One line: which file, which field, what is wrong."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClusterAccess(_Strict):
+    cluster: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    region: str = Field(min_length=1, max_length=64)
+    bootstrap: str = Field(min_length=1)
+    properties: dict[str, str] = Field(default_factory=dict)
+    properties_file: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_file(cls, data):
+        if isinstance(data, dict) and data.get("properties_file"):
+            try:
+                from_file = read_properties(str(data["properties_file"]))
+            except PropertiesFileError as exc:
+                raise ValueError(f"properties_file: {exc}") from None
+            data = {**data, "properties": {**from_file, **(data.get("properties") or {})}}
+        return data
+
+    @field_validator("properties")
+    @classmethod
+    def _security_works(cls, props: dict[str, str]) -> dict[str, str]:
+        try:
+            security_from_properties(props)
+        except (TlsError, SaslSettingsError) as exc:
+            raise ValueError(str(exc)) from None
+        return props
+
+    def security(self) -> ClientSecurity:
+        return security_from_properties(self.properties)
+
+
+class PairConfig(_Strict):
+    first: ClusterAccess
+    second: ClusterAccess
+    topics: list[str] = Field(default_factory=lambda: [".*"], min_length=1)
+    exclude: list[str] = Field(default_factory=lambda: list(DEFAULT_EXCLUDE))
+
+    @field_validator("topics", "exclude")
+    @classmethod
+    def _patterns_compile(cls, patterns: list[str]) -> list[str]:
+        for p in patterns:
+            try:
+                re.compile(p)
+            except re.error as exc:
+                raise ValueError(f"{p!r} is not a regular expression: {exc}") from None
+        return patterns
+
+    @model_validator(mode="after")
+    def _two_clusters(self):
+        if self.first.cluster == self.second.cluster:
+            raise ValueError("a DR pair joins two different clusters")
+        if self.first.region == self.second.region:
+            raise ValueError("a DR pair joins clusters in two different regions")
+        return self
+
+    @property
+    def pair(self) -> DrPair:
+        return DrPair(self.first.cluster, self.second.cluster, self.first.region, self.second.region)
+
+    def access(self, cluster: str) -> ClusterAccess:
+        return self.first if cluster == self.first.cluster else self.second
+
+
+class DrConfig(_Strict):
+    state_dir: str
+    regions: list[str] = Field(min_length=1)
+    pairs: list[PairConfig] = Field(default_factory=list)
+    drain_timeout_s: float = Field(default=60.0, gt=0)      # planned failover: the link's last records
+    groups_timeout_s: float = Field(default=30.0, gt=0)     # planned failover: consumers leaving the old side
+    rpo_target_s: float = Field(default=60.0, gt=0)
+    rto_target_s: float = Field(default=300.0, gt=0)
+    drill_schedule: str | None = None
+
+    @model_validator(mode="after")
+    def _pairs_in_regions(self):
+        for i, p in enumerate(self.pairs):
+            for side in (p.first, p.second):
+                if side.region not in self.regions:
+                    raise ValueError(f"pairs[{i}]: region {side.region!r} is not in regions")
+        return self
+
+    def pair_config(self, pair: DrPair) -> PairConfig:
+        return next(p for p in self.pairs if p.pair == pair)
+
+
+def load_config(path: Path) -> DrConfig:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise DrConfigError(f"{path}: cannot read the DR configuration: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise DrConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise DrConfigError(f"{path}: the DR configuration is a mapping with a `pairs` key")
+    return _validated(data, str(path))
+
+
+def _validated(data: dict, source: str) -> DrConfig:
+    try:
+        return DrConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "configuration"
+        message = "required field missing" if first["type"] == "missing" else \
+            "unknown field" if first["type"] == "extra_forbidden" else first["msg"].removeprefix("Value error, ")
+        raise DrConfigError(f"{source}: {where}: {message}") from None
+
+
+def default_platform_dir() -> Path:
+    return Path(os.environ.get("SEAWAY_STATE_DIR") or Path.home() / ".seaway" / "platform")
+
+
+def platform_config(state_dir: Path | None = None) -> DrConfig:
+    """The DR configuration of the platform `regions up` runs in `state_dir`: its topology's
+    DR pairs (identity links), each cluster's client bootstrap, the admin user's properties,
+    and `<state dir>/dr` for the controller's own state."""
+    from regions.topology import TopologyError, load_topology
+
+    state_dir = Path(state_dir or default_platform_dir())
+    path = state_dir / "platform.json"
+    try:
+        info = json.loads(path.read_text())
+        topology = load_topology(Path(info["topology"]))
+    except (OSError, ValueError, KeyError) as exc:
+        raise DrConfigError(f"no running platform in {state_dir} ({exc})") from None
+    except TopologyError as exc:
+        raise DrConfigError(str(exc)) from None
+    admin_file = None
+    security = info.get("security")
+    if security:
+        admin_file = security["client_properties"][security["admin_user"]]
+    clusters = info["clusters"]
+
+    def access(name: str) -> dict:
+        side = {"cluster": name, "region": clusters[name]["region"], "bootstrap": clusters[name]["bootstrap"]}
+        if admin_file is not None:
+            side["properties_file"] = admin_file
+        return side
+
+    pairs = [{"first": access(m.source), "second": access(m.target), "topics": list(m.topics),
+              **({"exclude": list(m.exclude)} if m.exclude else {})}
+             for m in topology.dr_pairs()]
+    dr = topology.dr
+    return _validated({"state_dir": str(state_dir / "dr"), "regions": list(topology.regions), "pairs": pairs,
+                       "rpo_target_s": dr.rpo_target_s, "rto_target_s": dr.rto_target_s,
+                       "drill_schedule": dr.drill_schedule}, str(path))

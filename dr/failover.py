@@ -1,0 +1,325 @@
+"""Carrying out a failover plan (dr/plan.py) against the pair's clusters, step by step, with
+every step's progress and timing reported and kept in the history.
+
+Each step is safe to run again: a controller that died midway runs `dr failover` again, finds
+its failover still `running` in its history, and goes on from the step it was in with the
+epoch it had taken. Any other controller is stopped by the epoch: its role changes need an
+epoch at least the clusters' (core/controller/dr_epochs.py).
+
+A planned failover that cannot drain (the link does not catch up within drain_timeout_s) is
+rolled back: the old active copies are made writable again, at the same epoch, and nothing
+was promoted. Once anything is promoted, the failover only goes forward.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import anyio
+
+from core.client import Admin, KafkaClient, Producer
+from core.client.admin import ConfigResource
+from core.client.errors import KafkaError
+from core.protocol.dr import DR_EPOCH, DR_STATE_TOPIC, FENCED, REPLICA_OF
+from core.protocol.errors import ErrorCode
+from mirror.records import OffsetSync, encode_offset_sync, offset_sync_headers
+from mirror.translation import OffsetSyncStore
+
+from .config import DrConfig
+from .decision import SERVING, SWITCHING, Decision, ensure_compacted_topic, publish, write_files
+from .history import History
+from .observe import POLICY, PairClients, positions, read_syncs
+from .plan import Plan, count
+
+Report = Callable[[str, str], None]       # (step, line)
+# A fault hook for the tests: the controller kills itself (SIGKILL) right after this step's
+# changes, before the history records the step, which is the worst moment to die.
+CRASH_AT_ENV = "SEAWAY_DR_CRASH_AT"
+# Another: before its first step the controller waits until this file exists, so that a test
+# can start two controllers' failovers at the same moment.
+HOLD_FILE_ENV = "SEAWAY_DR_HOLD_FILE"
+IDLE_GROUP_STATES = {"Empty", "Dead"}
+
+
+class FailoverError(Exception):
+    """One line: why the failover stopped, and in what state it left the pair."""
+
+
+@dataclass
+class Outcome:
+    failover_id: int
+    plan: Plan
+    rto_writes_s: float          # from the first step until the promoted side took writes
+    rpo_records: int
+    rpo_seconds: float
+    duration_s: float
+    properties_file: str
+
+
+class Failover:
+    def __init__(self, config: DrConfig, clients: PairClients, history: History, *,
+                 controller: str, report: Report):
+        self.config = config
+        self.clients = clients
+        self.history = history
+        self.controller = controller
+        self.report = report
+
+    async def run(self, plan: Plan, *, resume: dict | None = None, context_extra: dict | None = None) -> Outcome:
+        """Carry out `plan`, or (`resume`: the history's running row) finish it."""
+        if resume is None:
+            context = {"topics": dict(plan.topics), "done": [], **(context_extra or {})}
+            failover_id = self.history.begin(pair=plan.pair.name, kind=plan.kind, source=plan.source,
+                                             target=plan.target, epoch=plan.epoch,
+                                             controller=self.controller, context=context)
+        else:
+            failover_id, context = resume["id"], resume["context"]
+            context["resumed"] = True
+        self.failover_id, self.plan, self.context = failover_id, plan, context
+        hold = os.environ.get(HOLD_FILE_ENV)
+        while hold and not os.path.exists(hold):
+            await anyio.sleep(0.01)
+        started = time.monotonic() - context.get("elapsed", 0.0)
+        for index, step in enumerate(plan.steps, 1):
+            if step.name in context["done"]:
+                continue
+            self.report(step.name, f"[{index}/{len(plan.steps)}] {step.name}: {step.summary}")
+            self.history.step_started(failover_id, step.name)
+            t0 = time.monotonic()
+            try:
+                detail = await getattr(self, "_" + step.name.replace("-", "_"))()
+            except (KafkaError, OSError, TimeoutError, FailoverError) as exc:
+                message = str(exc) or type(exc).__name__
+                self.history.step_finished(failover_id, step.name, message, state="failed")
+                rolled_back = await self._maybe_roll_back(step.name)
+                self.history.update(failover_id, state="failed" if not rolled_back else "rolled-back",
+                                    error=f"{step.name}: {message}", finished_at=time.time(), context=context)
+                raise FailoverError(f"{step.name}: {message}" + (
+                    "; rolled back: the old active copies are writable again" if rolled_back else
+                    "; run dr failover again to go on from this step")) from None
+            took = time.monotonic() - t0
+            if os.environ.get(CRASH_AT_ENV) == step.name:
+                os.kill(os.getpid(), signal.SIGKILL)     # the fault hook: see CRASH_AT_ENV
+            context["done"].append(step.name)
+            context["elapsed"] = time.monotonic() - started
+            if step.name == "promote":
+                context["rto_writes_s"] = context["elapsed"]
+            self.history.step_finished(failover_id, step.name, detail)
+            self.history.update(failover_id, context=context)
+            self.report(step.name, f"      done in {took:.2f}s: {detail}")
+        duration = time.monotonic() - started
+        outcome = Outcome(failover_id, plan, context.get("rto_writes_s", duration), plan.rpo_records,
+                          plan.rpo_seconds, duration, context.get("properties_file", ""))
+        self.history.update(failover_id, state="done", finished_at=time.time(), rpo_records=outcome.rpo_records,
+                            rpo_seconds=outcome.rpo_seconds, rto_writes_s=outcome.rto_writes_s, context=context)
+        return outcome
+
+    # ------------------------------------------------------------------ helpers
+
+    def _admin(self, cluster: str) -> Admin:
+        return self.clients.admin(cluster)
+
+    def _client(self, cluster: str) -> KafkaClient:
+        return self.clients.clients[cluster]
+
+    @property
+    def _epoch(self) -> str:
+        return str(self.plan.epoch)
+
+    async def _set_roles(self, cluster: str, role: str | None) -> int:
+        """Every DR topic of the failover on `cluster` gets seaway.replica.of = `role` (None:
+        writable), at the failover's epoch."""
+        topics = self.context["topics"]
+        changes = {ConfigResource.topic(t): {REPLICA_OF: role, DR_EPOCH: self._epoch} for t in topics}
+        if not changes:
+            return 0
+        result = await self._admin(cluster).incremental_alter_configs(changes)
+        for resource, error in result.items():
+            if error is not None:
+                raise FailoverError(f"{cluster}: {resource.name}: {error}")
+        return len(changes)
+
+    async def _maybe_roll_back(self, failed_step: str) -> bool:
+        done = self.context["done"]
+        if self.plan.kind != "planned" or "fence" not in done or "promote" in done:
+            return False
+        try:
+            await self._set_roles(self.plan.source, None)
+        except (KafkaError, OSError, FailoverError) as exc:
+            self.report(failed_step, f"      rolling back failed too: {exc}")
+            return False
+        return True
+
+    # ------------------------------------------------------------------ steps
+
+    async def _take_epoch(self) -> str:
+        clusters = [self.plan.source, self.plan.target] if self.plan.kind == "planned" else [self.plan.target]
+        # One order for every controller: two racing ones meet on the same cluster first, and
+        # the loser stops before it has touched the other.
+        for cluster in sorted(clusters):
+            if cluster in self.context.get("epoch_on", []):
+                continue
+            await ensure_compacted_topic(self._client(cluster), DR_STATE_TOPIC)
+            resource = ConfigResource.topic(DR_STATE_TOPIC)
+            error = (await self._admin(cluster).incremental_alter_configs(
+                {resource: {DR_EPOCH: self._epoch}}))[resource]
+            if error is not None:
+                current = await _epoch_of(self._admin(cluster))
+                # Resuming after dying between the change and recording it: the epoch is ours.
+                if not (error.code == ErrorCode.STALE_CONTROLLER_EPOCH and current == self.plan.epoch
+                        and self.context.get("resumed")):
+                    raise FailoverError(f"another DR controller holds epoch {current} on {cluster} "
+                                        f"(this one asked for {self.plan.epoch}); nothing was changed")
+            self.context.setdefault("epoch_on", []).append(cluster)
+            self.history.update(self.failover_id, context=self.context)
+        return f"epoch {self.plan.epoch} on {', '.join(sorted(clusters))}"
+
+    async def _fence(self) -> str:
+        self.context["fenced_at"] = time.time()
+        n = await self._set_roles(self.plan.source, FENCED)
+        return f"{count(n, 'topic')} of {self.plan.source} fenced"
+
+    async def _drain(self) -> str:
+        source, target = self.plan.source, self.plan.target
+        topics = {t: (n, FENCED) for t, n in self.context["topics"].items()}
+        deadline = anyio.current_time() + self.config.drain_timeout_s
+        behind = None
+        while True:
+            where = await positions(self.clients, source, target, topics)
+            behind = {tp: p.end - p.copied for tp, p in where.items() if p.copied < p.end}
+            if not behind:
+                self.context["source_ends"] = _by_topic({tp: p.end for tp, p in where.items()})
+                return f"{sum(p.end for p in where.values())} records on {target}, 0 behind"
+            if anyio.current_time() > deadline:
+                worst = sorted(behind.items(), key=lambda kv: -kv[1])[:3]
+                raise FailoverError(f"the link to {target} did not catch up within "
+                                    f"{self.config.drain_timeout_s:g}s: {sum(behind.values())} records "
+                                    f"behind (" + ", ".join(f"{t}-{p}: {n}" for (t, p), n in worst) + ")")
+            await anyio.sleep(0.1)
+
+    async def _record_syncs(self) -> str:
+        """Where the promoted copies stand. Planned: an offset sync per partition for the link
+        back (promoted end -> old active end), which it resumes from. Unplanned: kept in the
+        history for failback, which finds the stranded records from it."""
+        target = self.plan.target
+        specs = {(t, p): "latest" for t, n in self.context["topics"].items() for p in range(n)}
+        ends = await self._admin(target).list_offsets(specs)
+        for tp, end in ends.items():
+            if isinstance(end, KafkaError):
+                raise FailoverError(f"{target}: end offset of {tp[0]}-{tp[1]}: {end}")
+        self.context["target_ends"] = _by_topic({tp: e.offset for tp, e in ends.items()})  # type: ignore[union-attr]
+        if self.plan.kind != "planned":
+            return f"{target}'s copies end at {sum(e.offset for e in ends.values())} records"  # type: ignore[union-attr]
+        syncs_topic = POLICY.offset_syncs_topic(self.plan.source)
+        client = self._client(target)
+        await ensure_compacted_topic(client, syncs_topic)
+        source_ends = self.context["source_ends"]
+        async with Producer(client, acks=-1) as producer:
+            for (topic, partition), end in sorted(ends.items()):
+                sync = OffsetSync(topic, partition, end.offset, source_ends[topic][partition], 0)  # type: ignore[union-attr]
+                key, value = encode_offset_sync(sync)
+                await producer.send(syncs_topic, value=value, key=key, headers=offset_sync_headers(sync),
+                                    partition=0)
+            await producer.flush()
+        return f"{len(ends)} partitions: the link back starts where {target}'s copies end"
+
+    async def _promote(self) -> str:
+        n = await self._set_roles(self.plan.target, None)
+        return f"{count(n, 'topic')} of {self.plan.target} writable"
+
+    async def _switch_clients(self) -> str:
+        phase = SWITCHING if self.plan.kind == "planned" else SERVING
+        return await self._decide(phase)
+
+    async def _decide(self, phase: str) -> str:
+        pair = self.plan.pair
+        access = self.config.pair_config(pair).access(self.plan.target)
+        decision = Decision(pair.name, self.plan.epoch, pair.region_of(self.plan.target), self.plan.target,
+                            access.bootstrap, phase, time.time(), self.controller)
+        properties = write_files(Path(self.config.state_dir), decision)
+        self.context["properties_file"] = str(properties)
+        published = []
+        for cluster in (self.plan.target, self.plan.source):
+            try:
+                with anyio.fail_after(self.clients.timeout_s * 2):
+                    await publish(self._client(cluster), decision)
+                published.append(cluster)
+            except (KafkaError, OSError, TimeoutError):
+                if cluster == self.plan.target:
+                    raise
+        return f"{decision.active_region} active ({phase}) in {properties} and on {', '.join(published)}"
+
+    async def _sync_groups(self) -> str:
+        """Once the groups have left the old active cluster, their committed offsets,
+        translated exactly, into the promoted cluster's idle groups (only forward); then the
+        decision says `serving`, and consumers join there."""
+        source, target = self.plan.source, self.plan.target
+        admin = self._admin(source)
+        topics = set(self.context["topics"])
+        deadline = anyio.current_time() + self.config.groups_timeout_s
+        while True:
+            groups = [g.group_id for g in await admin.list_groups() if not g.group_id.startswith("__")]
+            described = await admin.describe_groups(groups) if groups else {}
+            busy = sorted(g for g, d in described.items()
+                          if not isinstance(d, KafkaError) and d.state not in IDLE_GROUP_STATES and d.members)
+            if not busy or anyio.current_time() > deadline:
+                break
+            await anyio.sleep(0.2)
+        store = OffsetSyncStore()
+        for sync in await read_syncs(self._client(source), POLICY.offset_syncs_topic(target)):
+            try:
+                store.observe(sync)
+            except ValueError:
+                continue
+        offsets = await admin.list_groups_offsets({g: None for g in groups}) if groups else {}
+        target_admin = self._admin(target)
+        moved = 0
+        for group, committed in sorted(offsets.items()):
+            if not isinstance(committed, dict):
+                continue
+            wanted = {}
+            for (topic, partition), om in committed.items():
+                if topic not in topics or om is None or isinstance(om, KafkaError):
+                    continue
+                downstream = store.translate(topic, partition, om.offset)
+                if downstream is not None:
+                    wanted[(topic, partition)] = downstream
+            if not wanted:
+                continue
+            there = (await target_admin.describe_groups([group])).get(group)
+            if there is not None and not isinstance(there, KafkaError) and there.members \
+                    and there.state not in IDLE_GROUP_STATES:
+                continue        # already consuming there: its offsets are its own
+            current = await target_admin.list_group_offsets(group, list(wanted))
+            forward = {tp: o for tp, o in wanted.items()
+                       if (now := current.get(tp)) is None or isinstance(now, KafkaError) or now.offset < o}
+            if forward:
+                await target_admin.alter_group_offsets(group, forward)
+                moved += 1
+        await self._decide(SERVING)
+        still = f"; still consuming on {source} at the deadline: {', '.join(busy)}" if busy else ""
+        return f"{count(moved, 'group')} moved to {target}, consumers may join there{still}"
+
+    async def _reverse(self) -> str:
+        n = await self._set_roles(self.plan.source, self.plan.target)
+        return f"{count(n, 'topic')} of {self.plan.source} now replicas of {self.plan.target}: the link back runs"
+
+
+def _by_topic(offsets: dict[tuple[str, int], int]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, []).append(offset)
+        assert len(out[topic]) == partition + 1, (topic, partition)
+    return out
+
+
+async def _epoch_of(admin: Admin) -> int:
+    resource = ConfigResource.topic(DR_STATE_TOPIC)
+    found = (await admin.describe_configs(resource)).get(resource)
+    if isinstance(found, dict) and found.get(DR_EPOCH) is not None:
+        return int(found[DR_EPOCH].value or 0)
+    return 0

@@ -1,0 +1,191 @@
+"""Looking at a DR pair's clusters: their DR topics and roles, their DR epochs, and how far the
+link out of the active cluster is behind (dr/plan.py's PairView).
+
+A cluster that does not answer within `timeout_s` is unreachable, with the reason; that is an
+observation, not an error. Lag comes from the clusters themselves, not from the mirror: the
+latest offset sync of each partition (in the active cluster's `mm2-offset-syncs.<partner>
+.internal`) says up to where the partner has the records, its end offset says how many there
+are, and the timestamp of the first record not yet copied says how old the backlog is.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+
+import anyio
+
+from core.client import Admin, Consumer, KafkaClient
+from core.client.admin import ConfigResource
+from core.client.errors import KafkaError
+from core.protocol.dr import DR_EPOCH, DR_STATE_TOPIC, REPLICA_OF
+from mirror.policy import IdentityReplicationPolicy, TopicFilter
+from mirror.records import OffsetSync, decode_offset_sync
+
+from .config import ClusterAccess, PairConfig
+from .plan import ClusterView, PairView, PartitionLag
+
+POLICY = IdentityReplicationPolicy()
+CLIENT_ID = "seaway-dr"
+
+
+class PairClients:
+    """One client per cluster of a pair, opened on entry and closed on exit."""
+
+    def __init__(self, config: PairConfig, *, timeout_s: float = 5.0):
+        self.config = config
+        self.timeout_s = timeout_s
+        self.clients: dict[str, KafkaClient] = {}
+        self._stack = AsyncExitStack()
+
+    async def __aenter__(self) -> "PairClients":
+        for side in (self.config.first, self.config.second):
+            self.clients[side.cluster] = await self._stack.enter_async_context(_client(side, self.timeout_s))
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self._stack.aclose()
+
+    def admin(self, cluster: str) -> Admin:
+        return Admin(self.clients[cluster])
+
+
+def _client(side: ClusterAccess, timeout_s: float) -> KafkaClient:
+    ms = int(timeout_s * 1000)
+    return KafkaClient(side.bootstrap, client_id=CLIENT_ID, security=side.security(),
+                       request_timeout_ms=ms, connect_timeout_ms=ms, default_api_timeout_ms=ms,
+                       reconnect_backoff_ms=100)
+
+
+def is_dr_topic(config: PairConfig, topic: str) -> bool:
+    """A topic the pair's links carry (each cluster keeps its own heartbeats)."""
+    return (not POLICY.is_internal_topic(topic) and not POLICY.is_heartbeats_topic(topic)
+            and TopicFilter(tuple(config.topics), tuple(config.exclude)).selects(topic))
+
+
+async def observe_cluster(clients: PairClients, cluster: str) -> ClusterView:
+    try:
+        with anyio.fail_after(clients.timeout_s * 2):
+            admin = clients.admin(cluster)
+            names = [t for t in await admin.list_topics(internal=True) if is_dr_topic(clients.config, t)]
+            described = await admin.describe_topics(names) if names else {}
+            resources = [ConfigResource.topic(t) for t in names]
+            has_state = DR_STATE_TOPIC in await admin.list_topics(internal=True)
+            if has_state:
+                resources.append(ConfigResource.topic(DR_STATE_TOPIC))
+            configs = await admin.describe_configs(resources) if resources else {}
+    except (KafkaError, OSError, TimeoutError) as exc:
+        return ClusterView(cluster, False, error=str(exc) or type(exc).__name__)
+    topics = {}
+    for name in names:
+        desc, entries = described.get(name), configs.get(ConfigResource.topic(name))
+        if desc is None or isinstance(desc, KafkaError) or not isinstance(entries, dict):
+            continue        # deleted meanwhile
+        entry = entries.get(REPLICA_OF)
+        topics[name] = (len(desc.partitions), entry.value or "" if entry is not None else "")
+    epoch = 0
+    state = configs.get(ConfigResource.topic(DR_STATE_TOPIC)) if has_state else None
+    if isinstance(state, dict) and state.get(DR_EPOCH) is not None:
+        epoch = int(state[DR_EPOCH].value or 0)
+    return ClusterView(cluster, True, epoch, topics)
+
+
+async def observe(clients: PairClients) -> PairView:
+    pair = clients.config.pair
+    views = {}
+    for cluster in (pair.first, pair.second):
+        views[cluster] = await observe_cluster(clients, cluster)
+    view = PairView(pair, views)
+    active = view.active()
+    if active is None or not views[active].reachable:
+        return view
+    try:
+        with anyio.fail_after(clients.timeout_s * 3):
+            lag = await link_lag(clients, active, pair.partner(active), views[active].topics)
+    except (KafkaError, OSError, TimeoutError):
+        return view
+    return PairView(pair, views, lag)
+
+
+async def read_syncs(client: KafkaClient, topic: str) -> list[OffsetSync]:
+    """Every offset sync in `topic` (partition 0), in order; [] if it does not exist."""
+    if topic not in await Admin(client).list_topics(internal=True):
+        return []
+    consumer = Consumer(client)
+    out: list[OffsetSync] = []
+    try:
+        await consumer.start()
+        consumer.assign([(topic, 0)])
+        consumer.seek_to_beginning((topic, 0))
+        end = (await consumer.end_offsets([(topic, 0)]))[(topic, 0)]
+        position = 0
+        while position < end:
+            for record in await consumer.poll(timeout_ms=1000):
+                position = record.offset + 1
+                try:
+                    out.append(decode_offset_sync(record.key, record.value, record.headers))
+                except ValueError:
+                    continue        # not a sync: the mirror skips it too
+    finally:
+        await consumer.close()
+    return out
+
+
+@dataclass(frozen=True)
+class PartitionPosition:
+    end: int            # the active copy's end offset
+    copied: int         # up to here the partner has the records (the latest sync's run end)
+
+
+async def positions(clients: PairClients, active: str, partner: str,
+                    topics: dict[str, tuple[int, str]]) -> dict[tuple[str, int], PartitionPosition]:
+    """Per partition of the active copies: its end, and how far the link has copied it."""
+    client = clients.clients[active]
+    covered: dict[tuple[str, int], int] = {}
+    for sync in await read_syncs(client, POLICY.offset_syncs_topic(partner)):
+        covered[(sync.topic, sync.partition)] = sync.upstream_offset + sync.extent
+    specs = {(t, p): "latest" for t, (n, _) in topics.items() for p in range(n)}
+    starts = {(t, p): "earliest" for t, (n, _) in topics.items() for p in range(n)}
+    admin = clients.admin(active)
+    ends = await admin.list_offsets(specs) if specs else {}
+    firsts = await admin.list_offsets(starts) if starts else {}
+    out = {}
+    for tp, end in ends.items():
+        if isinstance(end, KafkaError):
+            raise end
+        first = firsts.get(tp)
+        start = first.offset if first is not None and not isinstance(first, KafkaError) else 0
+        out[tp] = PartitionPosition(end.offset, max(covered.get(tp, start), start))
+    return out
+
+
+async def link_lag(clients: PairClients, active: str, partner: str,
+                   topics: dict[str, tuple[int, str]]) -> dict[tuple[str, int], PartitionLag]:
+    where = await positions(clients, active, partner, topics)
+    behind = {tp: pos for tp, pos in where.items() if pos.end > pos.copied}
+    ages = await _first_timestamps(clients.clients[active], {tp: pos.copied for tp, pos in behind.items()}) \
+        if behind else {}
+    now = time.time() * 1000
+    return {tp: PartitionLag(pos.end - pos.copied,
+                             max(0.0, (now - ages[tp]) / 1000) if tp in ages else 0.0)
+            for tp, pos in where.items() if pos.end > pos.copied}
+
+
+async def _first_timestamps(client: KafkaClient, offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    """The timestamp of the record at each (topic, partition) offset, where it could be read."""
+    consumer = Consumer(client, max_partition_fetch_bytes=64 * 1024)
+    found: dict[tuple[str, int], int] = {}
+    try:
+        await consumer.start()
+        consumer.assign(list(offsets))
+        for tp, offset in offsets.items():
+            consumer.seek(*tp, offset)
+        deadline = anyio.current_time() + 2
+        while len(found) < len(offsets) and anyio.current_time() < deadline:
+            for record in await consumer.poll(timeout_ms=500):
+                tp = (record.topic, record.partition)
+                if tp not in found and record.offset >= offsets[tp]:
+                    found[tp] = record.timestamp
+    finally:
+        await consumer.close()
+    return found

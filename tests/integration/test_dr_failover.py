@@ -1,0 +1,265 @@
+"""`dr failover` between two Seaway nodes joined by a DR pair (identity links both ways, run by
+`mirror run`), with real clients: a planned failover moves every record and the consumer
+group's position exactly, the link turns round, and failing back is the same command the
+other way. The commands are run as a person runs them (`dr --config dr.yaml ...`)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from core.protocol.dr import REPLICA_OF
+from tests.support.node import REPO, SeawayNode
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+
+
+def dr(config: Path, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "dr.cli", "--config", str(config), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+@pytest.fixture
+def pair(tmp_path):
+    eu = SeawayNode(tmp_path / "eu").start()
+    us = SeawayNode(tmp_path / "us").start()
+    links = tmp_path / "links.yaml"
+    link = ("{{source_alias: {a}, source_bootstrap: '{ab}', target_alias: {b}, target_bootstrap: '{bb}', "
+            "policy: identity, dr_pair: true, refresh_topics_s: 0.5, checkpoint_interval_s: 1}}")
+    links.write_text("links:\n  - " + link.format(a="eu-1", ab=eu.bootstrap, b="us-1", bb=us.bootstrap)
+                     + "\n  - " + link.format(a="us-1", ab=us.bootstrap, b="eu-1", bb=eu.bootstrap) + "\n")
+    config = tmp_path / "dr.yaml"
+    config.write_text(yaml.safe_dump({
+        "state_dir": str(tmp_path / "dr-state"), "regions": ["eu-west", "us-east"],
+        "drain_timeout_s": 30, "groups_timeout_s": 10,
+        "pairs": [{"first": {"cluster": "eu-1", "region": "eu-west", "bootstrap": eu.bootstrap},
+                   "second": {"cluster": "us-1", "region": "us-east", "bootstrap": us.bootstrap}}]}))
+    mirror = subprocess.Popen([sys.executable, "-m", "mirror.cli", "run", "--config", str(links)], cwd=REPO,
+                              stderr=open(tmp_path / "mirror.log", "ab"))
+    try:
+        yield eu, us, config
+    finally:
+        try:
+            mirror.send_signal(signal.SIGTERM)
+            mirror.wait(30)
+        finally:
+            eu.stop()
+            us.stop()
+
+
+def write(bootstrap: str, values: list[str]) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+    failed = []
+    for i, v in enumerate(values):
+        p.produce("orders", v.encode(), partition=i % PARTITIONS,
+                  on_delivery=lambda err, msg: failed.append(err) if err else None)
+    assert p.flush(30) == 0
+    if failed:
+        raise KafkaException(failed[0])
+
+
+def role(bootstrap: str) -> str:
+    resource = ConfigResource("topic", "orders")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return admin.describe_configs([resource])[resource].result(10)[REPLICA_OF].value or ""
+
+
+def total(bootstrap: str) -> int:
+    """Records in orders (every partition); -1 until the topic is there."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends"})
+    try:
+        partitions = c.list_topics("orders", timeout=10).topics["orders"].partitions
+        return sum(c.get_watermark_offsets(TopicPartition("orders", p), timeout=10)[1] for p in partitions)
+    except KafkaException:
+        return -1
+    finally:
+        c.close()
+
+
+def wait_for(what, predicate, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def consume(bootstrap: str, group: str, n: int, timeout: float = 30) -> list[str]:
+    """n records as member of `group`, committed (synchronously), then leave the group."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe(["orders"])
+    got: list[str] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < n and time.monotonic() < deadline:
+            for msg in c.consume(n - len(got), timeout=0.5):
+                if not msg.error():
+                    got.append(msg.value().decode())
+        if got:
+            c.commit(asynchronous=False)
+    finally:
+        c.close()
+    return got
+
+
+def test_a_planned_failover_and_back_moves_every_record_and_the_group_exactly(pair):
+    eu, us, config = pair
+    admin = AdminClient({"bootstrap.servers": eu.bootstrap})
+    admin.create_topics([NewTopic("orders", PARTITIONS, 1)])["orders"].result(10)
+    write(eu.bootstrap, [f"a{i}" for i in range(300)])
+    wait_for("us-1 has every record", lambda: total(us.bootstrap) == 300)
+
+    status = json.loads(dr(config, "status", "-o", "json").stdout)
+    [p] = status["pairs"]
+    assert (p["active_region"], p["ready"], status["ready"]) == ("eu-west", True, True)
+
+    plan = dr(config, "plan", "failover", "eu-west").stdout
+    assert "planned failover of eu-west (eu-1) to us-east (us-1)" in plan
+    assert "expected: RPO 0 records" in plan
+    assert (role(eu.bootstrap), role(us.bootstrap)) == ("", "eu-1")        # the plan changed nothing
+
+    # A group reads part of the topic on eu-west and stops.
+    first = consume(eu.bootstrap, "billing", 150)
+    assert len(first) == 150
+
+    out = dr(config, "failover", "eu-west").stdout
+    for step in ("take-epoch", "fence", "drain", "record-syncs", "promote", "switch-clients", "sync-groups",
+                 "reverse"):
+        assert f"] {step}:" in out, out
+    assert "us-east is active" in out
+    assert (role(eu.bootstrap), role(us.bootstrap)) == ("us-1", "")
+    properties = Path(json.loads(dr(config, "status", "-o", "json").stdout)["pairs"][0]["clusters"]["us-1"]
+                      and yaml.safe_load(config.read_text())["state_dir"]) / "active" / "eu-1~us-1.properties"
+    assert f"bootstrap.servers={us.bootstrap}" in properties.read_text()
+
+    # The old side refuses writes; the new one takes them, and they flow back.
+    with pytest.raises(KafkaException, match="Invalid topic"):
+        write(eu.bootstrap, ["late"])
+    write(us.bootstrap, [f"b{i}" for i in range(90)])
+    wait_for("eu-1 has the records written on us-1", lambda: total(eu.bootstrap) == 390)
+
+    # The group resumes on us-east exactly where it stopped: nothing skipped, nothing re-read.
+    rest = consume(us.bootstrap, "billing", 240)
+    assert sorted(first + rest) == sorted([f"a{i}" for i in range(300)] + [f"b{i}" for i in range(90)])
+
+    history = dr(config, "history").stdout
+    assert "#1" in history and "planned eu-1 -> us-1 (epoch 1): done" in history
+
+    # Failing back is the same command the other way.
+    dr(config, "failover", "us-east")
+    assert (role(eu.bootstrap), role(us.bootstrap)) == ("", "eu-1")
+    write(eu.bootstrap, [f"c{i}" for i in range(30)])
+    wait_for("us-1 has the records written after failing back", lambda: total(us.bootstrap) == 420)
+    assert total(eu.bootstrap) == 420
+
+
+def test_bad_requests_get_one_line_and_change_nothing(pair):
+    eu, us, config = pair
+    admin = AdminClient({"bootstrap.servers": eu.bootstrap})
+    admin.create_topics([NewTopic("orders", 1, 1)])["orders"].result(10)
+    write(eu.bootstrap, ["x"])
+    wait_for("us-1 has the record", lambda: total(us.bootstrap) == 1)
+    for args, status, words in [
+        (["failover", "mars"], 2, "dr failover: REGION: no region named 'mars' (regions: eu-west, us-east)"),
+        (["failover", "eu-west", "--to", "eu-west"], 2, "dr failover: --to: no DR pair joins eu-west and eu-west"),
+        (["failover", "us-east"], 2, "dr failover: REGION: eu-west is already the active region"),
+        (["plan", "failover", "ap-south"], 2, "dr plan: REGION: no region named 'ap-south'"),
+    ]:
+        proc = dr(config, *args, check=False)
+        assert proc.returncode == status, proc.stdout + proc.stderr
+        assert proc.stderr.startswith(words) and proc.stderr.count("\n") == 1, proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert (role(eu.bootstrap), role(us.bootstrap)) == ("", "eu-1")
+
+
+def _start(eu, us, config):
+    admin = AdminClient({"bootstrap.servers": eu.bootstrap})
+    admin.create_topics([NewTopic("orders", PARTITIONS, 1)])["orders"].result(10)
+    write(eu.bootstrap, [f"a{i}" for i in range(60)])
+    wait_for("us-1 has every record", lambda: total(us.bootstrap) == 60)
+    wait_for("dr status sees the link caught up", lambda: lag(config) == 0)
+
+
+def lag(config: Path) -> int:
+    """The records `dr status` says the active link has yet to copy."""
+    return json.loads(dr(config, "status", "-o", "json", check=False).stdout)["pairs"][0]["rpo_at_risk"]["records"]
+
+
+def test_two_controllers_racing_to_fail_over_exactly_one_wins(pair, tmp_path):
+    eu, us, config = pair
+    _start(eu, us, config)
+    rival = tmp_path / "rival.yaml"      # another controller: its own state directory and history
+    rival.write_text(config.read_text().replace("dr-state", "rival-state"))
+    go = tmp_path / "go"        # both plan, then both wait for this file before their first step
+    racers = [subprocess.Popen([sys.executable, "-m", "dr.cli", "--config", str(c), "failover", "eu-west"],
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "SEAWAY_DR_HOLD_FILE": str(go)})
+              for c in (config, rival)]
+    for state in ("dr-state", "rival-state"):     # each has begun its failover in its history
+        wait_for(f"{state} planned", lambda s=state: (tmp_path / s / "history.db").exists())
+    time.sleep(1)
+    go.touch()
+    results = [(r.wait(120), *r.communicate()) for r in racers]
+    assert sorted(code for code, _, _ in results) == [0, 1], results
+    [(_, _, lost)] = [r for r in results if r[0] == 1]
+    assert "take-epoch: another DR controller holds epoch 1 on eu-1" in lost, lost
+    assert "nothing was changed" in lost
+    assert lost.count("\n") == 1, lost
+    assert (role(eu.bootstrap), role(us.bootstrap)) == ("us-1", "")
+    # The loser, run again, sees the winner's decision: nothing to fail over.
+    again = dr(rival, "failover", "eu-west", check=False)
+    assert again.returncode == 2 and "us-east is already the active region" in again.stderr
+
+
+@pytest.mark.parametrize("step", ["take-epoch", "fence", "drain", "record-syncs", "promote", "switch-clients",
+                                  "sync-groups", "reverse"])
+def test_a_controller_killed_at_any_step_finishes_when_run_again(pair, step):
+    eu, us, config = pair
+    _start(eu, us, config)
+    crashed = subprocess.run([sys.executable, "-m", "dr.cli", "--config", str(config), "failover", "eu-west"],
+                             cwd=REPO, capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "SEAWAY_DR_CRASH_AT": step})
+    assert crashed.returncode == -9, crashed.stdout + crashed.stderr
+    resumed = dr(config, "failover", "eu-west").stdout
+    assert "resuming failover #1" in resumed, resumed
+    assert (role(eu.bootstrap), role(us.bootstrap)) == ("us-1", "")
+    write(us.bootstrap, [f"b{i}" for i in range(30)])
+    wait_for("the link back runs", lambda: total(eu.bootstrap) == 90)
+    assert total(us.bootstrap) == 90
+    assert "#1" in dr(config, "history").stdout
+
+
+def test_a_failover_that_cannot_drain_is_rolled_back(pair, tmp_path):
+    eu, us, config = pair
+    _start(eu, us, config)
+    # The link stops: nothing more reaches us-1, so a drain cannot finish.
+    subprocess.run(["pkill", "-STOP", "-f", f"mirror.cli run --config {tmp_path}"], check=True)
+    try:
+        write(eu.bootstrap, [f"late{i}" for i in range(9)])
+        assert lag(config) == 9          # what dr status puts at risk
+        quick = tmp_path / "quick.yaml"
+        quick.write_text(config.read_text().replace("drain_timeout_s: 30", "drain_timeout_s: 2"))
+        failed = dr(quick, "failover", "eu-west", check=False)
+        assert failed.returncode == 1
+        assert "drain: the link to us-1 did not catch up within 2s: 9 records behind" in failed.stderr, failed.stderr
+        assert "rolled back" in failed.stderr
+        assert (role(eu.bootstrap), role(us.bootstrap)) == ("", "eu-1")
+        write(eu.bootstrap, ["after"])            # eu-west takes writes again
+    finally:
+        subprocess.run(["pkill", "-CONT", "-f", f"mirror.cli run --config {tmp_path}"], check=True)
+    wait_for("the link catches up", lambda: total(us.bootstrap) == 70)
+    assert "rolled-back" in dr(config, "history").stdout
