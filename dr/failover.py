@@ -244,6 +244,8 @@ class Failover:
         self.context["properties_file"] = str(properties)
         published = []
         for cluster in (self.plan.target, self.plan.source):
+            if cluster not in self.clients.clients and cluster != self.plan.target:
+                continue        # the region that failed: it learns of the decision at failback
             try:
                 with anyio.fail_after(self.clients.timeout_s * 2):
                     await publish(self._client(cluster), decision)

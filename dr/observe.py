@@ -30,17 +30,26 @@ CLIENT_ID = "seaway-dr"
 
 
 class PairClients:
-    """One client per cluster of a pair, opened on entry and closed on exit."""
+    """One client per cluster of a pair, opened on entry and closed on exit. A cluster that
+    cannot be reached then has no client, and `unreachable` says why."""
 
     def __init__(self, config: PairConfig, *, timeout_s: float = 5.0):
         self.config = config
         self.timeout_s = timeout_s
         self.clients: dict[str, KafkaClient] = {}
+        self.unreachable: dict[str, str] = {}
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> "PairClients":
         for side in (self.config.first, self.config.second):
-            self.clients[side.cluster] = await self._stack.enter_async_context(_client(side, self.timeout_s))
+            # Bounded by the client's own connect and request timeouts (a client's task group
+            # must not be entered under a cancel scope that ends before it does).
+            try:
+                client = await self._stack.enter_async_context(_client(side, self.timeout_s))
+            except (KafkaError, OSError) as exc:
+                self.unreachable[side.cluster] = str(exc) or type(exc).__name__
+                continue
+            self.clients[side.cluster] = client
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -64,6 +73,8 @@ def is_dr_topic(config: PairConfig, topic: str) -> bool:
 
 
 async def observe_cluster(clients: PairClients, cluster: str) -> ClusterView:
+    if cluster not in clients.clients:
+        return ClusterView(cluster, False, error=clients.unreachable.get(cluster, "no client"))
     try:
         with anyio.fail_after(clients.timeout_s * 2):
             admin = clients.admin(cluster)

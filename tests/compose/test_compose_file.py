@@ -138,6 +138,13 @@ def test_the_file_holds_every_node_network_volume_link_and_prometheus():
     assert link["source_bootstrap"].split(",") == [f"wan:{FIRST_WAN_PROXY_PORT + i}" for i in range(3)]
     assert link["target_bootstrap"] == "us-east-1-1:9092,us-east-1-2:9092,us-east-1-3:9092"
     assert link["rpo_target_s"] == topology.dr.rpo_target_s
+    assert link["policy"] == "identity" and link["dr_pair"]
+    # The DR pair's link back runs in eu-west, reading us-east-1 through the WAN.
+    back = services["mirror-us-east-1-to-eu-west-1"]
+    assert back["networks"] == ["eu-west"]
+    [link_back] = yaml.safe_load(doc["configs"]["mirror-us-east-1-to-eu-west-1"]["content"])["links"]
+    assert (link_back["source_alias"], link_back["target_alias"], link_back["dr_pair"]) == ("us-east-1", "eu-west-1", True)
+    assert all(a.startswith("wan:") for a in link_back["source_bootstrap"].split(","))
     # The mirror logs in as its own user, whose password stays on the pki volume, and starts
     # once mirror-acls has granted that user what the link needs, which starts with the nodes.
     assert link["source_properties_file"] == link["target_properties_file"] == "/etc/seaway/secure/clients/mirror.properties"
@@ -145,14 +152,16 @@ def test_the_file_holds_every_node_network_volume_link_and_prometheus():
     assert mirror["depends_on"] == {"mirror-acls": {"condition": "service_completed_successfully"}}
     grant = services["mirror-acls"]
     assert grant["depends_on"] == {host: {"condition": "service_started"} for host in nodes}
-    assert grant["command"][grant["command"].index("--link") + 1] == "eu-west-1,us-east-1,default"
+    links = [grant["command"][i + 1] for i, arg in enumerate(grant["command"]) if arg == "--link"]
+    assert links == ["eu-west-1,us-east-1,identity", "us-east-1,eu-west-1,identity"]    # a DR pair: both ways
     assert services["pki"]["network_mode"] == "none" and services["pki"]["user"] == "root"
 
     prometheus = yaml.safe_load(doc["configs"]["prometheus"]["content"])
     jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
     scraped = {t for group in jobs["seaway-nodes"]["static_configs"] for t in group["targets"]}
     assert scraped == {f"{host}:9094" for host in nodes}
-    assert jobs["seaway-mirror"]["static_configs"][0]["targets"] == ["mirror-eu-west-1-to-us-east-1:9100"]
+    assert [g["targets"] for g in jobs["seaway-mirror"]["static_configs"]] == [
+        ["mirror-eu-west-1-to-us-east-1:9100"], ["mirror-us-east-1-to-eu-west-1:9100"]]
     assert prometheus["rule_files"] == ["/etc/prometheus/rules/*.yml"]
     assert doc["configs"]["alerts"] == {"file": "./alerts.yml"}
 

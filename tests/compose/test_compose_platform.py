@@ -40,8 +40,9 @@ pytestmark = pytest.mark.integration
 
 EU, US = "127.0.0.1:19092,127.0.0.1:19192,127.0.0.1:19292", "127.0.0.1:29092,127.0.0.1:29192,127.0.0.1:29292"
 EU_NODES = ["eu-west-1-1", "eu-west-1-2", "eu-west-1-3"]
-TOPIC, MIRRORED = "orders", "eu-west-1.orders"
-ALL_SERVICES = EU_NODES + ["us-east-1-1", "us-east-1-2", "us-east-1-3", "wan", "mirror-eu-west-1-to-us-east-1"]
+TOPIC, MIRRORED = "orders", "orders"         # a DR pair keeps names: us-east-1's replica
+ALL_SERVICES = EU_NODES + ["us-east-1-1", "us-east-1-2", "us-east-1-3", "wan", "mirror-eu-west-1-to-us-east-1",
+                           "mirror-us-east-1-to-eu-west-1"]
 
 
 @pytest.fixture(scope="module")

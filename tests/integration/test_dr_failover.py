@@ -142,9 +142,12 @@ def test_a_planned_failover_and_back_moves_every_record_and_the_group_exactly(pa
         assert f"] {step}:" in out, out
     assert "us-east is active" in out
     assert (role(eu.bootstrap), role(us.bootstrap)) == ("us-1", "")
-    properties = Path(json.loads(dr(config, "status", "-o", "json").stdout)["pairs"][0]["clusters"]["us-1"]
-                      and yaml.safe_load(config.read_text())["state_dir"]) / "active" / "eu-1~us-1.properties"
+    properties = Path(yaml.safe_load(config.read_text())["state_dir"]) / "active" / "eu-1~us-1.properties"
     assert f"bootstrap.servers={us.bootstrap}" in properties.read_text()
+    # kcat follows it as the README shows (here without the platform's login).
+    listed = subprocess.run(["bash", "-c", f'kcat -X "$(grep ^bootstrap.servers {properties})" -L'],
+                            capture_output=True, text=True, timeout=30)
+    assert listed.returncode == 0 and f"broker 1 at {us.bootstrap}" in listed.stdout, listed.stdout + listed.stderr
 
     # The old side refuses writes; the new one takes them, and they flow back.
     with pytest.raises(KafkaException, match="Invalid topic"):
@@ -263,3 +266,30 @@ def test_a_failover_that_cannot_drain_is_rolled_back(pair, tmp_path):
         subprocess.run(["pkill", "-CONT", "-f", f"mirror.cli run --config {tmp_path}"], check=True)
     wait_for("the link catches up", lambda: total(us.bootstrap) == 70)
     assert "rolled-back" in dr(config, "history").stdout
+
+
+def test_an_unplanned_failover_needs_force_and_expects_the_lag_it_last_saw(pair, tmp_path):
+    eu, us, config = pair
+    _start(eu, us, config)
+    subprocess.run(["pkill", "-STOP", "-f", f"mirror.cli run --config {tmp_path}"], check=True)
+    try:
+        write(eu.bootstrap, [f"unsent{i}" for i in range(9)])
+        assert lag(config) == 9               # seen, and kept in the history
+        eu.kill()                             # the whole region is gone (kill -9)
+        refused = dr(config, "--timeout", "2", "failover", "eu-west", check=False)
+        assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+        assert "not started, nothing changed: force: eu-1 does not answer" in refused.stderr
+        assert "add --force" in refused.stderr
+        assert role(us.bootstrap) == "eu-1"
+        plan = dr(config, "--timeout", "2", "plan", "failover", "eu-west", "--force").stdout
+        assert "unplanned failover of eu-west (eu-1) to us-east (us-1)" in plan
+        assert "expected: RPO 9 records" in plan
+        out = dr(config, "--timeout", "2", "failover", "eu-west", "--force").stdout
+        assert "us-east is active" in out and "RPO 9 records" in out and "expected" in out
+        assert role(us.bootstrap) == ""
+        write(us.bootstrap, ["after"])        # applications carry on in us-east
+        status = json.loads(dr(config, "--timeout", "2", "status", "-o", "json", check=False).stdout)["pairs"][0]
+        assert status["active_region"] == "us-east"
+        assert not status["clusters"]["eu-1"]["reachable"]
+    finally:
+        subprocess.run(["pkill", "-CONT", "-f", f"mirror.cli run --config {tmp_path}"], check=False)

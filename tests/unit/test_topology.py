@@ -42,7 +42,8 @@ def test_the_default_topology_is_two_regions_of_three_nodes_over_three_zones():
         assert len({n.zone for n in cluster.nodes}) == 3
         assert cluster.config["min.insync.replicas"] == 2
     assert t.wan_link("eu-west", "us-east") == (40.0, 100.0)
-    assert [(m.source, m.target, m.policy) for m in t.mirrors] == [("eu-west-1", "us-east-1", "default")]
+    assert [(m.source, m.target, m.policy) for m in t.mirrors] == [("eu-west-1", "us-east-1", "identity")]
+    assert [(m.source, m.target) for m in t.mirror_runs()] == [("eu-west-1", "us-east-1"), ("us-east-1", "eu-west-1")]
     assert t.mirrors[0].sync_group_offsets     # consumers can fail over to us-east-1
 
 
