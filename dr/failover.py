@@ -25,6 +25,7 @@ from core.client import Admin, KafkaClient, Producer
 from core.client.admin import ConfigResource
 from core.client.errors import KafkaError
 from core.protocol.dr import DR_EPOCH, DR_STATE_TOPIC, FENCED, REPLICA_OF
+from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from mirror.records import OffsetSync, encode_offset_sync, offset_sync_headers
 from mirror.translation import OffsetSyncStore
@@ -42,6 +43,8 @@ CRASH_AT_ENV = "SEAWAY_DR_CRASH_AT"
 # Another: before its first step the controller waits until this file exists, so that a test
 # can start two controllers' failovers at the same moment.
 HOLD_FILE_ENV = "SEAWAY_DR_HOLD_FILE"
+PROPAGATION_TIMEOUT_S = 15.0     # for every broker of a cluster to show a role change
+TOPIC_RESOURCE = 2
 IDLE_GROUP_STATES = {"Empty", "Dead"}
 
 
@@ -141,7 +144,35 @@ class Failover:
         for resource, error in result.items():
             if error is not None:
                 raise FailoverError(f"{cluster}: {resource.name}: {error}")
+        await self._until_every_broker_shows(cluster, role or "")
         return len(changes)
+
+    async def _until_every_broker_shows(self, cluster: str, role: str) -> None:
+        """A role takes effect on each broker when its metadata image has it; the step is done
+        only when every broker of the cluster shows it (a fence that one partition leader has
+        not seen yet would still take writes there)."""
+        client = self._client(cluster)
+        topics = sorted(self.context["topics"])
+        R = m.DescribeConfigsRequest
+        request = R(resources=[R.DescribeConfigsResource(resource_type=TOPIC_RESOURCE, resource_name=t,
+                                                         configuration_keys=[REPLICA_OF]) for t in topics],
+                    include_synonyms=False, include_documentation=False)
+        deadline = anyio.current_time() + PROPAGATION_TIMEOUT_S
+        while True:
+            brokers = sorted((await client.refresh_metadata()).brokers)
+            lagging = []
+            for broker in brokers:
+                answer = await client.send(broker, request)
+                seen = {r.resource_name: next((c.value or "" for c in r.configs if c.name == REPLICA_OF), "")
+                        for r in answer.results if not r.error_code}
+                if any(seen.get(t) != role for t in topics):
+                    lagging.append(broker)
+            if not lagging:
+                return
+            if anyio.current_time() > deadline:
+                raise FailoverError(f"{cluster}: brokers {lagging} do not show the new roles after "
+                                    f"{PROPAGATION_TIMEOUT_S:g}s")
+            await anyio.sleep(0.05)
 
     async def _maybe_roll_back(self, failed_step: str) -> bool:
         done = self.context["done"]
@@ -188,12 +219,17 @@ class Failover:
         topics = {t: (n, FENCED) for t, n in self.context["topics"].items()}
         deadline = anyio.current_time() + self.config.drain_timeout_s
         behind = None
+        settled: dict | None = None
         while True:
             where = await positions(self.clients, source, target, topics)
             behind = {tp: p.end - p.copied for tp, p in where.items() if p.copied < p.end}
-            if not behind:
-                self.context["source_ends"] = _by_topic({tp: p.end for tp, p in where.items()})
-                return f"{sum(p.end for p in where.values())} records on {target}, 0 behind"
+            ends = {tp: p.end for tp, p in where.items()}
+            # Copied up to ends that held still across two looks: a produce that passed the
+            # fence check just before the fence arrived has been appended by then.
+            if not behind and settled == ends:
+                self.context["source_ends"] = _by_topic(ends)
+                return f"{sum(ends.values())} records on {target}, 0 behind"
+            settled = ends if not behind else None
             if anyio.current_time() > deadline:
                 worst = sorted(behind.items(), key=lambda kv: -kv[1])[:3]
                 raise FailoverError(f"the link to {target} did not catch up within "

@@ -203,6 +203,49 @@ def test_a_group_moves_to_us_east_after_a_source_outage_with_every_record_mirror
         wanted = {r[1] for part in source.values() for r in part} - consumed
         resume_on_target(us, GROUP, REMOTE, wanted, bound)
 
+        # The operator then fails eu-west over to us-east, and back, with `dr` as the README
+        # shows it (the platform's clusters and admin login, from the state directory).
+        assert json.loads(dr(state, "status", "-o", "json").stdout)["pairs"][0]["active_region"] == "eu-west"
+        out = dr(state, "failover", "eu-west").stdout
+        assert "us-east is active" in out and "RPO 0 records" in out, out
+        assert (role(eu, TOPIC), role(us, TOPIC)) == ("us-east-1", "")
+        p_us = Producer({**us, "acks": "all", "enable.idempotence": True})
+        for i in range(100):
+            p_us.produce(TOPIC, b"after-failover-%d" % i, partition=i % 3)
+        assert p_us.flush(30) == 0
+        before = sum(len(r) for r in source.values())
+        deadline = time.monotonic() + 60        # the link back copies them to eu-west, over the WAN
+        while _total(eu, TOPIC, source) < before + 100:
+            assert time.monotonic() < deadline, _total(eu, TOPIC, source)
+            time.sleep(0.5)
+        dr(state, "failover", "us-east")
+        assert (role(eu, TOPIC), role(us, TOPIC)) == ("", "eu-west-1")
+        history = dr(state, "history").stdout
+        assert "planned eu-west-1 -> us-east-1 (epoch 1): done" in history
+        assert "planned us-east-1 -> eu-west-1 (epoch 2): done" in history
+
+
+def dr(state: Path, *args: str) -> subprocess.CompletedProcess:
+    out = subprocess.run([sys.executable, "-m", "dr.cli", "--platform", "--state-dir", str(state), *args],
+                         cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out
+
+
+def role(client: dict, topic: str) -> str:
+    from confluent_kafka.admin import ConfigResource
+    admin = AdminClient(client)
+    resource = ConfigResource("topic", topic)
+    return admin.describe_configs([resource])[resource].result(10)["seaway.replica.of"].value or ""
+
+
+def _total(client: dict, topic: str, partitions) -> int:
+    probe = Consumer({**client, "group.id": "probe"})
+    try:
+        return sum(probe.get_watermark_offsets(TopicPartition(topic, part), timeout=10)[1] for part in partitions)
+    finally:
+        probe.close()
+
 
 def _as_store(syncs: list) -> tuple:
     """The syncs as the mirror's store keeps them (runs merged), with no capacity limit."""
