@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core.client.properties import PropertiesFileError, read_properties
-from core.client.security import ClientSecurity, SaslSettingsError, TlsError, security_from_properties
+from core.client.security import ClientSecurity, checked_properties, security_from_properties
+
+from mirror.policy import TopicFilter
 
 from .plan import DrPair
 
@@ -62,14 +63,7 @@ class ClusterAccess(_Strict):
             data = {**data, "properties": {**from_file, **(data.get("properties") or {})}}
         return data
 
-    @field_validator("properties")
-    @classmethod
-    def _security_works(cls, props: dict[str, str]) -> dict[str, str]:
-        try:
-            security_from_properties(props)
-        except (TlsError, SaslSettingsError) as exc:
-            raise ValueError(str(exc)) from None
-        return props
+    _security_works = field_validator("properties")(checked_properties)
 
     def security(self) -> ClientSecurity:
         return security_from_properties(self.properties)
@@ -81,18 +75,9 @@ class PairConfig(_Strict):
     topics: list[str] = Field(default_factory=lambda: [".*"], min_length=1)
     exclude: list[str] = Field(default_factory=lambda: list(DEFAULT_EXCLUDE))
 
-    @field_validator("topics", "exclude")
-    @classmethod
-    def _patterns_compile(cls, patterns: list[str]) -> list[str]:
-        for p in patterns:
-            try:
-                re.compile(p)
-            except re.error as exc:
-                raise ValueError(f"{p!r} is not a regular expression: {exc}") from None
-        return patterns
-
     @model_validator(mode="after")
     def _two_clusters(self):
+        TopicFilter(tuple(self.topics), tuple(self.exclude))     # ValueError names the bad pattern
         if self.first.cluster == self.second.cluster:
             raise ValueError("a DR pair joins two different clusters")
         if self.first.region == self.second.region:

@@ -40,7 +40,7 @@ from core.client.consumer import Consumer
 from core.client.errors import KafkaError
 from core.client.producer import Producer
 from core.client.properties import PropertiesFileError, read_properties
-from core.client.security import ClientSecurity, SaslSettingsError, TlsError, security_from_properties
+from core.client.security import ClientSecurity, checked_properties, security_from_properties
 from core.protocol.dr import REPLICA_OF, link_copies, mirror_client_id
 from core.protocol.errors import ErrorCode
 
@@ -121,14 +121,7 @@ class LinkConfig(BaseModel):
             raise ValueError("dr_pair: a DR pair keeps topic names, so it needs policy identity")
         return self
 
-    @field_validator("source_properties", "target_properties")
-    @classmethod
-    def _security_works(cls, props: dict[str, str]) -> dict[str, str]:
-        try:
-            security_from_properties(props)
-        except (TlsError, SaslSettingsError) as exc:
-            raise ValueError(str(exc)) from None
-        return props
+    _security_works = field_validator("source_properties", "target_properties")(checked_properties)
 
     def security(self, side: str) -> ClientSecurity:
         return security_from_properties(self.source_properties if side == "source" else self.target_properties)

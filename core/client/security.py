@@ -29,3 +29,13 @@ def security_from_properties(props: Mapping[str, str], where: str = "") -> Clien
 
 
 __all__ = ["ClientSecurity", "PLAINTEXT", "SaslSettingsError", "TlsError", "security_from_properties"]
+
+
+def checked_properties(props: Mapping[str, str]) -> Mapping[str, str]:
+    """`props` if their security settings can work, else ValueError with the one line: for
+    configuration models (the mirror's links, the DR controller's clusters) to validate with."""
+    try:
+        security_from_properties(props)
+    except (TlsError, SaslSettingsError) as exc:
+        raise ValueError(str(exc)) from None
+    return props

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from core.protocol.dr import REPLICA_OF
+from tests.support.mirror import start_dr_links, stop_mirror
 from tests.support.node import REPO, SeawayNode
 
 pytestmark = pytest.mark.integration
@@ -37,25 +37,18 @@ def dr(config: Path, *args: str, check: bool = True, timeout: float = 120) -> su
 def pair(tmp_path):
     eu = SeawayNode(tmp_path / "eu").start()
     us = SeawayNode(tmp_path / "us").start()
-    links = tmp_path / "links.yaml"
-    link = ("{{source_alias: {a}, source_bootstrap: '{ab}', target_alias: {b}, target_bootstrap: '{bb}', "
-            "policy: identity, dr_pair: true, refresh_topics_s: 0.5, checkpoint_interval_s: 1}}")
-    links.write_text("links:\n  - " + link.format(a="eu-1", ab=eu.bootstrap, b="us-1", bb=us.bootstrap)
-                     + "\n  - " + link.format(a="us-1", ab=us.bootstrap, b="eu-1", bb=eu.bootstrap) + "\n")
     config = tmp_path / "dr.yaml"
     config.write_text(yaml.safe_dump({
         "state_dir": str(tmp_path / "dr-state"), "regions": ["eu-west", "us-east"],
         "drain_timeout_s": 30, "groups_timeout_s": 10,
         "pairs": [{"first": {"cluster": "eu-1", "region": "eu-west", "bootstrap": eu.bootstrap},
                    "second": {"cluster": "us-1", "region": "us-east", "bootstrap": us.bootstrap}}]}))
-    mirror = subprocess.Popen([sys.executable, "-m", "mirror.cli", "run", "--config", str(links)], cwd=REPO,
-                              stderr=open(tmp_path / "mirror.log", "ab"))
+    mirror = start_dr_links(tmp_path, ("eu-1", eu.bootstrap), ("us-1", us.bootstrap), checkpoint_interval_s=1)
     try:
         yield eu, us, config
     finally:
         try:
-            mirror.send_signal(signal.SIGTERM)
-            mirror.wait(30)
+            stop_mirror(mirror)
         finally:
             eu.stop()
             us.stop()

@@ -10,9 +10,6 @@ a planned failover by hand, one topic config at a time, as the DR controller wil
   every record once, none twice, in order per partition."""
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -21,8 +18,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from core.protocol.dr import FENCED, REPLICA_OF
 from mirror.records import OffsetSync, encode_offset_sync
-from tests.support.mirror import read_all
-from tests.support.node import REPO, SeawayNode
+from tests.support.mirror import read_all, start_dr_links, stop_mirror
+from tests.support.node import SeawayNode
 
 pytestmark = pytest.mark.integration
 
@@ -33,19 +30,12 @@ PARTITIONS = 3
 def pair(tmp_path):
     eu = SeawayNode(tmp_path / "eu").start()
     us = SeawayNode(tmp_path / "us").start()
-    config = tmp_path / "links.yaml"
-    link = ("{{source_alias: {a}, source_bootstrap: '{ab}', target_alias: {b}, target_bootstrap: '{bb}', "
-            "policy: identity, dr_pair: true, refresh_topics_s: 0.5}}")
-    config.write_text("links:\n  - " + link.format(a="eu", ab=eu.bootstrap, b="us", bb=us.bootstrap)
-                      + "\n  - " + link.format(a="us", ab=us.bootstrap, b="eu", bb=eu.bootstrap) + "\n")
-    mirror = subprocess.Popen([sys.executable, "-m", "mirror.cli", "run", "--config", str(config)], cwd=REPO,
-                              stderr=open(tmp_path / "mirror.log", "ab"))
+    mirror = start_dr_links(tmp_path, ("eu", eu.bootstrap), ("us", us.bootstrap))
     try:
         yield eu, us
     finally:
         try:
-            mirror.send_signal(signal.SIGTERM)
-            assert mirror.wait(30) == 0
+            stop_mirror(mirror)
         finally:
             eu.stop()
             us.stop()

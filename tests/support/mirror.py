@@ -26,6 +26,25 @@ def start_mirror(tmp_path: Path, src, tgt, name: str = "mirror", *extra: str) ->
                             cwd=REPO, stderr=log, stdout=log, env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
+def start_dr_links(tmp_path: Path, first: tuple[str, str], second: tuple[str, str], **settings) -> subprocess.Popen:
+    """`mirror run` with a DR pair's two links, identity names, both ways, between (alias,
+    bootstrap) `first` and `second`; `settings` are the links' other fields."""
+    import yaml
+
+    def link(a, b):
+        return {"source_alias": a[0], "source_bootstrap": a[1], "target_alias": b[0], "target_bootstrap": b[1],
+                "policy": "identity", "dr_pair": True, "refresh_topics_s": 0.5, **settings}
+    config = tmp_path / "links.yaml"
+    config.write_text(yaml.safe_dump({"links": [link(first, second), link(second, first)]}))
+    return subprocess.Popen([sys.executable, "-m", "mirror.cli", "run", "--config", str(config)], cwd=REPO,
+                            stderr=open(tmp_path / "mirror.log", "ab"))
+
+
+def stop_mirror(mirror: subprocess.Popen) -> None:
+    mirror.send_signal(signal.SIGTERM)
+    assert mirror.wait(30) == 0
+
+
 def produce(bootstrap: str, topic: str, start: int, n: int) -> dict[str, tuple[int, int]]:
     """Values v<i> with key, header and timestamp derived from i; value -> (partition, offset)."""
     placed: dict[str, tuple[int, int]] = {}
