@@ -91,9 +91,9 @@ async def _view(clients: PairClients, history: History) -> PairView:
     seen (for an unplanned failover's expected loss). Every lag seen is kept."""
     view = await observe(clients)
     pair = clients.config.pair
-    active = view.active()
-    if view.lag or (active is not None and view.clusters[active].reachable):
-        history.observed(pair.name, active, {f"{t}/{p}": [v.records, v.seconds] for (t, p), v in view.lag.items()})
+    if view.lag_known:
+        history.observed(pair.name, view.active(),
+                         {f"{t}/{p}": [v.records, v.seconds] for (t, p), v in view.lag.items()})
         return view
     last = history.last_observation(pair.name)
     if last is None:
@@ -170,11 +170,14 @@ class _controller_lock:
     the first runs (the history says where a dead one stopped)."""
 
     def __init__(self, state_dir: Path):
-        state_dir.mkdir(parents=True, exist_ok=True)
         self.path = state_dir / "controller.lock"
 
     def __enter__(self):
-        self.file = open(self.path, "a+")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.file = open(self.path, "a+")
+        except OSError as exc:
+            raise CliError(f"cannot open {self.path}: {exc.strerror or exc}", status=1) from None
         try:
             fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -197,18 +200,24 @@ async def _status(config: DrConfig, args) -> int:
         async with PairClients(pair_config, timeout_s=args.timeout) as clients:
             view = await _view(clients, history)
         active = view.active()
-        plan = None
-        if active is not None:
-            try:
-                plan = plan_failover(view, view.pair.region_of(active))
-            except PlanError:
-                plan = None
-        ready = ready and plan is not None and plan.ready
+        # Ready: every region that is active for some topic could fail over now.
+        plans = []
+        for cluster in (view.pair.first, view.pair.second):
+            if view.active_for(cluster):
+                try:
+                    plans.append(plan_failover(view, view.pair.region_of(cluster)))
+                except PlanError:
+                    pass
+        checks = [c for plan in plans for c in plan.checks]
+        pair_ready = bool(plans) and all(plan.ready for plan in plans) and not view.unsettled()
+        ready = ready and pair_ready
         last = next((f for f in history.failovers() if f["pair"] == view.pair.name), None)
         pairs.append({
             "pair": view.pair.name,
             "active_region": view.pair.region_of(active) if active else None,
             "active_cluster": active,
+            "active_for": {view.pair.region_of(c): len(view.active_for(c)) for c in (view.pair.first, view.pair.second)},
+            "unsettled": view.unsettled(),
             "clusters": {name: {"region": view.pair.region_of(name), "reachable": c.reachable, "epoch": c.epoch,
                                 "error": c.error,
                                 "topics": {t: {"partitions": n, "replica_of": r} for t, (n, r) in sorted(c.topics.items())}}
@@ -217,8 +226,8 @@ async def _status(config: DrConfig, args) -> int:
                     for (t, p), v in sorted(view.lag.items())],
             "rpo_at_risk": {"records": sum(v.records for v in view.lag.values()),
                             "seconds": round(max((v.seconds for v in view.lag.values()), default=0.0), 3)},
-            "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in (plan.checks if plan else [])],
-            "ready": plan is not None and plan.ready,
+            "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in checks],
+            "ready": pair_ready,
             "last_failover": None if last is None else {k: last[k] for k in (
                 "id", "kind", "state", "source", "target", "started_at", "rto_writes_s", "rpo_records")},
         })
@@ -234,7 +243,9 @@ def render_status(pairs: list[dict]) -> str:
         return "no DR pairs (a DR pair is a mirror link with policy identity in the topology)"
     lines = []
     for p in pairs:
-        active = p["active_region"] or "none: the roles name no active cluster (a failover in progress?)"
+        split = ", ".join(f"{region} for {n}" for region, n in p["active_for"].items() if n)
+        active = p["active_region"] or (f"split by topic: {split}" if split and not p["unsettled"] else
+                                        f"none: {len(p['unsettled'])} topics half way through a failover")
         lines.append(f"DR pair {p['pair']}: active {active}; {'READY' if p['ready'] else 'NOT READY'} to fail over")
         for name, c in p["clusters"].items():
             state = f"epoch {c['epoch']}, {len(c['topics'])} DR topics" if c["reachable"] else f"unreachable: {c['error']}"

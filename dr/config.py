@@ -111,7 +111,11 @@ class DrConfig(_Strict):
         return self
 
     def pair_config(self, pair: DrPair) -> PairConfig:
-        return next(p for p in self.pairs if p.pair == pair)
+        for p in self.pairs:
+            if p.pair == pair:
+                return p
+        raise DrConfigError(f"no DR pair {pair.name} in the configuration (it was changed since "
+                            f"the failover began?)")
 
 
 def load_config(path: Path) -> DrConfig:
@@ -152,18 +156,19 @@ def platform_config(state_dir: Path | None = None) -> DrConfig:
     try:
         info = json.loads(path.read_text())
         topology = load_topology(Path(info["topology"]))
-    except (OSError, ValueError, KeyError) as exc:
-        raise DrConfigError(f"no running platform in {state_dir} ({exc})") from None
+        security = info.get("security")
+        admin_file = security["client_properties"][security["admin_user"]] if security else None
+        clusters = {name: (c["region"], c["bootstrap"]) for name, c in info["clusters"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DrConfigError(f"no running platform in {state_dir} ({type(exc).__name__}: {exc})") from None
     except TopologyError as exc:
         raise DrConfigError(str(exc)) from None
-    admin_file = None
-    security = info.get("security")
-    if security:
-        admin_file = security["client_properties"][security["admin_user"]]
-    clusters = info["clusters"]
 
     def access(name: str) -> dict:
-        side = {"cluster": name, "region": clusters[name]["region"], "bootstrap": clusters[name]["bootstrap"]}
+        if name not in clusters:
+            raise DrConfigError(f"{path}: the platform has no cluster {name!r}, which its topology names")
+        region, bootstrap = clusters[name]
+        side = {"cluster": name, "region": region, "bootstrap": bootstrap}
         if admin_file is not None:
             side["properties_file"] = admin_file
         return side

@@ -3,7 +3,8 @@ and whether consumers may start there yet. Applications (and, later, the gateway
 
 It is kept three ways, so that a client finds it whatever is down:
 - a record in the compacted topic `__seaway_dr` of every cluster that answers (key: the pair's
-  name, value: the JSON below), the newest epoch winning;
+  name, value: the JSON below); each cluster keeps its latest, and a client that reads
+  several takes the one with the highest epoch (a cluster that was away has an older one);
 - `<state dir>/active/<pair>.json`, and `<pair>.properties` with `bootstrap.servers` for
   Kafka clients' property files;
 - the JSON API of `dr serve`.

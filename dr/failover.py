@@ -40,9 +40,12 @@ Report = Callable[[str, str], None]       # (step, line)
 # A fault hook for the tests: the controller kills itself (SIGKILL) right after this step's
 # changes, before the history records the step, which is the worst moment to die.
 CRASH_AT_ENV = "SEAWAY_DR_CRASH_AT"
+# And: this step fails (FailoverError) before it changes anything, as a cluster error would.
+FAIL_AT_ENV = "SEAWAY_DR_FAIL_AT"
 # Another: before its first step the controller waits until this file exists, so that a test
 # can start two controllers' failovers at the same moment.
 HOLD_FILE_ENV = "SEAWAY_DR_HOLD_FILE"
+ROLE_STEPS = ("fence", "promote", "reverse")     # the steps that change topics' roles
 PROPAGATION_TIMEOUT_S = 15.0     # for every broker of a cluster to show a role change
 TOPIC_RESOURCE = 2
 IDLE_GROUP_STATES = {"Empty", "Dead"}
@@ -94,16 +97,25 @@ class Failover:
             self.history.step_started(failover_id, step.name)
             t0 = time.monotonic()
             try:
+                if os.environ.get(FAIL_AT_ENV) == step.name:
+                    raise FailoverError(f"failed on purpose ({FAIL_AT_ENV})")
                 detail = await getattr(self, "_" + step.name.replace("-", "_"))()
             except (KafkaError, OSError, TimeoutError, FailoverError) as exc:
                 message = str(exc) or type(exc).__name__
                 self.history.step_finished(failover_id, step.name, message, state="failed")
                 rolled_back = await self._maybe_roll_back(step.name)
-                self.history.update(failover_id, state="failed" if not rolled_back else "rolled-back",
-                                    error=f"{step.name}: {message}", finished_at=time.time(), context=context)
-                raise FailoverError(f"{step.name}: {message}" + (
-                    "; rolled back: the old active copies are writable again" if rolled_back else
-                    "; run dr failover again to go on from this step")) from None
+                # A role step that failed may have changed some topics (each topic is its own
+                # change), so it counts as changed.
+                changed = any(name in context["done"] or name == step.name for name in ROLE_STEPS)
+                if rolled_back:
+                    state, then = "rolled-back", "; rolled back: the old active copies are writable again"
+                elif not changed:
+                    state, then = "failed", "; no role was changed"
+                else:       # roles half moved: the next `dr failover` of this region finishes it
+                    state, then = "running", "; run dr failover again to go on from this step"
+                self.history.update(failover_id, state=state, error=f"{step.name}: {message}",
+                                    finished_at=None if state == "running" else time.time(), context=context)
+                raise FailoverError(f"{step.name}: {message}{then}") from None
             took = time.monotonic() - t0
             if os.environ.get(CRASH_AT_ENV) == step.name:
                 os.kill(os.getpid(), signal.SIGKILL)     # the fault hook: see CRASH_AT_ENV
@@ -124,10 +136,13 @@ class Failover:
     # ------------------------------------------------------------------ helpers
 
     def _admin(self, cluster: str) -> Admin:
-        return self.clients.admin(cluster)
+        return Admin(self._client(cluster))
 
     def _client(self, cluster: str) -> KafkaClient:
-        return self.clients.clients[cluster]
+        client = self.clients.clients.get(cluster)
+        if client is None:
+            raise FailoverError(f"{cluster} does not answer: {self.clients.unreachable.get(cluster)}")
+        return client
 
     @property
     def _epoch(self) -> str:
@@ -176,7 +191,8 @@ class Failover:
 
     async def _maybe_roll_back(self, failed_step: str) -> bool:
         done = self.context["done"]
-        if self.plan.kind != "planned" or "fence" not in done or "promote" in done:
+        fenced = "fence" in done or failed_step == "fence"
+        if self.plan.kind != "planned" or not fenced or "promote" in done or failed_step == "promote":
             return False
         try:
             await self._set_roles(self.plan.source, None)
@@ -199,12 +215,14 @@ class Failover:
             error = (await self._admin(cluster).incremental_alter_configs(
                 {resource: {DR_EPOCH: self._epoch}}))[resource]
             if error is not None:
+                # A controller that died between taking the epoch and recording it cannot tell
+                # its own epoch from a rival's: it gives the epoch up (nothing has changed yet)
+                # and the next `dr failover` plans with a new one.
+                if error.code != ErrorCode.STALE_CONTROLLER_EPOCH:
+                    raise FailoverError(f"{cluster}: {error}")
                 current = await _epoch_of(self._admin(cluster))
-                # Resuming after dying between the change and recording it: the epoch is ours.
-                if not (error.code == ErrorCode.STALE_CONTROLLER_EPOCH and current == self.plan.epoch
-                        and self.context.get("resumed")):
-                    raise FailoverError(f"another DR controller holds epoch {current} on {cluster} "
-                                        f"(this one asked for {self.plan.epoch}); nothing was changed")
+                raise FailoverError(f"another DR controller holds epoch {current} on {cluster} "
+                                    f"(this one asked for {self.plan.epoch}); nothing was changed")
             self.context.setdefault("epoch_on", []).append(cluster)
             self.history.update(self.failover_id, context=self.context)
         return f"epoch {self.plan.epoch} on {', '.join(sorted(clusters))}"
@@ -296,6 +314,11 @@ class Failover:
         translated exactly, into the promoted cluster's idle groups (only forward); then the
         decision says `serving`, and consumers join there."""
         source, target = self.plan.source, self.plan.target
+        if source not in self.clients.clients:
+            # The old side went away after the promotion: the mirror's checkpoints are the
+            # groups' last known positions; consumers move now rather than never.
+            await self._decide(SERVING)
+            return f"{source} does not answer: groups keep the offsets the mirror last synced; consumers may join"
         admin = self._admin(source)
         topics = set(self.context["topics"])
         deadline = anyio.current_time() + self.config.groups_timeout_s
@@ -343,6 +366,8 @@ class Failover:
         return f"{count(moved, 'group')} moved to {target}, consumers may join there{still}"
 
     async def _reverse(self) -> str:
+        if self.plan.source not in self.clients.clients:
+            return f"{self.plan.source} does not answer: its copies are pointed back at failback"
         n = await self._set_roles(self.plan.source, self.plan.target)
         return f"{count(n, 'topic')} of {self.plan.source} now replicas of {self.plan.target}: the link back runs"
 
@@ -351,7 +376,8 @@ def _by_topic(offsets: dict[tuple[str, int], int]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for (topic, partition), offset in sorted(offsets.items()):
         out.setdefault(topic, []).append(offset)
-        assert len(out[topic]) == partition + 1, (topic, partition)
+        if len(out[topic]) != partition + 1:
+            raise FailoverError(f"{topic}: no end offset for partition {len(out[topic]) - 1}")
     return out
 
 

@@ -57,10 +57,11 @@ class History:
                                      "finished_at": float, "state": str, "detail": str})
 
     def _write(self, fn):
+        """Run a read or a write of the database; HistoryError (one line) if it fails."""
         try:
             return fn()
-        except sqlite3.DatabaseError as exc:
-            raise HistoryError(f"the DR history {self.path} cannot be written ({exc})") from None
+        except (sqlite3.DatabaseError, ValueError) as exc:     # ValueError: a row's JSON
+            raise HistoryError(f"the DR history {self.path} cannot be used ({exc})") from None
 
     def begin(self, *, pair: str, kind: str, source: str, target: str, epoch: int,
               controller: str, context: dict) -> int:
@@ -70,8 +71,8 @@ class History:
         return self._write(lambda: self.db["failovers"].insert(row).last_pk)
 
     def running(self, pair: str) -> dict | None:
-        rows = list(self.db["failovers"].rows_where("pair = ? and state = 'running'", [pair],
-                                                     order_by="id desc", limit=1))
+        rows = self._write(lambda: list(self.db["failovers"].rows_where(
+            "pair = ? and state = 'running'", [pair], order_by="id desc", limit=1)))
         return _decoded(rows[0]) if rows else None
 
     def update(self, failover_id: int, **fields: Any) -> None:
@@ -84,13 +85,15 @@ class History:
                                                      "started_at": time.time(), "state": "running"}))
 
     def step_finished(self, failover_id: int, name: str, detail: str, state: str = "done") -> None:
-        self._write(lambda: self.db.execute(
-            "update steps set finished_at = ?, state = ?, detail = ? where failover_id = ? and name = ? "
-            "and state = 'running'", [time.time(), state, detail, failover_id, name]))
-        self.db.conn.commit()
+        def update() -> None:
+            self.db.execute("update steps set finished_at = ?, state = ?, detail = ? where failover_id = ? "
+                            "and name = ? and state = 'running'", [time.time(), state, detail, failover_id, name])
+            self.db.conn.commit()
+        self._write(update)
 
     def steps(self, failover_id: int) -> list[dict]:
-        return list(self.db["steps"].rows_where("failover_id = ?", [failover_id], order_by="rowid"))
+        return self._write(lambda: list(self.db["steps"].rows_where("failover_id = ?", [failover_id],
+                                                                    order_by="rowid")))
 
     def observed(self, pair: str, active: str | None, lag: dict) -> None:
         """The latest lag seen of the pair's active link ({"topic/partition": [records,
@@ -99,7 +102,7 @@ class History:
             {"pair": pair, "at": time.time(), "active": active or "", "lag": json.dumps(lag)}, pk="pair"))
 
     def last_observation(self, pair: str) -> dict | None:
-        rows = list(self.db["observations"].rows_where("pair = ?", [pair]))
+        rows = self._write(lambda: list(self.db["observations"].rows_where("pair = ?", [pair])))
         if not rows:
             return None
         row = dict(rows[0])
@@ -107,7 +110,8 @@ class History:
         return row
 
     def failovers(self, limit: int = 50) -> list[dict]:
-        return [_decoded(r) for r in self.db["failovers"].rows_where(order_by="id desc", limit=limit)]
+        return self._write(lambda: [_decoded(r) for r in self.db["failovers"].rows_where(
+            order_by="id desc", limit=limit)])
 
 
 def _decoded(row: dict) -> dict:

@@ -88,17 +88,28 @@ async def observe_cluster(clients: PairClients, cluster: str) -> ClusterView:
     except (KafkaError, OSError, TimeoutError) as exc:
         return ClusterView(cluster, False, error=str(exc) or type(exc).__name__)
     topics = {}
+    # The cluster's epoch, or a topic's if one is higher (`__seaway_dr` deleted and made
+    # again starts at 0, but its topics remember): the next epoch must pass both checks.
+    epoch = 0
     for name in names:
         desc, entries = described.get(name), configs.get(ConfigResource.topic(name))
         if desc is None or isinstance(desc, KafkaError) or not isinstance(entries, dict):
             continue        # deleted meanwhile
         entry = entries.get(REPLICA_OF)
         topics[name] = (len(desc.partitions), entry.value or "" if entry is not None else "")
-    epoch = 0
+        epoch = max(epoch, _epoch(entries))
     state = configs.get(ConfigResource.topic(DR_STATE_TOPIC)) if has_state else None
-    if isinstance(state, dict) and state.get(DR_EPOCH) is not None:
-        epoch = int(state[DR_EPOCH].value or 0)
+    if isinstance(state, dict):
+        epoch = max(epoch, _epoch(state))
     return ClusterView(cluster, True, epoch, topics)
+
+
+def _epoch(entries: dict) -> int:
+    entry = entries.get(DR_EPOCH)
+    try:
+        return int(entry.value or 0) if entry is not None else 0
+    except ValueError:
+        return 0
 
 
 async def observe(clients: PairClients) -> PairView:
@@ -114,8 +125,8 @@ async def observe(clients: PairClients) -> PairView:
         with anyio.fail_after(clients.timeout_s * 3):
             lag = await link_lag(clients, active, pair.partner(active), views[active].topics)
     except (KafkaError, OSError, TimeoutError):
-        return view
-    return PairView(pair, views, lag)
+        return view                 # lag unknown: not the same as none
+    return PairView(pair, views, lag, lag_known=True)
 
 
 async def read_syncs(client: KafkaClient, topic: str) -> list[OffsetSync]:

@@ -99,27 +99,36 @@ class PairView:
     clusters: dict[str, ClusterView]
     # (topic, partition) -> lag of the link out of the active cluster, as last observed.
     lag: dict[tuple[str, int], PartitionLag] = field(default_factory=dict)
+    lag_known: bool = False       # lag was read just now (else it is empty, or an older reading)
+
+    def roles(self) -> dict[str, str | None]:
+        """topic -> the cluster active for it: its copy there is writable and the partner's is
+        a replica of it (or not made yet, or not visible); None when the two copies say
+        neither (fenced, both writable, both replicas: a failover half done)."""
+        first, second = self.clusters[self.pair.first], self.clusters[self.pair.second]
+        out: dict[str, str | None] = {}
+        for topic in sorted(set(first.topics) | set(second.topics)):
+            out[topic] = None
+            for own, other in ((first, second), (second, first)):
+                own_role = own.topics[topic][1] if topic in own.topics else None
+                other_role = other.topics[topic][1] if topic in other.topics else None
+                if own.reachable and own_role == "" and other_role in (None, own.name):
+                    out[topic] = own.name
+                elif not own.reachable and other_role == own.name:
+                    out[topic] = own.name        # only the partner's replica speaks for it
+        return out
+
+    def active_for(self, cluster: str) -> list[str]:
+        return [t for t, active in self.roles().items() if active == cluster]
+
+    def unsettled(self) -> list[str]:
+        return [t for t, active in self.roles().items() if active is None]
 
     def active(self) -> str | None:
-        """The active cluster: every DR topic writable there and a replica of it on the
-        partner. None when the roles say neither (a failover half done, or no DR topics), or
-        when neither cluster answered."""
-        for name in (self.pair.first, self.pair.second):
-            own, other = self.clusters[name], self.clusters[self.pair.partner(name)]
-            if not own.reachable and other.reachable:
-                # Only the partner's copies speak: they are replicas of this cluster.
-                if other.topics and all(r == name for _, r in other.topics.values()):
-                    return name
-                continue
-            if not own.reachable or not own.topics:
-                continue
-            if any(r != "" for _, r in own.topics.values()):
-                continue
-            # A topic the link has yet to create on the partner does not change who is active.
-            if other.reachable and any(t in other.topics and other.topics[t][1] != name for t in own.topics):
-                continue
-            return name
-        return None
+        """The cluster active for every DR topic; None if there are none, if they are split
+        between the clusters, or if any is half way through a failover."""
+        actives = set(self.roles().values())
+        return actives.pop() if len(actives) == 1 and None not in actives else None
 
 
 @dataclass(frozen=True)
@@ -183,8 +192,8 @@ def plan_failover(view: PairView, region: str, *, force: bool = False) -> Plan:
         raise PlanError(f"REGION: {region} is not in DR pair {pair.name}")
     target = pair.partner(source)
     src, tgt = view.clusters[source], view.clusters[target]
-    active = view.active()
-    if active == target:
+    moving = view.active_for(source)
+    if not moving and view.active_for(target) and not view.unsettled():
         raise PlanError(f"REGION: {pair.region_of(target)} is already the active region of "
                         f"{pair.name}: nothing to fail over")
     checks = [Check("target-reachable", tgt.reachable,
@@ -193,14 +202,14 @@ def plan_failover(view: PairView, region: str, *, force: bool = False) -> Plan:
     if not planned:
         checks.append(Check("force", force, f"{source} does not answer ({src.error}): an unplanned "
                             f"failover loses what was not copied" + ("" if force else "; add --force")))
-    checks.append(_roles_check(view, source, active))
+    checks.append(_roles_check(view, source, moving))
     if tgt.reachable:
-        checks.append(_topics_check(src, tgt) if planned else _replicas_check(source, tgt))
+        checks.append(_topics_check(src, tgt, moving) if planned else _replicas_check(source, tgt, moving))
     epoch = max(c.epoch for c in view.clusters.values() if c.reachable) + 1 if any(
         c.reachable for c in view.clusters.values()) else 1
     lagging = sum(v.records for v in view.lag.values())
     oldest = max((v.seconds for v in view.lag.values()), default=0.0)
-    topics = count(len(src.topics or tgt.topics), "DR topic")
+    topics = count(len(moving), "DR topic")
     if planned:
         steps = [
             Step("take-epoch", f"take DR epoch {epoch} on {source} and {target}"),
@@ -223,7 +232,8 @@ def plan_failover(view: PairView, region: str, *, force: bool = False) -> Plan:
             Step("switch-clients", f"record {pair.region_of(target)} as active on {target} and in the state directory"),
         ]
         rpo_records, rpo_seconds, rto = lagging, oldest, STEP_S * len(steps)
-    moved = {t: n for t, (n, _) in (src.topics if planned else tgt.topics).items()}
+    copies = src.topics if planned else tgt.topics
+    moved = {t: copies[t][0] for t in moving if t in copies}
     return Plan(pair, "planned" if planned else "unplanned", source, target, epoch, checks, steps,
                 rpo_records, rpo_seconds, rto, moved)
 
@@ -232,31 +242,32 @@ def count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def _roles_check(view: PairView, source: str, active: str | None) -> Check:
-    if active == source:
-        return Check("roles", True, f"{source} is active; its partner's copies are replicas of it")
-    reachable = [c for c in view.clusters.values() if c.reachable]
-    if all(not c.topics for c in reachable):
-        return Check("roles", False, "no DR topics on either cluster")
-    return Check("roles", False, "the topics' roles name no active cluster: a failover is in "
-                 "progress or was left half done (dr status lists them)")
+def _roles_check(view: PairView, source: str, moving: list[str]) -> Check:
+    unsettled = view.unsettled()
+    if unsettled:
+        return Check("roles", False, f"{count(len(unsettled), 'DR topic')} half way through a failover "
+                     f"(dr status lists them): {', '.join(unsettled[:5])}")
+    if not moving:
+        return Check("roles", False, f"{source} is active for no DR topic")
+    return Check("roles", True, f"{source} is active for {count(len(moving), 'DR topic')}; "
+                 f"their copies on its partner are replicas of it")
 
 
-def _topics_check(src: ClusterView, tgt: ClusterView) -> Check:
-    missing = sorted(t for t in src.topics if t not in tgt.topics)
+def _topics_check(src: ClusterView, tgt: ClusterView, moving: list[str]) -> Check:
+    missing = sorted(t for t in moving if t not in tgt.topics)
     if missing:
         return Check("topics", False, f"{count(len(missing), 'DR topic')} without a copy on {tgt.name} yet: "
                      f"{', '.join(missing[:5])}")
-    differ = sorted(t for t, (n, _) in src.topics.items() if tgt.topics[t][0] != n)
+    differ = sorted(t for t in moving if tgt.topics[t][0] != src.topics[t][0])
     if differ:
         return Check("topics", False, f"partition counts differ on {tgt.name}: {', '.join(differ[:5])}")
-    return Check("topics", True, f"{count(len(src.topics), 'DR topic')} on both clusters, same partitions")
+    return Check("topics", True, f"{count(len(moving), 'DR topic')} on both clusters, same partitions")
 
 
-def _replicas_check(source: str, tgt: ClusterView) -> Check:
-    if not tgt.topics:
-        return Check("topics", False, f"{tgt.name} has no DR topics to promote")
-    return Check("topics", True, f"{count(len(tgt.topics), 'replica')} of {source} on {tgt.name}")
+def _replicas_check(source: str, tgt: ClusterView, moving: list[str]) -> Check:
+    if not moving:
+        return Check("topics", False, f"{tgt.name} has no replicas of {source} to promote")
+    return Check("topics", True, f"{count(len(moving), 'replica')} of {source} on {tgt.name}")
 
 
 def plan_to_dict(plan: Plan) -> dict:

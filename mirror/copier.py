@@ -179,6 +179,7 @@ class PartitionCopier:
         self._requests: TaskGroup | None = None     # the current attempt's Produce requests
         self.drain_timeout_s = drain_timeout_s
         self._stop_requested = anyio.Event()
+        self._aborted = False
         self._lifetime: anyio.CancelScope | None = None
         self.stopped = anyio.Event()
         self.handed_over = False      # stopped with everything acknowledged and recorded
@@ -200,6 +201,15 @@ class PartitionCopier:
         else:
             self._lifetime.deadline = min(self._lifetime.deadline, anyio.current_time() + self.drain_timeout_s)
 
+    def abort(self) -> None:
+        """Stop now, sending nothing more: the target copy is no longer this link's to write
+        (its DR role changed). What was acknowledged is recorded; what was not is dropped, as
+        a retry that lands after the role flips back would be a duplicate."""
+        self._aborted = True
+        self._stop_requested.set()
+        if self._lifetime is not None:
+            self._lifetime.cancel()
+
     async def run(self) -> None:
         try:
             with anyio.CancelScope() as self._lifetime:
@@ -207,7 +217,9 @@ class PartitionCopier:
                     return
                 await self._copy()
                 await self._hand_over()
-            if self._lifetime.cancelled_caught and self._pid >= 0:
+            if self._aborted:
+                log.info("%r: stopped at once (%d batches unacknowledged, dropped)", self, len(self._window))
+            elif self._lifetime.cancelled_caught and self._pid >= 0:
                 log.warning("%r: not handed over within %.0fs (%d batches unacknowledged); a restart "
                             "may copy what followed its last recorded sync again", self,
                             self.drain_timeout_s, len(self._window))

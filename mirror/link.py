@@ -65,6 +65,7 @@ NOT_COPIED = re.compile(r"follower\.replication\.throttled\.replicas|leader\.rep
                         r"|unclean\.leader\.election\.enable|min\.insync\.replicas"
                         r"|seaway\..*")      # DR roles: each copy has its own
 DYNAMIC_TOPIC_CONFIG = 1
+UNKNOWN_ROLE = "?"      # a copy whose configs could not be read (never a cluster name)
 
 
 class LinkConfig(BaseModel):
@@ -137,6 +138,7 @@ class MirrorLink:
         self.store = OffsetSyncStore()
         self.copiers: dict[tuple[str, int], PartitionCopier] = {}
         self._retiring: dict[tuple[str, int], PartitionCopier] = {}
+        self._started_once: set[tuple[str, int]] = set()     # partitions with a copier this run
         self.resume: dict[tuple[str, int], int] = {}
         self.source_security = config.security("source")
         self.target_security = config.security("target")
@@ -175,6 +177,7 @@ class MirrorLink:
                             "; ".join(str(exc) for exc in group.exceptions), delay)
                 self.copiers.clear()
                 self._retiring.clear()
+                self._started_once.clear()
                 self.source, self.target = self._clients()
                 with anyio.move_on_after(delay):
                     await self._stopping.wait()
@@ -299,15 +302,14 @@ class MirrorLink:
         if isinstance(error, KafkaError) and error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
             raise error
 
-    async def _load_syncs(self, topics: set[str] | None = None) -> None:
+    async def _load_syncs(self, only: set[tuple[str, int]] | None = None) -> None:
         """Read the offset-syncs topic to its end: resume points and the translation store,
-        of every partition or (`topics`) of these topics' partitions only, whose history is
-        then read again from the start."""
-        if topics is not None:
-            for key in [k for k in self.store.partitions() if k[0] in topics]:
+        of every partition or (`only`) of these partitions, which no copier is copying, whose
+        history is then read again from the start."""
+        if only is not None:
+            for key in only:
                 self.store.forget(*key)
-            for key in [k for k in self.resume if k[0] in topics]:
-                del self.resume[key]
+                self.resume.pop(key, None)
         consumer = Consumer(self.source, isolation_level="read_committed")
         try:
             await consumer.start()
@@ -324,12 +326,12 @@ class MirrorLink:
                         log.warning("%s: offset %d of %s is not an offset sync: %s", self.name,
                                     record.offset, self.syncs_topic, exc)
                         continue
-                    if topics is None or sync.topic in topics:
+                    if only is None or (sync.topic, sync.partition) in only:
                         self._observe(sync)
         finally:
             await consumer.close()
         log.info("%s: %d partitions resume from recorded offset syncs", self.name,
-                 len(self.resume) if topics is None else sum(k[0] in topics for k in self.resume))
+                 len(self.resume) if only is None else sum(k in only for k in self.resume))
 
     def _observe(self, sync: OffsetSync) -> None:
         key = (sync.topic, sync.partition)
@@ -374,32 +376,36 @@ class MirrorLink:
             remote = self.policy.format_remote_topic(self.config.source_alias, topic)
             count = len(desc.partitions)
             if self.config.dr_pair:
-                source_role, target_role = roles.get(topic, (None, None))
+                source_role, target_role = roles.get(topic, (UNKNOWN_ROLE, UNKNOWN_ROLE))
+                if UNKNOWN_ROLE in (source_role, target_role):
+                    continue                # decided at the next look, when both can be read
                 if target_role is None:     # a missing target copy is made a replica of ours
                     target_role = self.config.source_alias
-                if source_role is None or not link_copies(self.config.source_alias, self.config.target_alias,
-                                                          source_role, target_role):
+                if not link_copies(self.config.source_alias, self.config.target_alias,
+                                   source_role, target_role):
                     self._retire(topic)
                     continue
-            await self._ensure_target_topic(source_admin, target_admin, topic, remote, count,
-                                            target_topics.get(remote))
+            created = await self._ensure_target_topic(source_admin, target_admin, topic, remote, count,
+                                                      target_topics.get(remote))
+            if self.config.dr_pair and created is False:
+                continue    # someone else made it meanwhile: its role is read at the next look
             newly_copied += [(topic, remote, p) for p in range(count)
                              if (topic, p) not in self.copiers and not self._still_retiring((topic, p))]
         if newly_copied and self._started and self.config.dr_pair:
             # Copyable since the link started (a failover pointed it here): the offset syncs
             # the DR controller wrote for it say where to begin.
-            await self._load_syncs({t for t, _, _ in newly_copied})
+            await self._load_syncs({(t, p) for t, _, p in newly_copied})
         for topic, remote, p in newly_copied:
             self._start_copier(tg, identity, topic, remote, p)
 
     async def _roles(self, source_admin: Admin, target_admin: Admin, wanted: list[str],
                      target_topics: dict) -> dict[str, tuple[str | None, str | None]]:
-        """topic -> (its source copy's seaway.replica.of, its target copy's; None where the copy
-        does not exist, or its configs could not be read)."""
-        def replica_of(found: dict, resource: ConfigResource) -> str | None:
+        """topic -> (its source copy's seaway.replica.of, its target copy's): None where the
+        target copy does not exist, UNKNOWN_ROLE where a copy's configs could not be read."""
+        def replica_of(found: dict, resource: ConfigResource) -> str:
             entries = found.get(resource)
             if not isinstance(entries, dict):
-                return None
+                return UNKNOWN_ROLE
             entry = entries.get(REPLICA_OF)
             return "" if entry is None or entry.value is None else entry.value
 
@@ -413,11 +419,11 @@ class MirrorLink:
                 for t in wanted}
 
     def _retire(self, topic: str) -> None:
-        """Stop copying `topic`: its copiers hand over what they sent, and no new copier of the
-        partition starts until they have (two would race on the target)."""
+        """Stop copying `topic` at once (mirror/copier.py abort), and start no new copier of
+        the partition until the old one has stopped (two would race on the target)."""
         for key in [k for k in self.copiers if k[0] == topic]:
             copier = self._retiring[key] = self.copiers.pop(key)
-            copier.request_stop()
+            copier.abort()
             log.info("%s: %s-%d is no longer copied here (its DR role changed)", self.name, *key)
 
     def _still_retiring(self, key: tuple[str, int]) -> bool:
@@ -428,7 +434,9 @@ class MirrorLink:
         return copier is not None
 
     async def _ensure_target_topic(self, source_admin: Admin, target_admin: Admin, topic: str,
-                                   remote: str, count: int, existing) -> None:
+                                   remote: str, count: int, existing) -> bool | None:
+        """None if the target topic was there; True if this link created it; False if someone
+        else did meanwhile."""
         if existing is not None and not isinstance(existing, KafkaError):
             if len(existing.partitions) < count:
                 log.info("%s: %s grew to %d partitions upstream; adding them to %s", self.name,
@@ -437,7 +445,7 @@ class MirrorLink:
                 error = errors.get(remote)
                 if isinstance(error, KafkaError) and error.code != ErrorCode.INVALID_PARTITIONS:
                     raise error
-            return
+            return None
         configs = {}
         found = await source_admin.describe_configs(ConfigResource.topic(topic))
         entries = found.get(ConfigResource.topic(topic))
@@ -450,12 +458,22 @@ class MirrorLink:
         result = await target_admin.create_topics([NewTopic(remote, count, self.config.replication_factor,
                                                             configs)])
         error = result.get(remote)
-        if isinstance(error, KafkaError) and error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-            raise error
+        if isinstance(error, KafkaError):
+            if error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                raise error
+            return False
         log.info("%s: created %s (%d partitions, configs %s)", self.name, remote, count, configs)
+        return True
 
     def _start_copier(self, tg, identity: ProducerIdentity, topic: str, remote: str, partition: int) -> None:
         start = self.resume.get((topic, partition))        # None: from the source's log start
+        if (topic, partition) in self._started_once:
+            # A partition copied again in this run (its DR role came back): a copier's
+            # sequence numbers start at 0, and under the producer id an earlier copier of the
+            # partition used the target would take its first batches for retries of that
+            # copier's and drop them. A producer id of its own cannot collide.
+            identity = ProducerIdentity(self.target)
+        self._started_once.add((topic, partition))
         copier = PartitionCopier(
             self.source, self.target, identity, source_topic=topic, target_topic=remote,
             partition=partition, start_offset=start,

@@ -4,8 +4,9 @@
     __seaway_dr's epoch       only strictly up: taking an epoch is a compare-and-set, so of
                               two controllers asking for the same epoch one wins
     a topic's epoch           never down
-    a topic's role change     (its replica.of or its epoch) only with an epoch at or above the
-                              cluster's, given in the same request
+    a topic's role change     (its replica.of or its epoch) only if the topic's epoch after the
+                              change, set in the same request or kept from before, is at or
+                              above the cluster's
 
 The metadata log orders every change, and these checks run against the image that includes
 every change before this one, so two requests cannot both pass one check. Creating a topic is

@@ -181,6 +181,41 @@ def test_bad_requests_get_one_line_and_change_nothing(pair):
         assert "Traceback" not in proc.stderr
     assert (role(eu.bootstrap), role(us.bootstrap)) == ("", "eu-1")
 
+    # A failover while another runs from the same state directory: refused at once.
+    hold = config.parent / "hold"
+    first = subprocess.Popen([sys.executable, "-m", "dr.cli", "--config", str(config), "failover", "eu-west"],
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "SEAWAY_DR_HOLD_FILE": str(hold)})
+    try:
+        state = Path(yaml.safe_load(config.read_text())["state_dir"])
+        wait_for("the first failover began", lambda: _failovers(state) > 0, timeout=30)
+        second = dr(config, "failover", "eu-west", check=False)
+        assert second.returncode == 1
+        assert second.stderr.startswith("dr failover: a failover is in progress: another dr holds "), second.stderr
+    finally:
+        hold.touch()
+        assert first.wait(60) == 0, first.communicate()
+    assert (role(eu.bootstrap), role(us.bootstrap)) == ("us-1", "")
+
+    # A history database that cannot be read: one line, nothing done.
+    (state / "history.db").write_bytes(b"this is not SQLite" * 100)
+    for args in (["status"], ["failover", "us-east"], ["history"]):
+        broken = dr(config, *args, check=False)
+        assert broken.returncode == 1, broken.stdout + broken.stderr
+        assert f"the DR history {state / 'history.db'} cannot be used" in broken.stderr
+        assert broken.stderr.count("\n") == 1 and "Traceback" not in broken.stderr
+    assert (role(eu.bootstrap), role(us.bootstrap)) == ("us-1", "")
+
+
+def _failovers(state: Path) -> int:
+    """Rows in the controller's history (0 before it has one)."""
+    import sqlite3
+    try:
+        with sqlite3.connect(state / "history.db") as db:
+            return db.execute("select count(*) from failovers").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
 
 def _start(eu, us, config):
     admin = AdminClient({"bootstrap.servers": eu.bootstrap})
@@ -221,22 +256,32 @@ def test_two_controllers_racing_to_fail_over_exactly_one_wins(pair, tmp_path):
     assert again.returncode == 2 and "us-east is already the active region" in again.stderr
 
 
-@pytest.mark.parametrize("step", ["take-epoch", "fence", "drain", "record-syncs", "promote", "switch-clients",
-                                  "sync-groups", "reverse"])
-def test_a_controller_killed_at_any_step_finishes_when_run_again(pair, step):
+STEPS = ["take-epoch", "fence", "drain", "record-syncs", "promote", "switch-clients", "sync-groups", "reverse"]
+
+
+def test_a_controller_killed_at_any_step_finishes_when_run_again(pair):
+    """For each step in turn: the controller dies right after the step's changes (SIGKILL,
+    before its history records the step), runs again, finishes, and the link back copies
+    exactly what is written next; then the pair fails back for the next step's turn."""
     eu, us, config = pair
     _start(eu, us, config)
-    crashed = subprocess.run([sys.executable, "-m", "dr.cli", "--config", str(config), "failover", "eu-west"],
-                             cwd=REPO, capture_output=True, text=True, timeout=120,
-                             env={**os.environ, "SEAWAY_DR_CRASH_AT": step})
-    assert crashed.returncode == -9, crashed.stdout + crashed.stderr
-    resumed = dr(config, "failover", "eu-west").stdout
-    assert "resuming failover #1" in resumed, resumed
-    assert (role(eu.bootstrap), role(us.bootstrap)) == ("us-1", "")
-    write(us.bootstrap, [f"b{i}" for i in range(30)])
-    wait_for("the link back runs", lambda: total(eu.bootstrap) == 90)
-    assert total(us.bootstrap) == 90
-    assert "#1" in dr(config, "history").stdout
+    written = 60
+    for number, step in enumerate(STEPS, 1):
+        crashed = subprocess.run([sys.executable, "-m", "dr.cli", "--config", str(config), "failover", "eu-west"],
+                                 cwd=REPO, capture_output=True, text=True, timeout=120,
+                                 env={**os.environ, "SEAWAY_DR_CRASH_AT": step})
+        assert crashed.returncode == -9, (step, crashed.stdout + crashed.stderr)
+        resumed = dr(config, "failover", "eu-west").stdout
+        assert f"resuming failover #{2 * number - 1}" in resumed, (step, resumed)
+        assert (role(eu.bootstrap), role(us.bootstrap)) == ("us-1", ""), step
+        write(us.bootstrap, [f"{step}-{i}" for i in range(6)])
+        written += 6
+        wait_for(f"the link back runs after a crash at {step}", lambda: total(eu.bootstrap) == written)
+        assert total(us.bootstrap) == written, step
+        dr(config, "failover", "us-east")               # back, for the next step's turn
+        wait_for("dr status sees the link caught up", lambda: lag(config) == 0)
+    history = dr(config, "history").stdout
+    assert history.count(": done") == 2 * len(STEPS), history
 
 
 def test_a_failover_that_cannot_drain_is_rolled_back(pair, tmp_path):
@@ -286,3 +331,26 @@ def test_an_unplanned_failover_needs_force_and_expects_the_lag_it_last_saw(pair,
         assert not status["clusters"]["eu-1"]["reachable"]
     finally:
         subprocess.run(["pkill", "-CONT", "-f", f"mirror.cli run --config {tmp_path}"], check=False)
+
+
+@pytest.mark.parametrize("step, then", [
+    ("take-epoch", "no role was changed"),
+    ("reverse", "run dr failover again to go on from this step"),
+])
+def test_a_step_that_fails_says_what_state_it_left(pair, step, then):
+    eu, us, config = pair
+    _start(eu, us, config)
+    failed = subprocess.run([sys.executable, "-m", "dr.cli", "--config", str(config), "failover", "eu-west"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "SEAWAY_DR_FAIL_AT": step})
+    assert failed.returncode == 1 and failed.stderr.count("\n") == 1, failed.stderr
+    assert f"dr failover: {step}: failed on purpose" in failed.stderr and then in failed.stderr
+    again = dr(config, "failover", "eu-west").stdout
+    # Nothing changed: a new failover (the epoch taken before is spent). Half done: finished.
+    assert ("resuming failover #1" in again) is (step == "reverse"), again
+    assert (role(eu.bootstrap), role(us.bootstrap)) == ("us-1", "")
+    history = dr(config, "history").stdout
+    if step == "take-epoch":     # failed before taking it: the next failover asks for it again
+        assert "#1" in history and "(epoch 1): failed" in history and "(epoch 1): done" in history, history
+    else:                        # finished as the same failover
+        assert "(epoch 1): done" in history and "#2" not in history, history

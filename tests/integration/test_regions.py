@@ -92,10 +92,12 @@ def test_two_regions_come_up_serve_clients_and_survive_outages(tmp_path):
             assert {n["zone"] for n in s["nodes"].values()} == {f"{region}-a", f"{region}-b", f"{region}-c"}
 
         # Both regions serve real clients; across the WAN every request pays two 40 ms legs.
+        # (us-east-1's `orders` is the DR pair's read-only replica of eu-west-1's: a topic of
+        # its own there.)
         local = {}
-        for cluster in ("eu-west-1", "us-east-1"):
-            create(p.client(cluster), "orders", rf=3, min_isr=2)
-            local[cluster] = round_trip(p.client(cluster), "orders", f"{cluster}-local")
+        for cluster, topic in (("eu-west-1", "orders"), ("us-east-1", "invoices")):
+            create(p.client(cluster), topic, rf=3, min_isr=2)
+            local[cluster] = round_trip(p.client(cluster), topic, f"{cluster}-local")
         wan = round_trip(p.client("eu-west-1", from_region="us-east"), "orders", "from-us-east", n=10)
         assert min(wan) >= 0.08, wan          # at least one round trip of 2 x 40 ms
         median = lambda xs: sorted(xs)[len(xs) // 2]   # noqa: E731
@@ -135,7 +137,7 @@ def test_two_regions_come_up_serve_clients_and_survive_outages(tmp_path):
 
         # And it comes back with its data.
         assert regions(state, "start", "us-east").returncode == 0
-        round_trip(p.client("us-east-1"), "orders", "us-east-1-local", n=30)
+        round_trip(p.client("us-east-1"), "invoices", "us-east-1-local", n=30)
     left = subprocess.run(["pgrep", "-af", str(state)], capture_output=True, text=True).stdout
     assert left == "", f"processes outlived `regions down`: {left}"
 

@@ -67,7 +67,7 @@ def test_an_unplanned_failover_needs_force_and_expects_to_lose_the_lag():
 
 @pytest.mark.parametrize("eu, us, failing, words", [
     (cluster(EU, ""), ClusterView(US, False, error="timed out"), "target-reachable", "timed out"),
-    (cluster(EU, FENCED), cluster(US, EU), "roles", "in progress"),
+    (cluster(EU, FENCED), cluster(US, EU), "roles", "2 DR topics half way through a failover"),
     (cluster(EU, ""), cluster(US, EU, topics=("orders",)), "topics", "without a copy on us-east-1 yet: payments"),
     (cluster(EU, ""), cluster(US, EU, partitions=6), "topics", "partition counts differ"),
 ])
@@ -76,6 +76,18 @@ def test_checks_that_stop_a_failover_before_it_changes_anything(eu, us, failing,
     assert not plan.ready
     assert failing in [c.name for c in plan.failed_checks()]
     assert any(words in c.detail for c in plan.failed_checks()), plan.failed_checks()
+
+
+def test_topics_active_on_either_side_move_with_their_region():
+    """A topic made in us-east is active there (the link back made eu-west's copy a replica):
+    `dr failover eu-west` moves eu-west's topics only, and the pair has no single active region."""
+    eu = ClusterView(EU, True, 0, {"orders": (3, ""), "invoices": (2, US)})
+    us = ClusterView(US, True, 0, {"orders": (3, EU), "invoices": (2, "")})
+    v = view(eu, us)
+    assert v.roles() == {"invoices": US, "orders": EU} and v.active() is None
+    plan = plan_failover(v, "eu-west")
+    assert plan.ready and plan.topics == {"orders": 3}
+    assert plan_failover(v, "us-east").topics == {"invoices": 2}
 
 
 def test_failing_over_the_region_that_is_already_standby_is_refused():

@@ -256,9 +256,11 @@ def _configs_shown(sync, request, answer, synced_before: int):
     """Config changes: a topic's shows once the reconciled image holds the values asked for,
     which it may already (a change to what is there writes no record, and no later offset
     would come to wait for); anything else (broker resources, which always write records;
-    APPEND and SUBTRACT, whose result depends on what was there) once the image moves on."""
+    APPEND and SUBTRACT, whose result depends on what was there) once the image moves on, so
+    an APPEND or SUBTRACT that changes nothing still waits out SHOW_TIMEOUT_S."""
     done = {(r.resource_type, r.resource_name) for r in answer.responses if r.error_code == 0}
     wanted: dict[str, dict[str, str | None]] = {}
+    replaced: dict[str, dict[str, str]] = {}
     moves_on = False
     incremental = isinstance(request, m.IncrementalAlterConfigsRequest)
     for res in request.resources:
@@ -273,9 +275,9 @@ def _configs_shown(sync, request, answer, synced_before: int):
                 continue
             wanted[res.resource_name] = {c.name: c.value if c.config_operation == _SET else None
                                          for c in res.configs}
-        else:
-            moves_on = True     # a replacement: keys not named are deleted too
-    if not wanted and not moves_on:
+        else:       # a replacement: the topic's config becomes exactly what was given
+            replaced[res.resource_name] = {c.name: c.value for c in res.configs}
+    if not wanted and not replaced and not moves_on:
         return None
 
     def shown() -> bool:
@@ -285,7 +287,7 @@ def _configs_shown(sync, request, answer, synced_before: int):
             current = sync.reconciled.topic_config(topic)
             if any(current.get(k) != v for k, v in values.items()):
                 return False
-        return True
+        return all(dict(sync.reconciled.topic_config(t)) == v for t, v in replaced.items())
     return shown
 
 
