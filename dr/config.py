@@ -160,7 +160,8 @@ def platform_config(state_dir: Path | None = None) -> DrConfig:
         admin_file = security["client_properties"][security["admin_user"]] if security else None
         clusters = {name: (c["region"], c["bootstrap"]) for name, c in info["clusters"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise DrConfigError(f"no running platform in {state_dir} ({type(exc).__name__}: {exc})") from None
+        raise DrConfigError(f"no running platform in {state_dir} (start one with `regions up`, or give "
+                            f"--config dr.yaml): {type(exc).__name__}: {exc}") from None
     except TopologyError as exc:
         raise DrConfigError(str(exc)) from None
 

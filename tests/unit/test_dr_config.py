@@ -1,0 +1,57 @@
+"""dr's configuration: a DR config file or the running platform; every mistake is one line
+naming the file and the field."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dr.config import DrConfigError, load_config, platform_config
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "dr.yaml"
+    path.write_text(text)
+    return path
+
+
+GOOD = """\
+state_dir: {state}
+regions: [eu-west, us-east]
+pairs:
+  - first:  {{cluster: eu-1, region: eu-west, bootstrap: "127.0.0.1:1"}}
+    second: {{cluster: us-1, region: us-east, bootstrap: "127.0.0.1:2"}}
+"""
+
+
+def test_a_good_configuration_names_its_pairs(tmp_path):
+    config = load_config(write(tmp_path, GOOD.format(state=tmp_path / "s")))
+    [pair] = config.pairs
+    assert (pair.pair.name, pair.pair.region_of("us-1")) == ("eu-1~us-1", "us-east")
+    assert pair.topics == [".*"] and config.drain_timeout_s == 60
+
+
+@pytest.mark.parametrize("text, words", [
+    ("pairs: 3\n", "state_dir: required field missing"),
+    (GOOD.replace("region: us-east", "region: eu-west"), "two different regions"),
+    (GOOD.replace("cluster: us-1", "cluster: eu-1"), "two different clusters"),
+    (GOOD.replace("regions: [eu-west, us-east]", "regions: [eu-west]"), "region 'us-east' is not in regions"),
+    (GOOD + "    topics: ['(']\n", "invalid regex '('"),
+    (GOOD + "drain_timeout_s: 0\n", "drain_timeout_s: Input should be greater than 0"),
+    (GOOD + "surprise: 1\n", "surprise: unknown field"),
+    ("- a list\n", "a mapping with a `pairs` key"),
+    ("pairs: [\n", "not valid YAML"),
+])
+def test_mistakes_get_one_line(tmp_path, text, words):
+    with pytest.raises(DrConfigError) as raised:
+        load_config(write(tmp_path, text.format(state=tmp_path / "s") if "{state}" in text else text))
+    assert words in str(raised.value) and "\n" not in str(raised.value), str(raised.value)
+    assert str(raised.value).startswith(str(tmp_path / "dr.yaml"))
+
+
+def test_no_platform_says_how_to_start_one(tmp_path):
+    with pytest.raises(DrConfigError, match=r"no running platform in .* \(start one with `regions up`"):
+        platform_config(tmp_path)
+    (tmp_path / "platform.json").write_text(json.dumps(["not", "a", "platform"]))
+    with pytest.raises(DrConfigError, match="no running platform"):
+        platform_config(tmp_path)
