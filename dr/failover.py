@@ -33,7 +33,7 @@ from mirror.translation import OffsetSyncStore
 from .config import DrConfig
 from .decision import SERVING, SWITCHING, Decision, ensure_compacted_topic, publish, write_files
 from .history import History
-from .observe import POLICY, PairClients, positions, read_syncs
+from .observe import POLICY, PairClients, dr_epoch, positions, read_syncs
 from .plan import Plan, count
 
 Report = Callable[[str, str], None]       # (step, line)
@@ -78,7 +78,7 @@ class Failover:
     async def run(self, plan: Plan, *, resume: dict | None = None, context_extra: dict | None = None) -> Outcome:
         """Carry out `plan`, or (`resume`: the history's running row) finish it."""
         if resume is None:
-            context = {"topics": dict(plan.topics), "done": [], **(context_extra or {})}
+            context = {"done": [], **(context_extra or {})}
             failover_id = self.history.begin(pair=plan.pair.name, kind=plan.kind, source=plan.source,
                                              target=plan.target, epoch=plan.epoch,
                                              controller=self.controller, context=context)
@@ -151,7 +151,7 @@ class Failover:
     async def _set_roles(self, cluster: str, role: str | None) -> int:
         """Every DR topic of the failover on `cluster` gets seaway.replica.of = `role` (None:
         writable), at the failover's epoch."""
-        topics = self.context["topics"]
+        topics = self.plan.topics
         changes = {ConfigResource.topic(t): {REPLICA_OF: role, DR_EPOCH: self._epoch} for t in topics}
         if not changes:
             return 0
@@ -167,7 +167,7 @@ class Failover:
         only when every broker of the cluster shows it (a fence that one partition leader has
         not seen yet would still take writes there)."""
         client = self._client(cluster)
-        topics = sorted(self.context["topics"])
+        topics = sorted(self.plan.topics)
         R = m.DescribeConfigsRequest
         request = R(resources=[R.DescribeConfigsResource(resource_type=TOPIC_RESOURCE, resource_name=t,
                                                          configuration_keys=[REPLICA_OF]) for t in topics],
@@ -234,7 +234,7 @@ class Failover:
 
     async def _drain(self) -> str:
         source, target = self.plan.source, self.plan.target
-        topics = {t: (n, FENCED) for t, n in self.context["topics"].items()}
+        topics = {t: (n, FENCED) for t, n in self.plan.topics.items()}
         deadline = anyio.current_time() + self.config.drain_timeout_s
         behind = None
         settled: dict | None = None
@@ -260,7 +260,7 @@ class Failover:
         back (promoted end -> old active end), which it resumes from. Unplanned: kept in the
         history for failback, which finds the stranded records from it."""
         target = self.plan.target
-        specs = {(t, p): "latest" for t, n in self.context["topics"].items() for p in range(n)}
+        specs = {(t, p): "latest" for t, n in self.plan.topics.items() for p in range(n)}
         ends = await self._admin(target).list_offsets(specs)
         for tp, end in ends.items():
             if isinstance(end, KafkaError):
@@ -320,7 +320,7 @@ class Failover:
             await self._decide(SERVING)
             return f"{source} does not answer: groups keep the offsets the mirror last synced; consumers may join"
         admin = self._admin(source)
-        topics = set(self.context["topics"])
+        topics = set(self.plan.topics)
         deadline = anyio.current_time() + self.config.groups_timeout_s
         while True:
             groups = [g.group_id for g in await admin.list_groups() if not g.group_id.startswith("__")]
@@ -384,6 +384,4 @@ def _by_topic(offsets: dict[tuple[str, int], int]) -> dict[str, list[int]]:
 async def _epoch_of(admin: Admin) -> int:
     resource = ConfigResource.topic(DR_STATE_TOPIC)
     found = (await admin.describe_configs(resource)).get(resource)
-    if isinstance(found, dict) and found.get(DR_EPOCH) is not None:
-        return int(found[DR_EPOCH].value or 0)
-    return 0
+    return dr_epoch(found) if isinstance(found, dict) else 0

@@ -20,7 +20,8 @@ from core.client.admin import ConfigResource
 from core.client.errors import KafkaError
 from core.protocol.dr import DR_EPOCH, DR_STATE_TOPIC, REPLICA_OF
 from mirror.policy import IdentityReplicationPolicy, TopicFilter
-from mirror.records import OffsetSync, decode_offset_sync
+from mirror.link import read_offset_syncs
+from mirror.records import OffsetSync
 
 from .config import ClusterAccess, PairConfig
 from .plan import ClusterView, PairView, PartitionLag
@@ -97,14 +98,15 @@ async def observe_cluster(clients: PairClients, cluster: str) -> ClusterView:
             continue        # deleted meanwhile
         entry = entries.get(REPLICA_OF)
         topics[name] = (len(desc.partitions), entry.value or "" if entry is not None else "")
-        epoch = max(epoch, _epoch(entries))
+        epoch = max(epoch, dr_epoch(entries))
     state = configs.get(ConfigResource.topic(DR_STATE_TOPIC)) if has_state else None
     if isinstance(state, dict):
-        epoch = max(epoch, _epoch(state))
+        epoch = max(epoch, dr_epoch(state))
     return ClusterView(cluster, True, epoch, topics)
 
 
-def _epoch(entries: dict) -> int:
+def dr_epoch(entries: dict) -> int:
+    """seaway.dr.epoch of a DescribeConfigs answer's entries (0 where unset or unreadable)."""
     entry = entries.get(DR_EPOCH)
     try:
         return int(entry.value or 0) if entry is not None else 0
@@ -130,27 +132,10 @@ async def observe(clients: PairClients) -> PairView:
 
 
 async def read_syncs(client: KafkaClient, topic: str) -> list[OffsetSync]:
-    """Every offset sync in `topic` (partition 0), in order; [] if it does not exist."""
+    """Every offset sync in `topic`; [] if it does not exist (the link has not started)."""
     if topic not in await Admin(client).list_topics(internal=True):
         return []
-    consumer = Consumer(client)
-    out: list[OffsetSync] = []
-    try:
-        await consumer.start()
-        consumer.assign([(topic, 0)])
-        consumer.seek_to_beginning((topic, 0))
-        end = (await consumer.end_offsets([(topic, 0)]))[(topic, 0)]
-        position = 0
-        while position < end:
-            for record in await consumer.poll(timeout_ms=1000):
-                position = record.offset + 1
-                try:
-                    out.append(decode_offset_sync(record.key, record.value, record.headers))
-                except ValueError:
-                    continue        # not a sync: the mirror skips it too
-    finally:
-        await consumer.close()
-    return out
+    return await read_offset_syncs(client, topic)
 
 
 @dataclass(frozen=True)

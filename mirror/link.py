@@ -310,26 +310,9 @@ class MirrorLink:
             for key in only:
                 self.store.forget(*key)
                 self.resume.pop(key, None)
-        consumer = Consumer(self.source, isolation_level="read_committed")
-        try:
-            await consumer.start()
-            consumer.assign([(self.syncs_topic, 0)])
-            consumer.seek_to_beginning((self.syncs_topic, 0))
-            end = (await consumer.end_offsets([(self.syncs_topic, 0)]))[(self.syncs_topic, 0)]
-            position = 0
-            while position < end:
-                for record in await consumer.poll(timeout_ms=1000):
-                    position = record.offset + 1
-                    try:
-                        sync = decode_offset_sync(record.key, record.value, record.headers)
-                    except ValueError as exc:       # someone else's record: skip it, say so
-                        log.warning("%s: offset %d of %s is not an offset sync: %s", self.name,
-                                    record.offset, self.syncs_topic, exc)
-                        continue
-                    if only is None or (sync.topic, sync.partition) in only:
-                        self._observe(sync)
-        finally:
-            await consumer.close()
+        for sync in await read_offset_syncs(self.source, self.syncs_topic):
+            if only is None or (sync.topic, sync.partition) in only:
+                self._observe(sync)
         log.info("%s: %d partitions resume from recorded offset syncs", self.name,
                  len(self.resume) if only is None else sum(k in only for k in self.resume))
 
@@ -481,6 +464,29 @@ class MirrorLink:
             max_in_flight=self.config.max_in_flight, fetch_max_bytes=self.config.fetch_max_bytes)
         self.copiers[(topic, partition)] = copier
         tg.start_soon(copier.run, name=repr(copier))
+
+
+async def read_offset_syncs(client: KafkaClient, topic: str) -> list[OffsetSync]:
+    """Every offset sync in `topic` (partition 0) to its end, in order; records that are not
+    syncs are skipped, and said so."""
+    consumer = Consumer(client, isolation_level="read_committed")
+    out: list[OffsetSync] = []
+    try:
+        await consumer.start()
+        consumer.assign([(topic, 0)])
+        consumer.seek_to_beginning((topic, 0))
+        end = (await consumer.end_offsets([(topic, 0)]))[(topic, 0)]
+        position = 0
+        while position < end:
+            for record in await consumer.poll(timeout_ms=1000):
+                position = record.offset + 1
+                try:
+                    out.append(decode_offset_sync(record.key, record.value, record.headers))
+                except ValueError as exc:       # someone else's record
+                    log.warning("offset %d of %s is not an offset sync: %s", record.offset, topic, exc)
+    finally:
+        await consumer.close()
+    return out
 
 
 async def _flush_quietly(producer: Producer) -> None:

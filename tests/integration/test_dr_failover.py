@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 import subprocess
 import sys
 import time
@@ -207,6 +208,16 @@ def test_bad_requests_get_one_line_and_change_nothing(pair):
     assert (role(eu.bootstrap), role(us.bootstrap)) == ("us-1", "")
 
 
+@contextmanager
+def mirror_paused(tmp_path: Path):
+    """The fixture's mirror stopped (SIGSTOP) for the block: the link copies nothing."""
+    subprocess.run(["pkill", "-STOP", "-f", f"mirror.cli run --config {tmp_path}"], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["pkill", "-CONT", "-f", f"mirror.cli run --config {tmp_path}"], check=False)
+
+
 def _failovers(state: Path) -> int:
     """Rows in the controller's history (0 before it has one)."""
     import sqlite3
@@ -288,8 +299,7 @@ def test_a_failover_that_cannot_drain_is_rolled_back(pair, tmp_path):
     eu, us, config = pair
     _start(eu, us, config)
     # The link stops: nothing more reaches us-1, so a drain cannot finish.
-    subprocess.run(["pkill", "-STOP", "-f", f"mirror.cli run --config {tmp_path}"], check=True)
-    try:
+    with mirror_paused(tmp_path):
         write(eu.bootstrap, [f"late{i}" for i in range(9)])
         assert lag(config) == 9          # what dr status puts at risk
         quick = tmp_path / "quick.yaml"
@@ -300,8 +310,6 @@ def test_a_failover_that_cannot_drain_is_rolled_back(pair, tmp_path):
         assert "rolled back" in failed.stderr
         assert (role(eu.bootstrap), role(us.bootstrap)) == ("", "eu-1")
         write(eu.bootstrap, ["after"])            # eu-west takes writes again
-    finally:
-        subprocess.run(["pkill", "-CONT", "-f", f"mirror.cli run --config {tmp_path}"], check=True)
     wait_for("the link catches up", lambda: total(us.bootstrap) == 70)
     assert "rolled-back" in dr(config, "history").stdout
 
@@ -309,8 +317,7 @@ def test_a_failover_that_cannot_drain_is_rolled_back(pair, tmp_path):
 def test_an_unplanned_failover_needs_force_and_expects_the_lag_it_last_saw(pair, tmp_path):
     eu, us, config = pair
     _start(eu, us, config)
-    subprocess.run(["pkill", "-STOP", "-f", f"mirror.cli run --config {tmp_path}"], check=True)
-    try:
+    with mirror_paused(tmp_path):
         write(eu.bootstrap, [f"unsent{i}" for i in range(9)])
         assert lag(config) == 9               # seen, and kept in the history
         eu.kill()                             # the whole region is gone (kill -9)
@@ -329,8 +336,6 @@ def test_an_unplanned_failover_needs_force_and_expects_the_lag_it_last_saw(pair,
         status = json.loads(dr(config, "--timeout", "2", "status", "-o", "json", check=False).stdout)["pairs"][0]
         assert status["active_region"] == "us-east"
         assert not status["clusters"]["eu-1"]["reachable"]
-    finally:
-        subprocess.run(["pkill", "-CONT", "-f", f"mirror.cli run --config {tmp_path}"], check=False)
 
 
 @pytest.mark.parametrize("step, then", [
