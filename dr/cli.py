@@ -244,8 +244,14 @@ def render_status(pairs: list[dict]) -> str:
     lines = []
     for p in pairs:
         split = ", ".join(f"{region} for {n}" for region, n in p["active_for"].items() if n)
-        active = p["active_region"] or (f"split by topic: {split}" if split and not p["unsettled"] else
-                                        f"none: {len(p['unsettled'])} topics half way through a failover")
+        if p["active_region"]:
+            active = p["active_region"]
+        elif p["unsettled"]:
+            active = f"none: {len(p['unsettled'])} topics half way through a failover"
+        elif split:
+            active = f"split by topic: {split}"
+        else:
+            active = "none: no DR topics yet (topics made in either region become DR topics)"
         lines.append(f"DR pair {p['pair']}: active {active}; {'READY' if p['ready'] else 'NOT READY'} to fail over")
         for name, c in p["clusters"].items():
             state = f"epoch {c['epoch']}, {len(c['topics'])} DR topics" if c["reachable"] else f"unreachable: {c['error']}"
