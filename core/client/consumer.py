@@ -554,8 +554,11 @@ class Consumer:
         session = self._sessions.setdefault(node, FetchSessionHandler())
         offsets: dict[TopicPartition, int] = {}
         for tp in tps:
-            st = self._states[tp]
-            assert st.position is not None   # only partitions with a position are fetched
+            # Chosen before this task ran and before the connection was ready: a rebalance,
+            # a seek or an error may have taken the partition away since.
+            st = self._states.get(tp)
+            if st is None or st.position is None or st.error is not None:
+                continue
             offsets[tp] = st.position
             session.want(tp, (cluster.leader_epoch(*tp), st.position, self.max_partition_fetch_bytes))
         for tp in [tp for tp in session.wanted() if tp not in offsets]:
@@ -586,7 +589,7 @@ class Consumer:
                                            for name, parts in forgotten.items()],
                     rack_id="")
         if use_ids:
-            for name, _ in tps:
+            for name, _ in offsets:
                 topic_id = cluster.topic_id(name)
                 assert topic_id is not None   # use_ids only when every topic id is known
                 names_by_id.setdefault(topic_id, name)

@@ -163,3 +163,53 @@ def test_corrupt_batch_raises_from_poll():
     with pytest.raises(KafkaError) as info:
         c._raise_partition_errors()
     assert info.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+class FetchingClient(FakeClient):
+    """Enough of a client for `_fetch`: one node that records the Fetch it is sent."""
+
+    retry_backoff_ms = 100
+    request_timeout_ms = 1000
+
+    def __init__(self):
+        super().__init__()
+        self.sent = []
+        client = self
+
+        class Cluster:
+            def topic_id(self, name):
+                return None
+
+            def leader_epoch(self, topic, partition):
+                return 0
+
+        class Conn:
+            def version_for(self, api_key, highest=None):
+                return 12 if highest is None else min(12, highest)
+
+            async def send(self, request, **kw):
+                client.sent.append(request)
+                return SimpleNamespace(error_code=0, session_id=0, responses=[])
+
+        self.cluster, self._conn = Cluster(), Conn()
+
+    async def connection(self, node):
+        return self._conn
+
+
+@pytest.mark.anyio
+async def test_a_partition_revoked_before_its_fetch_is_sent_is_left_out():
+    # A fetch task is started with the partitions chosen at that moment; a cooperative
+    # rebalance can revoke one before the task runs. It once raised KeyError out of the fetch
+    # and surfaced as UNKNOWN_SERVER_ERROR from the consumer's next poll.
+    client = FetchingClient()
+    c = Consumer(client)
+    other = ("t", 1)
+    c.assign([TP, other])
+    c.seek(*TP, 5)
+    c.seek(*other, 7)
+    c.assign([TP])
+    await c._fetch(1, [TP, other])
+    [request] = client.sent
+    assert [(t.topic, [p.partition for p in t.partitions]) for t in request.topics] == [("t", [0])]
+    assert c._states[TP].error is None
