@@ -5,6 +5,10 @@
     dr plan failover REGION [--to REGION] [--force]  the steps, checks, expected RPO and RTO;
                                                      changes nothing (exit 0: it could run)
     dr failover REGION [--to REGION] [--force]       carry the plan out, step by step
+    dr plan failback REGION [--republish-stranded]   what bringing REGION back would do
+    dr failback REGION [--republish-stranded]        bring REGION back and make it active again:
+                                                     its stranded records are counted and kept
+                                                     (or re-published), then a planned failover
     dr history [-o json]                             failovers and their measured figures
 
 Which clusters: `--platform` (the default; the platform `regions up` runs, in
@@ -28,8 +32,8 @@ from .config import DrConfig, DrConfigError, PairConfig, load_config, platform_c
 from .failover import Failover, FailoverError
 from .history import History, HistoryError
 from .observe import PairClients, observe
-from .plan import (PairView, PartitionLag, Plan, PlanError, find_pair, plan_failover, plan_from_dict,
-                   plan_to_dict)
+from .plan import (PairView, PartitionLag, Plan, PlanError, count, find_pair, plan_failback, plan_failover,
+                   plan_from_dict, plan_to_dict)
 
 
 class CliError(Exception):
@@ -50,13 +54,20 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     status = sub.add_parser("status", help="every DR pair: active region, roles, lag, readiness")
     status.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    plan = sub.add_parser("plan", help="what a failover would do; changes nothing")
-    plan.add_argument("action", choices=("failover",))
-    for p in (plan, sub.add_parser("failover", help="fail REGION over to its DR partner")):
+    plan = sub.add_parser("plan", help="what a failover or failback would do; changes nothing")
+    plan.add_argument("action", choices=("failover", "failback"))
+    failover = sub.add_parser("failover", help="fail REGION over to its DR partner")
+    failback = sub.add_parser("failback", help="bring REGION back after a failover and make it active again")
+    for p in (plan, failover, failback):
         p.add_argument("region", metavar="REGION")
-        p.add_argument("--to", metavar="REGION", help="the region to fail over to (when REGION is in several pairs)")
+        p.add_argument("--to", metavar="REGION", help="REGION's DR partner (when REGION is in several pairs)")
+    for p in (plan, failover):
         p.add_argument("--force", action="store_true",
                        help="fail over although REGION does not answer (unplanned: loses what was not copied)")
+    for p in (plan, failback):
+        p.add_argument("--republish-stranded", action="store_true",
+                       help="re-publish REGION's stranded records on the active side (default: keep them "
+                            "in <topic>.stranded on REGION)")
     history = sub.add_parser("history", help="failovers and their measured figures")
     history.add_argument("-o", "--output", choices=("table", "json"), default="table")
     return parser
@@ -96,8 +107,8 @@ async def _view(clients: PairClients, history: History) -> PairView:
                          {f"{t}/{p}": [v.records, v.seconds] for (t, p), v in view.lag.items()})
         return view
     last = history.last_observation(pair.name)
-    if last is None:
-        return view
+    if last is None or not last["active"] or view.clusters[last["active"]].reachable:
+        return view         # only an active side that stopped answering is judged by what it last showed
     lag = {}
     for key, (records, seconds) in last["lag"].items():
         topic, _, partition = key.rpartition("/")
@@ -111,22 +122,47 @@ async def _plan(config: DrConfig, args) -> int:
     pair_config = _pair_for(config, args)
     history = History(Path(config.state_dir))
     async with PairClients(pair_config, timeout_s=args.timeout) as clients:
-        plan = plan_failover(await _view(clients, history), args.region, force=args.force)
+        view = await _view(clients, history)
+        if args.action == "failover":
+            plan = plan_failover(view, args.region, force=args.force)
+        else:
+            settle = _failback_plan(view, history, args)
+            if settle is None:
+                print(f"no stranded records to settle: the failback is a planned failover of "
+                      f"{_partner_region_of(pair_config, args.region)} back to {args.region}")
+            plan = settle or plan_failover(view, _partner_region_of(pair_config, args.region))
     print(render_plan(plan))
     return 0 if plan.ready else 1
 
 
+def _failback_plan(view: PairView, history: History, args) -> Plan | None:
+    pair = view.pair
+    returning = pair.cluster_in(args.region)
+    unplanned = history.last_unplanned(pair.name, returning) if returning else None
+    promotion = unplanned["context"].get("target_ends") if unplanned else None
+    return plan_failback(view, args.region, republish=args.republish_stranded, promotion=promotion)
+
+
 def render_plan(plan: Plan) -> str:
     pair = plan.pair
-    lines = [f"DR pair {pair.name}: {plan.kind} failover of {pair.region_of(plan.source)} ({plan.source}) "
-             f"to {pair.region_of(plan.target)} ({plan.target}), DR epoch {plan.epoch}", "checks:"]
+    if plan.kind == "failback":
+        head = (f"DR pair {pair.name}: failback of {pair.region_of(plan.source)} ({plan.source}), "
+                f"{pair.region_of(plan.target)} ({plan.target}) active meanwhile, DR epoch {plan.epoch}")
+    else:
+        head = (f"DR pair {pair.name}: {plan.kind} failover of {pair.region_of(plan.source)} ({plan.source}) "
+                f"to {pair.region_of(plan.target)} ({plan.target}), DR epoch {plan.epoch}")
+    lines = [head, "checks:"]
     width = max(len(c.name) for c in plan.checks)
     lines += [f"  {'ok  ' if c.ok else 'FAIL'}  {c.name:<{width}}  {c.detail}" for c in plan.checks]
     lines.append("steps:")
     width = max(len(s.name) for s in plan.steps)
     lines += [f"  {i}. {s.name:<{width}}  {s.summary}" for i, s in enumerate(plan.steps, 1)]
-    lines.append(f"expected: RPO {plan.rpo_records} records ({plan.rpo_seconds:.1f} s), "
-                 f"RTO about {plan.rto_seconds:.1f} s")
+    if plan.kind == "failback":
+        lines.append(f"then: a planned failover of {pair.region_of(plan.target)} back to {pair.region_of(plan.source)} "
+                     f"(RPO 0)")
+    else:
+        lines.append(f"expected: RPO {plan.rpo_records} records ({plan.rpo_seconds:.1f} s), "
+                     f"RTO about {plan.rto_seconds:.1f} s")
     return "\n".join(lines)
 
 
@@ -135,34 +171,102 @@ async def _failover(config: DrConfig, args) -> int:
     state_dir = Path(config.state_dir)
     history = History(state_dir)
     with _controller_lock(state_dir):
-        running = history.running(pair_config.pair.name)
         async with PairClients(pair_config, timeout_s=args.timeout) as clients:
+            running = _running(history, pair_config, args)
             if running is not None:
                 plan = plan_from_dict(running["context"]["plan"])
-                if pair_config.pair.region_of(plan.source) != args.region:
-                    raise CliError(f"a failover of {plan.pair.name} from {plan.pair.region_of(plan.source)} is in "
-                                   f"progress (#{running['id']}, stopped after "
-                                   f"{(running['context']['done'] or ['nothing'])[-1]}); run dr failover "
-                                   f"{plan.pair.region_of(plan.source)} to finish it", status=1)
-                print(f"resuming failover #{running['id']} of {plan.pair.name} (epoch {plan.epoch}) after "
-                      f"{(running['context']['done'] or ['its start'])[-1]}", flush=True)
             else:
-                plan = plan_failover(await _view(clients, history), args.region, force=args.force)
-                if not plan.ready:
-                    failed = "; ".join(f"{c.name}: {c.detail}" for c in plan.failed_checks())
-                    raise CliError(f"not started, nothing changed: {failed}", status=1)
-                print(render_plan(plan), flush=True)
-            failover = Failover(config, clients, history, controller=_controller_id(),
-                                report=lambda _step, line: print(line, flush=True))
+                plan = _ready(plan_failover(await _view(clients, history), args.region, force=args.force))
+            await _carry_out(config, clients, history, plan, running)
+    return 0
+
+
+async def _failback(config: DrConfig, args) -> int:
+    """Settle the returning region's stranded records (a failback row), then fail back to it
+    (a planned failover row). Either may be resumed by running the command again."""
+    pair_config = _pair_for(config, args)
+    pair = pair_config.pair
+    state_dir = Path(config.state_dir)
+    history = History(state_dir)
+    with _controller_lock(state_dir):
+        async with PairClients(pair_config, timeout_s=args.timeout) as clients:
+            running = _running(history, pair_config, args)
+            if running is not None and running["kind"] == "failback":
+                await _carry_out(config, clients, history, plan_from_dict(running["context"]["plan"]), running)
+                running = None
+            elif running is None:
+                view = await _view(clients, history)
+                settle = _failback_plan(view, history, args)
+                if settle is not None:
+                    unplanned = history.last_unplanned(pair.name, settle.source)
+                    assert unplanned is not None        # the plan's promotion check needs it
+                    await _carry_out(config, clients, history, _ready(settle), None, extra={
+                        "promotion": unplanned["context"]["target_ends"], "promotion_failover": unplanned["id"]})
             if running is None:
-                outcome = await failover.run(plan, context_extra={"plan": plan_to_dict(plan)})
+                back = _ready(plan_failover(await _view(clients, history), _partner_region_of(pair_config, args.region)))
             else:
-                outcome = await failover.run(plan, resume=running)
-    print(f"failover #{outcome.failover_id} done in {outcome.duration_s:.2f}s: {plan.pair.region_of(plan.target)} "
+                back = plan_from_dict(running["context"]["plan"])
+            await _carry_out(config, clients, history, back, running)
+    return 0
+
+
+def _partner_region_of(pair_config: PairConfig, region: str) -> str:
+    pair = pair_config.pair
+    cluster = pair.cluster_in(region)
+    assert cluster is not None
+    return pair.region_of(pair.partner(cluster))
+
+
+def _running(history: History, pair_config: PairConfig, args) -> dict | None:
+    """The pair's failover or failback that a controller left half done, if this command
+    finishes it (`dr failback X` also finishes a planned failover to X); CliError otherwise."""
+    running = history.running(pair_config.pair.name)
+    if running is None:
+        return None
+    plan = plan_from_dict(running["context"]["plan"])
+    pair = plan.pair
+    what = "failback" if plan.kind == "failback" else "failover"
+    if args.command == "failover":
+        mine = what == "failover" and pair.region_of(plan.source) == args.region
+    else:
+        mine = (what == "failback" and pair.region_of(plan.source) == args.region) or \
+            (plan.kind == "planned" and pair.region_of(plan.target) == args.region)
+    stopped = (running["context"]["done"] or ["nothing"])[-1]
+    if not mine:
+        raise CliError(f"a {what} of {pair.name} from {pair.region_of(plan.source)} is in progress "
+                       f"(#{running['id']}, stopped after {stopped}); run dr {what} "
+                       f"{pair.region_of(plan.source)} to finish it", status=1)
+    print(f"resuming {what} #{running['id']} of {pair.name} (epoch {plan.epoch}) after "
+          f"{(running['context']['done'] or ['its start'])[-1]}", flush=True)
+    return running
+
+
+def _ready(plan: Plan) -> Plan:
+    if not plan.ready:
+        failed = "; ".join(f"{c.name}: {c.detail}" for c in plan.failed_checks())
+        raise CliError(f"not started, nothing changed: {failed}", status=1)
+    print(render_plan(plan), flush=True)
+    return plan
+
+
+async def _carry_out(config: DrConfig, clients: PairClients, history: History, plan: Plan,
+                     running: dict | None, *, extra: dict | None = None) -> None:
+    failover = Failover(config, clients, history, controller=_controller_id(),
+                        report=lambda _step, line: print(line, flush=True))
+    if running is None:
+        outcome = await failover.run(plan, context_extra={"plan": plan_to_dict(plan), **(extra or {})})
+    else:
+        outcome = await failover.run(plan, resume=running)
+    pair = plan.pair
+    if plan.kind == "failback":
+        stranded = failover.context.get("stranded_records", 0)
+        print(f"failback #{outcome.failover_id} settled {pair.region_of(plan.source)} in {outcome.duration_s:.2f}s: "
+              f"{count(stranded, 'stranded record')} (the unplanned failover's exact RPO); the link back runs")
+        return
+    print(f"failover #{outcome.failover_id} done in {outcome.duration_s:.2f}s: {pair.region_of(plan.target)} "
           f"is active; writes accepted after {outcome.rto_writes_s:.2f}s; RPO {outcome.rpo_records} records "
           f"({outcome.rpo_seconds:.1f} s{' expected' if plan.kind == 'unplanned' else ''})")
     print(f"clients: bootstrap.servers is in {outcome.properties_file}")
-    return 0
 
 
 class _controller_lock:
@@ -289,7 +393,7 @@ async def _history(config: DrConfig, args) -> int:
     return 0
 
 
-_COMMANDS = {"status": _status, "plan": _plan, "failover": _failover, "history": _history}
+_COMMANDS = {"status": _status, "plan": _plan, "failover": _failover, "failback": _failback, "history": _history}
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ import anyio
 from core.client import Admin, KafkaClient, Producer
 from core.client.admin import ConfigResource
 from core.client.errors import KafkaError
-from core.protocol.dr import DR_EPOCH, DR_STATE_TOPIC, FENCED, REPLICA_OF
+from core.client.admin import NewTopic
+from core.protocol.dr import DR_EPOCH, DR_STATE_TOPIC, FENCED, REPLICA_OF, STRANDED_SUFFIX
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from mirror.records import OffsetSync, encode_offset_sync, offset_sync_headers
@@ -35,6 +36,7 @@ from .decision import SERVING, SWITCHING, Decision, ensure_compacted_topic, publ
 from .history import History
 from .observe import POLICY, PairClients, dr_epoch, positions, read_syncs
 from .plan import Plan, count
+from .stranded import copy_stranded, count_records, first_stranded, stranded_boundary
 
 Report = Callable[[str, str], None]       # (step, line)
 # A fault hook for the tests: the controller kills itself (SIGKILL) right after this step's
@@ -45,7 +47,7 @@ FAIL_AT_ENV = "SEAWAY_DR_FAIL_AT"
 # Another: before its first step the controller waits until this file exists, so that a test
 # can start two controllers' failovers at the same moment.
 HOLD_FILE_ENV = "SEAWAY_DR_HOLD_FILE"
-ROLE_STEPS = ("fence", "promote", "reverse")     # the steps that change topics' roles
+ROLE_STEPS = ("fence", "seal", "promote", "reverse")     # the steps that change topics' roles
 PROPAGATION_TIMEOUT_S = 15.0     # for every broker of a cluster to show a role change
 TOPIC_RESOURCE = 2
 IDLE_GROUP_STATES = {"Empty", "Dead"}
@@ -204,7 +206,7 @@ class Failover:
     # ------------------------------------------------------------------ steps
 
     async def _take_epoch(self) -> str:
-        clusters = [self.plan.source, self.plan.target] if self.plan.kind == "planned" else [self.plan.target]
+        clusters = [self.plan.target] if self.plan.kind == "unplanned" else [self.plan.source, self.plan.target]
         # One order for every controller: two racing ones meet on the same cluster first, and
         # the loser stops before it has touched the other.
         for cluster in sorted(clusters):
@@ -260,26 +262,58 @@ class Failover:
         back (promoted end -> old active end), which it resumes from. Unplanned: kept in the
         history for failback, which finds the stranded records from it."""
         target = self.plan.target
-        specs = {(t, p): "latest" for t, n in self.plan.topics.items() for p in range(n)}
-        ends = await self._admin(target).list_offsets(specs)
-        for tp, end in ends.items():
-            if isinstance(end, KafkaError):
-                raise FailoverError(f"{target}: end offset of {tp[0]}-{tp[1]}: {end}")
-        self.context["target_ends"] = _by_topic({tp: e.offset for tp, e in ends.items()})  # type: ignore[union-attr]
+        ends = await self._settled_ends(target)
+        self.context["target_ends"] = _by_topic(ends)
         if self.plan.kind != "planned":
-            return f"{target}'s copies end at {sum(e.offset for e in ends.values())} records"  # type: ignore[union-attr]
-        syncs_topic = POLICY.offset_syncs_topic(self.plan.source)
-        client = self._client(target)
-        await ensure_compacted_topic(client, syncs_topic)
+            return f"{target}'s copies end at {sum(ends.values())} records"
         source_ends = self.context["source_ends"]
+        await self._write_syncs(target, self.plan.source,
+                                {tp: (end, source_ends[tp[0]][tp[1]]) for tp, end in ends.items()})
+        return f"{len(ends)} partitions: the link back starts where {target}'s copies end"
+
+    async def _write_syncs(self, upstream: str, downstream: str,
+                           where: dict[tuple[str, int], tuple[int, int]]) -> None:
+        """Offset syncs for the link from `upstream` to `downstream` (kept on `upstream`, as
+        MM2 keeps them): each partition's copy resumes at (upstream offset, downstream offset)."""
+        syncs_topic = POLICY.offset_syncs_topic(downstream)
+        client = self._client(upstream)
+        await ensure_compacted_topic(client, syncs_topic)
         async with Producer(client, acks=-1) as producer:
-            for (topic, partition), end in sorted(ends.items()):
-                sync = OffsetSync(topic, partition, end.offset, source_ends[topic][partition], 0)  # type: ignore[union-attr]
+            for (topic, partition), (up, down) in sorted(where.items()):
+                sync = OffsetSync(topic, partition, up, down, 0)
                 key, value = encode_offset_sync(sync)
                 await producer.send(syncs_topic, value=value, key=key, headers=offset_sync_headers(sync),
                                     partition=0)
             await producer.flush()
-        return f"{len(ends)} partitions: the link back starts where {target}'s copies end"
+
+    async def _ends(self, cluster: str) -> dict[tuple[str, int], int]:
+        specs = {(t, p): "latest" for t, n in self.plan.topics.items() for p in range(n)}
+        ends = await self._admin(cluster).list_offsets(specs)
+        out = {}
+        for tp, end in ends.items():
+            if isinstance(end, KafkaError):
+                raise FailoverError(f"{cluster}: end offset of {tp[0]}-{tp[1]}: {end}")
+            out[tp] = end.offset
+        return out
+
+    async def _settled_ends(self, cluster: str) -> dict[tuple[str, int], int]:
+        """The end offsets of the failover's topics on `cluster` once they hold still across
+        two looks (after a fence or seal, a produce that passed the role check just before it
+        has been appended by then)."""
+        previous = None
+        deadline = anyio.current_time() + PROPAGATION_TIMEOUT_S
+        while True:
+            ends = await self._ends(cluster)
+            if ends == previous:
+                return ends
+            if anyio.current_time() > deadline:
+                raise FailoverError(f"{cluster}: end offsets still moving after {PROPAGATION_TIMEOUT_S:g}s")
+            previous = ends
+            await anyio.sleep(0.2)
+
+    async def _seal(self) -> str:
+        n = await self._set_roles(self.plan.target, FENCED)
+        return f"{count(n, 'replica')} on {self.plan.target} sealed"
 
     async def _promote(self) -> str:
         n = await self._set_roles(self.plan.target, None)
@@ -370,6 +404,98 @@ class Failover:
             return f"{self.plan.source} does not answer: its copies are pointed back at failback"
         n = await self._set_roles(self.plan.source, self.plan.target)
         return f"{count(n, 'topic')} of {self.plan.source} now replicas of {self.plan.target}: the link back runs"
+
+
+    # ------------------------------------------------------------------ failback (dr/stranded.py)
+
+    async def _find_stranded(self) -> str:
+        """Per partition of the returning copies: [first stranded offset, end, records]."""
+        returning, active = self.plan.source, self.plan.target
+        client = self._client(returning)
+        ends = await self._settled_ends(returning)
+        starts = await self._admin(returning).list_offsets({tp: "earliest" for tp in ends})
+        store = OffsetSyncStore(capacity=1 << 20)      # every sync: the boundary is near the latest
+        for sync in await read_syncs(client, POLICY.offset_syncs_topic(active)):
+            try:
+                store.observe(sync)
+            except ValueError:
+                continue
+        promoted = self.context["promotion"]
+        stranded: dict[str, list[int]] = {}
+        unproven = []
+        for (topic, partition), end in sorted(ends.items()):
+            first = starts[(topic, partition)]
+            log_start = first.offset if not isinstance(first, KafkaError) else 0
+            boundary = stranded_boundary(store.syncs(topic, partition), promoted[topic][partition], log_start)
+            if not boundary.proven:
+                unproven.append(f"{topic}-{partition}")
+            start = await first_stranded(client, topic, partition, boundary, end)
+            records = await count_records(client, topic, partition, start, end)
+            stranded[f"{topic}/{partition}"] = [start, end, records]
+            if records:
+                self.report("find-stranded", f"      {topic}-{partition}: {records} stranded records, "
+                                             f"offsets {start}..{end - 1}")
+        total = sum(n for _, _, n in stranded.values())
+        self.context["stranded"] = stranded
+        self.context["stranded_records"] = total
+        unplanned = self.context.get("promotion_failover")
+        if unplanned is not None:       # its RPO, estimated then, is known now
+            self.history.update(unplanned, rpo_records=total, rpo_exact=1)
+        note = f"; no offset sync proves what {active} had of {', '.join(unproven[:5])}: counted from the " \
+               f"log start" if unproven else ""
+        return f"{count(total, 'stranded record')} on {returning} (the exact RPO of the unplanned failover){note}"
+
+    async def _keep_stranded(self) -> str:
+        returning = self.plan.source
+        client = self._client(returning)
+        todo = {key.rpartition("/")[0] for key, (_, _, n) in self.context["stranded"].items() if n}
+        if todo:
+            existing = set(await self._admin(returning).list_topics())
+            new = [NewTopic(t + STRANDED_SUFFIX, self.plan.topics[t]) for t in sorted(todo)
+                   if t + STRANDED_SUFFIX not in existing]
+            if new:
+                for name, error in (await self._admin(returning).create_topics(new)).items():
+                    if error is not None and error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                        raise FailoverError(f"{returning}: cannot create {name}: {error}")
+        copied = await self._copy_stranded(client, suffix=STRANDED_SUFFIX)
+        return f"{count(copied, 'stranded record')} kept in " + \
+            (", ".join(sorted(t + STRANDED_SUFFIX for t in todo)) or "no topic") + f" on {returning}"
+
+    async def _republish_stranded(self) -> str:
+        copied = await self._copy_stranded(self._client(self.plan.target), suffix="")
+        return f"{count(copied, 'stranded record')} re-published on {self.plan.target}, each with its origin"
+
+    async def _copy_stranded(self, dest: KafkaClient, *, suffix: str) -> int:
+        returning = self.plan.source
+        source = self._client(returning)
+        stranded = {k: v for k, v in self.context["stranded"].items() if v[2]}
+        # Where each destination partition ended before the first copy: a run after a crash
+        # reads from there what was copied already.
+        if "dest_from" not in self.context:
+            specs = {(k.rpartition("/")[0] + suffix, int(k.rpartition("/")[2])): "latest" for k in stranded}
+            ends = await Admin(dest).list_offsets(specs) if specs else {}
+            for tp, end in ends.items():
+                if isinstance(end, KafkaError):
+                    raise FailoverError(f"end offset of {tp[0]}-{tp[1]}: {end}")
+            self.context["dest_from"] = {f"{t}/{p}": e.offset for (t, p), e in ends.items()}  # type: ignore[union-attr]
+            self.history.update(self.failover_id, context=self.context)
+        copied = 0
+        for key, (start, end, _) in sorted(stranded.items()):
+            topic, _, partition = key.rpartition("/")
+            copied += await copy_stranded(source, returning, topic, int(partition), start, end, dest,
+                                          topic + suffix, self.context["dest_from"][f"{topic}{suffix}/{partition}"])
+        return copied
+
+    async def _seed_syncs(self) -> str:
+        """The link back (active -> returning) starts at the promotion point upstream and at
+        the returning copy's end downstream, after its stranded records."""
+        promoted = self.context["promotion"]
+        where = {}
+        for key, (_, end, _) in self.context["stranded"].items():
+            topic, _, partition = key.rpartition("/")
+            where[(topic, int(partition))] = (promoted[topic][int(partition)], end)
+        await self._write_syncs(self.plan.target, self.plan.source, where)
+        return f"{len(where)} partitions: the link back copies what {self.plan.target} took since its promotion"
 
 
 def _by_topic(offsets: dict[tuple[str, int], int]) -> dict[str, list[int]]:

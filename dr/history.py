@@ -6,7 +6,8 @@ where it was and finishes.
 
     failovers     id, pair, kind, source, target, epoch, controller, state (running, done,
                   failed, rolled-back), started_at, finished_at, rpo_records, rpo_seconds,
-                  rto_writes_s, error, context (JSON: the plan, what the steps captured)
+                  rpo_exact (1 once a failback has counted an unplanned failover's stranded
+                  records), rto_writes_s, error, context (JSON: the plan, what the steps captured)
     steps         failover_id, name, started_at, finished_at, state, detail
     observations  pair, at, active, lag: the latest lag seen, which an unplanned failover
                   reports as its expected loss once the active region cannot be asked
@@ -47,7 +48,7 @@ class History:
             self.db["failovers"].create({
                 "id": int, "pair": str, "kind": str, "source": str, "target": str, "epoch": int,
                 "controller": str, "state": str, "started_at": float, "finished_at": float,
-                "rpo_records": int, "rpo_seconds": float, "rto_writes_s": float, "error": str,
+                "rpo_records": int, "rpo_seconds": float, "rpo_exact": int, "rto_writes_s": float, "error": str,
                 "context": str}, pk="id")
         if "observations" not in tables:
             self.db["observations"].create({"pair": str, "at": float, "active": str,
@@ -78,7 +79,7 @@ class History:
     def update(self, failover_id: int, **fields: Any) -> None:
         if "context" in fields:
             fields["context"] = json.dumps(fields["context"])
-        self._write(lambda: self.db["failovers"].update(failover_id, fields))
+        self._write(lambda: self.db["failovers"].update(failover_id, fields, alter=True))
 
     def step_started(self, failover_id: int, name: str) -> None:
         self._write(lambda: self.db["steps"].insert({"failover_id": failover_id, "name": name,
@@ -108,6 +109,18 @@ class History:
         row = dict(rows[0])
         row["lag"] = json.loads(row["lag"])
         return row
+
+    def last_unplanned(self, pair: str, source: str) -> dict | None:
+        """The latest finished unplanned failover of `pair` away from `source`, whose stranded
+        records no failback has settled yet."""
+        for row in self.failovers(limit=1000):
+            if row["pair"] != pair:
+                continue
+            if row["kind"] == "failback" and row["source"] == source and row["state"] == "done":
+                return None         # settled since
+            if row["kind"] == "unplanned" and row["source"] == source and row["state"] == "done":
+                return row
+        return None
 
     def failovers(self, limit: int = 50) -> list[dict]:
         return self._write(lambda: [_decoded(r) for r in self.db["failovers"].rows_where(

@@ -120,12 +120,16 @@ async def observe(clients: PairClients) -> PairView:
     for cluster in (pair.first, pair.second):
         views[cluster] = await observe_cluster(clients, cluster)
     view = PairView(pair, views)
-    active = view.active()
-    if active is None or not views[active].reachable:
+    # Each side's link carries the topics active there (topics may be split between the two).
+    actives = {cluster for cluster in view.roles().values() if cluster is not None}
+    if not actives or not all(views[c].reachable for c in actives):
         return view
+    lag: dict[tuple[str, int], PartitionLag] = {}
     try:
         with anyio.fail_after(clients.timeout_s * 3):
-            lag = await link_lag(clients, active, pair.partner(active), views[active].topics)
+            for active in sorted(actives):
+                topics = {t: views[active].topics[t] for t in view.active_for(active)}
+                lag.update(await link_lag(clients, active, pair.partner(active), topics))
     except (KafkaError, OSError, TimeoutError):
         return view                 # lag unknown: not the same as none
     return PairView(pair, views, lag, lag_known=True)

@@ -27,8 +27,28 @@ An *unplanned* one (the active cluster does not answer, `--force`) promotes at o
 loses what the link had not copied; the plan says how much that was when last observed:
 
     take-epoch      on the surviving cluster only
+    seal            the replicas become (fenced): a mirror still copying is refused, and the
+                    end offsets settle, so the next step's are exact
     record-syncs    where each promoted copy stands, so that failback finds what was stranded
     promote, switch-clients
+
+Failback (`dr failback REGION`, plan_failback) brings a region back after an unplanned
+failover. The returning cluster's copies are writable (nobody could tell it otherwise) and
+hold records it acknowledged that never reached its partner: *stranded* records. Nothing is
+truncated; they are found from where the promoted copies stood (record-syncs) and the
+link's offset syncs, then kept or re-published:
+
+    take-epoch      on both clusters
+    fence           the returning copies become (fenced): writes that still reach it stop
+    find-stranded   per partition, the first record its partner never had, and how many
+                    follow it (the exact RPO of the unplanned failover, now known)
+    keep-stranded   copy them into `<topic>.stranded` on the returning cluster
+      (or republish-stranded: onto the active copies, each with a header naming its origin)
+    seed-syncs      the link back starts at the promotion point, writing after the stranded
+                    records (which stay where they are in the returning cluster's log)
+    reverse         the returning copies become replicas: the link back catches them up
+
+and then a planned failover back to the returning region, with RPO 0.
 
 Every step is safe to run again, so a controller that dies midway and starts again redoes
 the step it was in; the epoch makes a stale controller's steps fail instead.
@@ -43,7 +63,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from core.protocol.dr import FENCED
+from core.protocol.dr import FENCED, STRANDED_SUFFIX
 
 # A rough cost of one step (a request or two to each cluster and their commit), for the
 # expected RTO; drills measure the real one.
@@ -147,9 +167,9 @@ class Step:
 @dataclass(frozen=True)
 class Plan:
     pair: DrPair
-    kind: Literal["planned", "unplanned"]
-    source: str            # the cluster failing over (active now)
-    target: str            # the cluster being promoted
+    kind: Literal["planned", "unplanned", "failback"]
+    source: str            # the cluster failing over (active now); failback: the returning one
+    target: str            # the cluster being promoted; failback: the active one, which stays
     epoch: int             # the DR epoch the failover takes
     checks: list[Check]
     steps: list[Step]
@@ -227,6 +247,7 @@ def plan_failover(view: PairView, region: str, *, force: bool = False) -> Plan:
     else:
         steps = [
             Step("take-epoch", f"take DR epoch {epoch} on {target}"),
+            Step("seal", f"make {target}'s replicas {FENCED}: the link's last writes land or are refused"),
             Step("record-syncs", f"record where {target}'s copies stand, for failback"),
             Step("promote", f"make {target}'s {topics} writable"),
             Step("switch-clients", f"record {pair.region_of(target)} as active on {target} and in the state directory"),
@@ -238,6 +259,69 @@ def plan_failover(view: PairView, region: str, *, force: bool = False) -> Plan:
                 rpo_records, rpo_seconds, rto, moved)
 
 
+def returning_topics(view: PairView, returning: str) -> list[str]:
+    """The DR topics left writable on both sides by an unplanned failover away from
+    `returning` (or fenced on it by a failback that stopped): they need their stranded records
+    found before the link can run back."""
+    back, active = view.clusters[returning], view.clusters[view.pair.partner(returning)]
+    return sorted(t for t in view.unsettled() if t in back.topics and t in active.topics
+                  and back.topics[t][1] in ("", FENCED) and active.topics[t][1] == "")
+
+
+def plan_failback(view: PairView, region: str, *, republish: bool,
+                  promotion: dict[str, list[int]] | None) -> Plan | None:
+    """The plan that settles the stranded records of `region`'s cluster after an unplanned
+    failover away from it (`promotion`: where the promoted copies stood, per topic and
+    partition, from that failover's record-syncs step). None when there is nothing to settle:
+    the failback is then only the planned failover back. PlanError if there is nothing to
+    fail back."""
+    pair = view.pair
+    returning = pair.cluster_in(region)
+    if returning is None:
+        raise PlanError(f"REGION: {region} is not in DR pair {pair.name}")
+    active = pair.partner(returning)
+    back, act = view.clusters[returning], view.clusters[active]
+    topics = returning_topics(view, returning) if back.reachable and act.reachable else []
+    if back.reachable and act.reachable and not topics:
+        if view.active_for(returning) and not view.active_for(active) and not view.unsettled():
+            raise PlanError(f"REGION: {region} is already the active region of {pair.name}: nothing to fail back")
+        return None
+    checks = [
+        Check("returning-reachable", back.reachable,
+              f"{returning} answers" if back.reachable else f"{returning} does not answer ({back.error}): "
+                                                             f"failback needs it back"),
+        Check("active-reachable", act.reachable,
+              f"{active} answers" if act.reachable else f"{active} does not answer: {act.error}"),
+    ]
+    if back.reachable and act.reachable:
+        others = sorted(set(view.unsettled()) - set(topics))
+        checks.append(Check("roles", not others,
+                            f"{count(len(topics), 'DR topic')} writable on both clusters" if not others else
+                            f"{count(len(others), 'DR topic')} half way through a failover (dr status lists "
+                            f"them): {', '.join(others[:5])}"))
+        unknown = sorted(t for t in topics if promotion is None or t not in promotion
+                         or len(promotion[t]) != back.topics[t][0])
+        checks.append(Check("promotion", not unknown,
+                            "the history has where every promoted copy stood" if not unknown else
+                            f"the history has no promotion point for {', '.join(unknown[:5])}: run dr from the "
+                            f"state directory of the unplanned failover away from {region}"))
+    epoch = max((c.epoch for c in view.clusters.values() if c.reachable), default=0) + 1
+    names = ", ".join(t + STRANDED_SUFFIX for t in topics[:3]) + (", ..." if len(topics) > 3 else "")
+    stranded = f"{names} on {returning}" if not republish else \
+        f"the active copies on {active}, each with the header seaway.stranded.origin"
+    steps = [
+        Step("take-epoch", f"take DR epoch {epoch} on {returning} and {active}"),
+        Step("fence", f"make {returning}'s {count(len(topics), 'DR topic')} {FENCED}: writes that still reach it stop"),
+        Step("find-stranded", f"count and list, per partition, the records {returning} acknowledged that "
+                              f"never reached {active}"),
+        Step("republish-stranded" if republish else "keep-stranded", f"copy them into {stranded}"),
+        Step("seed-syncs", f"the link back starts where {active}'s copies stood at promotion"),
+        Step("reverse", f"make {returning}'s DR topics replicas of {active}: the link back catches them up"),
+    ]
+    moved = {t: back.topics[t][0] for t in topics}
+    return Plan(pair, "failback", returning, active, epoch, checks, steps, 0, 0.0, STEP_S * len(steps), moved)
+
+
 def count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
@@ -245,8 +329,11 @@ def count(n: int, noun: str) -> str:
 def _roles_check(view: PairView, source: str, moving: list[str]) -> Check:
     unsettled = view.unsettled()
     if unsettled:
+        both = [t for t in unsettled if all(t in c.topics and c.topics[t][1] == "" for c in view.clusters.values())]
+        hint = "; writable on both clusters: after an unplanned failover, dr failback REGION brings the " \
+               "region that came back in" if both else ""
         return Check("roles", False, f"{count(len(unsettled), 'DR topic')} half way through a failover "
-                     f"(dr status lists them): {', '.join(unsettled[:5])}")
+                     f"(dr status lists them): {', '.join(unsettled[:5])}{hint}")
     if not moving:
         return Check("roles", False, f"{source} is active for no DR topic")
     return Check("roles", True, f"{source} is active for {count(len(moving), 'DR topic')}; "

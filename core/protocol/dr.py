@@ -51,6 +51,11 @@ DR_EPOCH = "seaway.dr.epoch"
 DR_STATE_TOPIC = "__seaway_dr"
 MIRROR_CLIENT_PREFIX = "__seaway_mirror."
 FENCED = "(fenced)"      # the value of seaway.replica.of that no one may write
+# Failback: records a region acknowledged but never mirrored before it was failed over
+# (stranded) are kept in `<topic>.stranded` on that region, or re-published on the active
+# side; either way each carries this header, "<cluster>:<topic>:<partition>:<offset>".
+STRANDED_SUFFIX = ".stranded"
+STRANDED_ORIGIN_HEADER = "seaway.stranded.origin"
 
 
 def mirror_client_id(source_cluster: str) -> str:

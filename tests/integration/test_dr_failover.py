@@ -359,3 +359,76 @@ def test_a_step_that_fails_says_what_state_it_left(pair, step, then):
         assert "#1" in history and "(epoch 1): failed" in history and "(epoch 1): done" in history, history
     else:                        # finished as the same failover
         assert "(epoch 1): done" in history and "#2" not in history, history
+
+
+def records(bootstrap: str, topic: str = "orders") -> list[tuple[int, int, str, dict]]:
+    """Every record of `topic`: (partition, offset, value, headers)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False})
+    try:
+        partitions = c.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+        c.assign([TopicPartition(topic, p, 0) for p in partitions])
+        got: list[tuple[int, int, str, dict]] = []
+        deadline = time.monotonic() + 30
+        while len(got) < sum(ends.values()) and time.monotonic() < deadline:
+            for msg in c.consume(100, timeout=0.5):
+                if not msg.error():
+                    got.append((msg.partition(), msg.offset(), msg.value().decode(), dict(msg.headers() or [])))
+        return sorted(got)
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("republish", [False, True], ids=["kept", "republished"])
+def test_failback_after_an_unplanned_failover_keeps_every_stranded_record(pair, tmp_path, republish):
+    """eu-west dies with 9 acknowledged records the link never copied. After the unplanned
+    failover and failback: the 9 are counted exactly (the failover's RPO), none vanished (kept
+    in orders.stranded, or re-published in us-east with their origin), eu-west's log was never
+    truncated, and eu-west is active again with what us-east took meanwhile."""
+    eu, us, config = pair
+    _start(eu, us, config)
+    flags = ["--republish-stranded"] if republish else []
+    with mirror_paused(tmp_path):
+        write(eu.bootstrap, [f"unsent{i}" for i in range(9)])
+        assert lag(config) == 9
+        before = records(eu.bootstrap)
+        eu.kill()
+        dr(config, "--timeout", "2", "failover", "eu-west", "--force")
+    write(us.bootstrap, [f"after{i}" for i in range(6)])
+    eu.start()
+    # Back, and writable on both sides: a failover is refused and says to fail back.
+    refused = dr(config, "failover", "eu-west", check=False)
+    assert refused.returncode == 1 and "dr failback REGION" in refused.stderr, refused.stderr
+    plan = dr(config, "plan", "failback", "eu-west", *flags).stdout
+    assert "failback of eu-west (eu-1), us-east (us-1) active meanwhile" in plan, plan
+    assert ("republish-stranded" in plan) is republish and ("orders.stranded on eu-1" in plan) is not republish
+    out = dr(config, "failback", "eu-west", *flags).stdout
+    assert "9 stranded records on eu-1 (the exact RPO of the unplanned failover)" in out, out
+    assert "eu-west is active" in out, out
+    history = json.loads(dr(config, "history", "-o", "json").stdout)
+    [unplanned] = [r for r in history if r["kind"] == "unplanned"]
+    assert (unplanned["rpo_records"], unplanned["rpo_exact"]) == (9, 1)
+
+    after = records(eu.bootstrap)
+    assert all(r in after for r in before)          # never truncated: each record at its offset
+    mirrored_back = sorted(v for _, _, v, _ in after if v.startswith("after"))
+    unsent = [f"unsent{i}" for i in range(9)]
+    origins = {h["seaway.stranded.origin"].decode() for _, _, v, h in records(
+        us.bootstrap if republish else eu.bootstrap, "orders" if republish else "orders.stranded")
+        if "seaway.stranded.origin" in h}
+    stranded_at = {f"eu-1:orders:{p}:{o}" for p, o, v, _ in before if v.startswith("unsent")}
+    assert origins == stranded_at, (origins, stranded_at)
+    on_us = sorted(v for _, _, v, _ in records(us.bootstrap))
+    if republish:
+        assert sorted(v for v in on_us if v.startswith("unsent")) == unsent
+        # ... and the link back brought the re-published copies to eu-west too
+        assert sorted(v for _, _, v, h in after if "seaway.stranded.origin" in h) == unsent
+    else:
+        assert not [v for v in on_us if v.startswith("unsent")]
+        assert sorted(v for _, _, v, _ in records(eu.bootstrap, "orders.stranded")) == unsent
+    assert mirrored_back == [f"after{i}" for i in range(6)]
+    assert (role(eu.bootstrap), role(us.bootstrap)) == ("", "eu-1")
+    write(eu.bootstrap, ["home"])
+    wait_for("the link runs forward again", lambda: "home" in [v for _, _, v, _ in records(us.bootstrap)])
+    again = dr(config, "failback", "eu-west", check=False)
+    assert again.returncode == 2 and "eu-west is already the active region" in again.stderr, again.stderr

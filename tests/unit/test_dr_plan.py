@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.protocol.dr import FENCED
-from dr.plan import (ClusterView, DrPair, PairView, PartitionLag, PlanError, find_pair,
+from dr.plan import (ClusterView, DrPair, PairView, PartitionLag, PlanError, find_pair, plan_failback,
                      plan_failover)
 
 PAIR = DrPair("eu-west-1", "us-east-1", "eu-west", "us-east")
@@ -61,7 +61,7 @@ def test_an_unplanned_failover_needs_force_and_expects_to_lose_the_lag():
     assert "add --force" in plan.failed_checks()[0].detail
     plan = plan_failover(view(DOWN, cluster(US, EU, epoch=2), lag), "eu-west", force=True)
     assert plan.ready and plan.epoch == 3
-    assert [s.name for s in plan.steps] == ["take-epoch", "record-syncs", "promote", "switch-clients"]
+    assert [s.name for s in plan.steps] == ["take-epoch", "seal", "record-syncs", "promote", "switch-clients"]
     assert (plan.rpo_records, plan.rpo_seconds) == (47, 3.0)
 
 
@@ -117,3 +117,44 @@ def test_bad_regions_get_one_line(region, to, words):
 def test_the_pair_is_found_from_either_region():
     assert find_pair([PAIR], REGIONS, "eu-west", None) is PAIR
     assert find_pair([PAIR], REGIONS, "us-east", "eu-west") is PAIR
+
+
+PROMOTED = {"orders": [10, 10, 10], "payments": [5, 5, 5]}
+
+
+def test_failback_after_an_unplanned_failover_fences_finds_keeps_seeds_and_reverses():
+    back = view(cluster(EU, "", epoch=1), cluster(US, "", epoch=2))     # both writable
+    plan = plan_failback(back, "eu-west", republish=False, promotion=PROMOTED)
+    assert plan is not None and plan.ready
+    assert (plan.kind, plan.source, plan.target, plan.epoch) == ("failback", EU, US, 3)
+    assert [s.name for s in plan.steps] == ["take-epoch", "fence", "find-stranded", "keep-stranded",
+                                            "seed-syncs", "reverse"]
+    assert "orders.stranded, payments.stranded on eu-west-1" in plan.steps[3].summary
+    assert plan.topics == {"orders": 3, "payments": 3}
+    again = plan_failback(back, "eu-west", republish=True, promotion=PROMOTED)
+    assert again is not None and again.steps[3].name == "republish-stranded"
+
+
+# Each row: the pair as observed, the promotion points the history has -> the failed checks.
+@pytest.mark.parametrize("eu, us, promotion, failed", [
+    (DOWN, cluster(US, ""), PROMOTED, ["returning-reachable"]),
+    (cluster(EU, ""), cluster(US, ""), None, ["promotion"]),                   # another state dir
+    (cluster(EU, ""), cluster(US, ""), {"orders": [1, 1]}, ["promotion"]),     # partitions differ
+    (cluster(EU, FENCED), cluster(US, ""), PROMOTED, []),                      # a failback that stopped
+])
+def test_failback_checks(eu, us, promotion, failed):
+    plan = plan_failback(view(eu, us), "eu-west", republish=False, promotion=promotion)
+    assert plan is not None and [c.name for c in plan.failed_checks()] == failed
+
+
+def test_failback_with_nothing_stranded_is_the_planned_failover_back():
+    # After a planned failover the old side is already a replica: nothing to settle.
+    assert plan_failback(view(cluster(EU, US), cluster(US, "")), "eu-west", republish=False, promotion=None) is None
+    with pytest.raises(PlanError, match="eu-west is already the active region"):
+        plan_failback(NORMAL, "eu-west", republish=False, promotion=None)
+
+
+def test_a_failover_of_a_pair_writable_on_both_sides_points_at_failback():
+    plan = plan_failover(view(cluster(EU, ""), cluster(US, "")), "eu-west")
+    [roles] = plan.failed_checks()
+    assert "dr failback REGION" in roles.detail
