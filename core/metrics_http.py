@@ -10,12 +10,25 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
-def serve_http(registry, port: int, host: str, health: Callable[[], tuple[bool, str]] | None = None) -> int:
+Route = Callable[[str], "tuple[int, str, bytes] | None"]
+_REASONS = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}
+
+
+def serve_http(registry, port: int, host: str, health: Callable[[], tuple[bool, str]] | None = None,
+               routes: Route | None = None) -> int:
     """/metrics from `registry` and, with `health`, /health, in a daemon thread. Returns the
-    bound port. The health function runs on that thread: it must only read plain attributes."""
+    bound port. The health function runs on that thread: it must only read plain attributes.
+    `routes` answers other paths (status, content type, body), or None to fall through to
+    /metrics; it runs on that thread too."""
     metrics_app = make_wsgi_app(registry)
 
     def app(environ, start_response):
+        if routes is not None:
+            answer = routes(environ.get("PATH_INFO") or "/")
+            if answer is not None:
+                status, content_type, body = answer
+                start_response(f"{status} {_REASONS.get(status, 'Error')}", [("Content-Type", content_type)])
+                return [body]
         if health is not None and environ.get("PATH_INFO") == "/health":
             try:
                 ok, text = health()

@@ -9,7 +9,12 @@
     dr failback REGION [--republish-stranded]        bring REGION back and make it active again:
                                                      its stranded records are counted and kept
                                                      (or re-published), then a planned failover
-    dr history [-o json]                             failovers and their measured figures
+    dr drill REGION [--rate N] [--hold S]            fail REGION's canary topic over and back under
+                                                     live canary traffic; a report in Markdown and
+                                                     JSON, kept with the history (exit 0: passed)
+    dr serve [--listen HOST:PORT]                    the daemon: polls, metrics, JSON API, drills on
+                                                     drill_schedule (dr/serve.py)
+    dr history [-o json]                             failovers, drills and their measured figures
 
 Which clusters: `--platform` (the default; the platform `regions up` runs, in
 $SEAWAY_STATE_DIR or ~/.seaway/platform, or --state-dir) or `--config dr.yaml` (dr/config.py).
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import logging
 import os
 import socket
 import sys
@@ -29,10 +35,14 @@ from pathlib import Path
 import anyio
 
 from .config import DrConfig, DrConfigError, PairConfig, load_config, platform_config
+from .drill import Drill
+from .schedule import ScheduleError
+from .serve import DEFAULT_LISTEN, DrServer, parse_listen
+from .status import pair_status, view_of
 from .failover import Failover, FailoverError
 from .history import History, HistoryError
-from .observe import PairClients, observe
-from .plan import (PairView, PartitionLag, Plan, PlanError, count, find_pair, plan_failback, plan_failover,
+from .observe import PairClients
+from .plan import (PairView, Plan, PlanError, count, find_pair, plan_failback, plan_failover,
                    plan_from_dict, plan_to_dict)
 
 
@@ -68,6 +78,19 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--republish-stranded", action="store_true",
                        help="re-publish REGION's stranded records on the active side (default: keep them "
                             "in <topic>.stranded on REGION)")
+    drill = sub.add_parser("drill", help="a failover and failback of REGION's canary topic under live traffic, "
+                                         "measured; the report goes to the history")
+    drill.add_argument("region", metavar="REGION")
+    drill.add_argument("--to", metavar="REGION", help="REGION's DR partner (when REGION is in several pairs)")
+    drill.add_argument("--rate", type=float, default=200.0, help="canary records per second (default 200)")
+    drill.add_argument("--hold", type=float, default=2.0,
+                       help="seconds of traffic on each side between the moves (default 2)")
+    serve = sub.add_parser("serve", help="the DR daemon: health and lag polled, Prometheus metrics, the JSON "
+                                         "API, scheduled drills")
+    serve.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                       help=f"where to serve /metrics, /health and /api/v1 (default {DEFAULT_LISTEN}; port 0: any)")
+    serve.add_argument("--poll-interval", type=float, default=5.0, metavar="S",
+                       help="seconds between polls of the pairs (default 5)")
     history = sub.add_parser("history", help="failovers and their measured figures")
     history.add_argument("-o", "--output", choices=("table", "json"), default="table")
     return parser
@@ -97,32 +120,13 @@ def _pair_for(config: DrConfig, args) -> PairConfig:
     return config.pair_config(pair)
 
 
-async def _view(clients: PairClients, history: History) -> PairView:
-    """The pair as it is now; where the active side cannot be asked for its lag, the last lag
-    seen (for an unplanned failover's expected loss). Every lag seen is kept."""
-    view = await observe(clients)
-    pair = clients.config.pair
-    if view.lag_known:
-        history.observed(pair.name, view.active(),
-                         {f"{t}/{p}": [v.records, v.seconds] for (t, p), v in view.lag.items()})
-        return view
-    last = history.last_observation(pair.name)
-    if last is None or not last["active"] or view.clusters[last["active"]].reachable:
-        return view         # only an active side that stopped answering is judged by what it last showed
-    lag = {}
-    for key, (records, seconds) in last["lag"].items():
-        topic, _, partition = key.rpartition("/")
-        lag[(topic, int(partition))] = PartitionLag(records, seconds + (time.time() - last["at"]))
-    return PairView(view.pair, view.clusters, lag)
-
-
 # ---------------------------------------------------------------------------- plan / failover
 
 async def _plan(config: DrConfig, args) -> int:
     pair_config = _pair_for(config, args)
     history = History(Path(config.state_dir))
     async with PairClients(pair_config, timeout_s=args.timeout) as clients:
-        view = await _view(clients, history)
+        view = await view_of(clients, history)
         if args.action == "failover":
             plan = plan_failover(view, args.region, force=args.force)
         else:
@@ -176,7 +180,7 @@ async def _failover(config: DrConfig, args) -> int:
             if running is not None:
                 plan = plan_from_dict(running["context"]["plan"])
             else:
-                plan = _ready(plan_failover(await _view(clients, history), args.region, force=args.force))
+                plan = _ready(plan_failover(await view_of(clients, history), args.region, force=args.force))
             await _carry_out(config, clients, history, plan, running)
     return 0
 
@@ -195,7 +199,7 @@ async def _failback(config: DrConfig, args) -> int:
                 await _carry_out(config, clients, history, plan_from_dict(running["context"]["plan"]), running)
                 running = None
             elif running is None:
-                view = await _view(clients, history)
+                view = await view_of(clients, history)
                 settle = _failback_plan(view, history, args)
                 if settle is not None:
                     unplanned = history.last_unplanned(pair.name, settle.source)
@@ -203,7 +207,7 @@ async def _failback(config: DrConfig, args) -> int:
                     await _carry_out(config, clients, history, _ready(settle), None, extra={
                         "promotion": unplanned["context"]["target_ends"], "promotion_failover": unplanned["id"]})
             if running is None:
-                back = _ready(plan_failover(await _view(clients, history), _partner_region_of(pair_config, args.region)))
+                back = _ready(plan_failover(await view_of(clients, history), _partner_region_of(pair_config, args.region)))
             else:
                 back = plan_from_dict(running["context"]["plan"])
             await _carry_out(config, clients, history, back, running)
@@ -298,43 +302,8 @@ class _controller_lock:
 
 async def _status(config: DrConfig, args) -> int:
     history = History(Path(config.state_dir))
-    pairs = []
-    ready = bool(config.pairs)
-    for pair_config in config.pairs:
-        async with PairClients(pair_config, timeout_s=args.timeout) as clients:
-            view = await _view(clients, history)
-        active = view.active()
-        # Ready: every region that is active for some topic could fail over now.
-        plans = []
-        for cluster in (view.pair.first, view.pair.second):
-            if view.active_for(cluster):
-                try:
-                    plans.append(plan_failover(view, view.pair.region_of(cluster)))
-                except PlanError:
-                    pass
-        checks = [c for plan in plans for c in plan.checks]
-        pair_ready = bool(plans) and all(plan.ready for plan in plans) and not view.unsettled()
-        ready = ready and pair_ready
-        last = next((f for f in history.failovers() if f["pair"] == view.pair.name), None)
-        pairs.append({
-            "pair": view.pair.name,
-            "active_region": view.pair.region_of(active) if active else None,
-            "active_cluster": active,
-            "active_for": {view.pair.region_of(c): len(view.active_for(c)) for c in (view.pair.first, view.pair.second)},
-            "unsettled": view.unsettled(),
-            "clusters": {name: {"region": view.pair.region_of(name), "reachable": c.reachable, "epoch": c.epoch,
-                                "error": c.error,
-                                "topics": {t: {"partitions": n, "replica_of": r} for t, (n, r) in sorted(c.topics.items())}}
-                         for name, c in view.clusters.items()},
-            "lag": [{"topic": t, "partition": p, "records": v.records, "seconds": round(v.seconds, 3)}
-                    for (t, p), v in sorted(view.lag.items())],
-            "rpo_at_risk": {"records": sum(v.records for v in view.lag.values()),
-                            "seconds": round(max((v.seconds for v in view.lag.values()), default=0.0), 3)},
-            "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in checks],
-            "ready": pair_ready,
-            "last_failover": None if last is None else {k: last[k] for k in (
-                "id", "kind", "state", "source", "target", "started_at", "rto_writes_s", "rpo_records")},
-        })
+    pairs = [await pair_status(pair_config, history, timeout_s=args.timeout) for pair_config in config.pairs]
+    ready = bool(pairs) and all(p["ready"] for p in pairs)
     if args.output == "json":
         print(json.dumps({"pairs": pairs, "ready": ready}, indent=2))
     else:
@@ -370,30 +339,106 @@ def render_status(pairs: list[dict]) -> str:
         if last:
             lines.append(f"  last failover: #{last['id']} {last['kind']} {last['source']} -> {last['target']}, "
                          f"{last['state']}")
+        drill = p.get("last_drill")
+        if drill:
+            lines.append(f"  last drill: {drill['id']} of {drill['region']} ({drill['mode']}), {drill['state']}"
+                         + ("" if drill["rto_writes_s"] is None else
+                            f": RPO {drill['rpo_records']} records, canary writes after {drill['rto_writes_s']:.2f}s"))
     return "\n".join(lines)
 
 
 async def _history(config: DrConfig, args) -> int:
     history = History(Path(config.state_dir))
     rows = history.failovers()
+    drills = history.drills()
     if args.output == "json":
         for row in rows:
             row["steps"] = history.steps(row["id"])
-        print(json.dumps(rows, indent=2, default=str))
+        print(json.dumps({"failovers": rows, "drills": drills}, indent=2, default=str))
         return 0
-    if not rows:
-        print("no failovers yet")
+    if not rows and not drills:
+        print("no failovers or drills yet")
         return 0
     for row in rows:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(row["started_at"]))
-        figures = "" if row["rto_writes_s"] is None else \
-            f", writes after {row['rto_writes_s']:.2f}s, RPO {row['rpo_records']} records"
+        figures = ""
+        if row["kind"] == "failback":
+            stranded = row["context"].get("stranded_records")
+            figures = "" if stranded is None else f", {count(stranded, 'stranded record')}"
+        elif row["rto_writes_s"] is not None:
+            exact = " (exact, counted at failback)" if row.get("rpo_exact") else \
+                " (expected)" if row["kind"] == "unplanned" else ""
+            figures = f", writes after {row['rto_writes_s']:.2f}s, RPO {row['rpo_records']} records{exact}"
+        drill = f" [drill {row['context']['drill']}]" if row["context"].get("drill") else ""
         print(f"#{row['id']} {when} {row['kind']} {row['source']} -> {row['target']} (epoch {row['epoch']}): "
-              f"{row['state']}{figures}" + (f" ({row['error']})" if row["error"] else ""))
+              f"{row['state']}{figures}{drill}" + (f" ({row['error']})" if row["error"] else ""))
+    for d in drills:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(d["started_at"]))
+        figures = "" if d["rto_writes_s"] is None else \
+            f", RPO {d['rpo_records']} records, canary writes after {d['rto_writes_s']:.2f}s" + \
+            ("" if d["rto_reads_s"] is None else f", reads after {d['rto_reads_s']:.2f}s")
+        print(f"drill {d['id']} {when} {d['region']} ({d['mode']}): {d['state']}{figures}"
+              + (f" ({d['error']})" if d["error"] else "") + (f"; report {d['report']}" if d["report"] else ""))
     return 0
 
 
-_COMMANDS = {"status": _status, "plan": _plan, "failover": _failover, "failback": _failback, "history": _history}
+async def _drill(config: DrConfig, args) -> int:
+    if args.rate <= 0 or args.rate > 100_000:
+        raise CliError(f"--rate: {args.rate:g} is not between 0 and 100000 records per second")
+    if args.hold < 0:
+        raise CliError(f"--hold: {args.hold:g} is negative")
+    pair_config = _pair_for(config, args)
+    state_dir = Path(config.state_dir)
+    history = History(state_dir)
+    with _controller_lock(state_dir):
+        if history.running(pair_config.pair.name) is not None:
+            raise CliError(f"a failover of {pair_config.pair.name} is half done (dr history): finish it first", status=1)
+        drill = Drill(config, pair_config, history, controller=_controller_id(), report=lambda line: print(line, flush=True),
+                      rate=args.rate, hold_s=args.hold, timeout_s=args.timeout)
+        report = await drill.run(args.region)
+    summary = report.to_dict()
+    for phase in report.phases:
+        print(f"{phase.name}: RPO {phase.rpo_records} records; writes accepted after {phase.rto_promoted_s:.2f}s; "
+              f"canary writes after {_seconds(phase.rto_writes_s)}, reads after {_seconds(phase.rto_reads_s)}")
+    print(f"drill {'PASSED' if report.passed else 'FAILED'}" + (f": {report.error}" if report.error else "") +
+          f": {summary['acknowledged']} acknowledged, {report.lost} lost, {report.duplicated} duplicated, "
+          f"{report.reordered} partitions reordered, {report.skipped} skipped, {report.reread} re-read")
+    newest = history.drills(limit=1)[0]
+    print(f"report: {newest['report']} and {Path(newest['report']).with_suffix('.json')}")
+    return 0 if report.passed else 1
+
+
+async def _serve(config: DrConfig, args) -> int:
+    try:
+        host, port = parse_listen(args.listen)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if not 0.1 <= args.poll_interval <= 3600:
+        raise CliError(f"--poll-interval: {args.poll_interval:g} is not between 0.1 and 3600 seconds")
+    try:
+        server = DrServer(config, host=host, port=port, poll_s=args.poll_interval, timeout_s=args.timeout,
+                          controller=_controller_id(), lock=lambda: _controller_lock(Path(config.state_dir)))
+    except ScheduleError as exc:
+        raise CliError(str(exc)) from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    async with anyio.create_task_group() as tg:
+        try:
+            bound = await tg.start(server.run)
+        except OSError as exc:
+            raise CliError(f"--listen: cannot listen on {args.listen}: {exc.strerror or exc}", status=1) from None
+        print(f"dr serve: http://{host}:{bound}/ (/metrics, /health, /api/v1/status, /api/v1/decisions, "
+              f"/api/v1/history); {len(config.pairs)} DR pairs, state in {config.state_dir}", flush=True)
+        print(f"dr serve: drills: {config.drill_schedule or 'none scheduled (drill_schedule in the topology)'}"
+              + (f", next at {server.next_drill()}" if config.drill_schedule else ""), flush=True)
+    return 0
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}s"
+
+
+_COMMANDS = {"status": _status, "plan": _plan, "failover": _failover, "failback": _failback, "drill": _drill,
+             "serve": _serve, "history": _history}
 
 
 if __name__ == "__main__":

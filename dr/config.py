@@ -32,6 +32,7 @@ from core.client.security import ClientSecurity, checked_properties, security_fr
 from mirror.policy import TopicFilter
 
 from .plan import DrPair
+from .schedule import drill_trigger
 
 # The mirror's default exclusions, which DR topics follow too (mirror/link.py LinkConfig).
 DEFAULT_EXCLUDE = [r".*[\-\.]internal", r".*\.replica", r"__.*"]
@@ -101,6 +102,13 @@ class DrConfig(_Strict):
     rpo_target_s: float = Field(default=60.0, gt=0)
     rto_target_s: float = Field(default=300.0, gt=0)
     drill_schedule: str | None = None
+
+    @field_validator("drill_schedule")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        if value is not None:
+            drill_trigger(value)        # ScheduleError (a ValueError) says what is wrong
+        return value
 
     @model_validator(mode="after")
     def _pairs_in_regions(self):

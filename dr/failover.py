@@ -326,7 +326,7 @@ class Failover:
     async def _decide(self, phase: str) -> str:
         pair = self.plan.pair
         access = self.config.pair_config(pair).access(self.plan.target)
-        decision = Decision(pair.name, self.plan.epoch, pair.region_of(self.plan.target), self.plan.target,
+        decision = Decision(self.plan.key, self.plan.epoch, pair.region_of(self.plan.target), self.plan.target,
                             access.bootstrap, phase, time.time(), self.controller)
         properties = write_files(Path(self.config.state_dir), decision)
         self.context["properties_file"] = str(properties)
@@ -357,7 +357,8 @@ class Failover:
         topics = set(self.plan.topics)
         deadline = anyio.current_time() + self.config.groups_timeout_s
         while True:
-            groups = [g.group_id for g in await admin.list_groups() if not g.group_id.startswith("__")]
+            groups = [g.group_id for g in await admin.list_groups() if not g.group_id.startswith("__")
+                      and (self.plan.groups is None or g.group_id in self.plan.groups)]
             described = await admin.describe_groups(groups) if groups else {}
             busy = sorted(g for g, d in described.items()
                           if not isinstance(d, KafkaError) and d.state not in IDLE_GROUP_STATES and d.members)

@@ -11,6 +11,10 @@ where it was and finishes.
     steps         failover_id, name, started_at, finished_at, state, detail
     observations  pair, at, active, lag: the latest lag seen, which an unplanned failover
                   reports as its expected loss once the active region cannot be asked
+    drills        id, pair, region, mode, run_id, state (running, passed, failed), started_at,
+                  finished_at, rpo_records, rto_writes_s, rto_reads_s (the failover phase's, as
+                  the canary clients saw them), report (the Markdown file), error, summary
+                  (JSON: the whole report, dr/drill.py)
 
 A database that cannot be read is one line (HistoryError) naming the file, and nothing is
 written to it.
@@ -53,6 +57,11 @@ class History:
         if "observations" not in tables:
             self.db["observations"].create({"pair": str, "at": float, "active": str,
                                             "lag": str}, pk="pair")
+        if "drills" not in tables:
+            self.db["drills"].create({"id": int, "pair": str, "region": str, "mode": str, "run_id": str,
+                                      "state": str, "started_at": float, "finished_at": float,
+                                      "rpo_records": int, "rto_writes_s": float, "rto_reads_s": float,
+                                      "report": str, "error": str, "summary": str}, pk="id")
         if "steps" not in tables:
             self.db["steps"].create({"failover_id": int, "name": str, "started_at": float,
                                      "finished_at": float, "state": str, "detail": str})
@@ -121,6 +130,23 @@ class History:
             if row["kind"] == "unplanned" and row["source"] == source and row["state"] == "done":
                 return row
         return None
+
+    def drill_started(self, *, pair: str, region: str, mode: str, run_id: str) -> int:
+        row = {"pair": pair, "region": region, "mode": mode, "run_id": run_id, "state": "running",
+               "started_at": time.time()}
+        return self._write(lambda: self.db["drills"].insert(row).last_pk)
+
+    def drill_finished(self, drill_id: int, *, summary: dict, **fields: Any) -> None:
+        fields = {**fields, "summary": json.dumps(summary), "finished_at": time.time()}
+        self._write(lambda: self.db["drills"].update(drill_id, fields))
+
+    def drills(self, limit: int = 50) -> list[dict]:
+        def read() -> list[dict]:
+            rows = [dict(r) for r in self.db["drills"].rows_where(order_by="id desc", limit=limit)]
+            for row in rows:
+                row["summary"] = json.loads(row["summary"] or "{}")
+            return rows
+        return self._write(read)
 
     def failovers(self, limit: int = 50) -> list[dict]:
         return self._write(lambda: [_decoded(r) for r in self.db["failovers"].rows_where(

@@ -46,7 +46,7 @@ class PairClients:
             # Bounded by the client's own connect and request timeouts (a client's task group
             # must not be entered under a cancel scope that ends before it does).
             try:
-                client = await self._stack.enter_async_context(_client(side, self.timeout_s))
+                client = await self._stack.enter_async_context(client_for(side, self.timeout_s))
             except (KafkaError, OSError) as exc:
                 self.unreachable[side.cluster] = str(exc) or type(exc).__name__
                 continue
@@ -60,9 +60,11 @@ class PairClients:
         return Admin(self.clients[cluster])
 
 
-def _client(side: ClusterAccess, timeout_s: float) -> KafkaClient:
+def client_for(side: ClusterAccess, timeout_s: float, *, client_id: str = CLIENT_ID) -> KafkaClient:
+    """A client of one cluster of a pair (an async context manager), with the controller's
+    login and `timeout_s` for connecting and for each request."""
     ms = int(timeout_s * 1000)
-    return KafkaClient(side.bootstrap, client_id=CLIENT_ID, security=side.security(),
+    return KafkaClient(side.bootstrap, client_id=client_id, security=side.security(),
                        request_timeout_ms=ms, connect_timeout_ms=ms, default_api_timeout_ms=ms,
                        reconnect_backoff_ms=100)
 

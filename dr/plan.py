@@ -177,6 +177,14 @@ class Plan:
     rpo_seconds: float
     rto_seconds: float
     topics: dict[str, int] = field(default_factory=dict)    # the DR topics it moves: partitions
+    # A drill moves only its canary topic: its decision is kept under a key of its own (never
+    # the pair's, which applications follow) and only its group's offsets move.
+    decision_key: str = ""          # "": the pair's name
+    groups: list[str] | None = None     # None: every group
+
+    @property
+    def key(self) -> str:
+        return self.decision_key or self.pair.name
 
     @property
     def ready(self) -> bool:
@@ -203,13 +211,20 @@ def find_pair(pairs: list[DrPair], regions: list[str], region: str, to_region: s
     return candidates[0]
 
 
-def plan_failover(view: PairView, region: str, *, force: bool = False) -> Plan:
-    """The plan for failing `region`'s cluster of the pair over to its partner. PlanError if
-    there is nothing to fail over; a Plan whose checks say why it cannot run yet otherwise."""
+def plan_failover(view: PairView, region: str, *, force: bool = False, only: set[str] | None = None,
+                  decision_key: str = "", groups: list[str] | None = None) -> Plan:
+    """The plan for failing `region`'s cluster of the pair over to its partner (`only`: just
+    these DR topics, as a drill does). PlanError if there is nothing to fail over; a Plan whose
+    checks say why it cannot run yet otherwise."""
     pair = view.pair
     source = pair.cluster_in(region)
     if source is None:
         raise PlanError(f"REGION: {region} is not in DR pair {pair.name}")
+    if only is not None:
+        view = PairView(pair, {name: ClusterView(c.name, c.reachable, c.epoch,
+                                                 {t: v for t, v in c.topics.items() if t in only}, c.error)
+                               for name, c in view.clusters.items()},
+                        {tp: lag for tp, lag in view.lag.items() if tp[0] in only}, view.lag_known)
     target = pair.partner(source)
     src, tgt = view.clusters[source], view.clusters[target]
     moving = view.active_for(source)
@@ -256,7 +271,7 @@ def plan_failover(view: PairView, region: str, *, force: bool = False) -> Plan:
     copies = src.topics if planned else tgt.topics
     moved = {t: copies[t][0] for t in moving if t in copies}
     return Plan(pair, "planned" if planned else "unplanned", source, target, epoch, checks, steps,
-                rpo_records, rpo_seconds, rto, moved)
+                rpo_records, rpo_seconds, rto, moved, decision_key, groups)
 
 
 def returning_topics(view: PairView, returning: str) -> list[str]:

@@ -149,6 +149,8 @@ def cmd_up(args, state_dir: Path) -> int:
                       f"(through the WAN)")
         print(f"  {'':<10} {'':<12} metrics " + " ".join(
             f"http://127.0.0.1:{n.metrics_port}/metrics" for n in c.nodes))
+    if layout.dr_url:
+        print(f"  DR controller (dr serve): {layout.dr_url} (/metrics, /api/v1/status; `dr status` prints the same)")
     if layout.security is not None:
         _print_security(layout)
     if args.detach:
@@ -281,7 +283,8 @@ def cmd_status(args, state_dir: Path) -> int:
                 healths[name].to_dict(), bootstrap=c.bootstrap,
                 nodes_up=sum(v["running"] for v in nodes.values()), nodes_total=len(nodes),
                 nodes=nodes)
-        print(json.dumps({"name": status["name"], "regions": regions, "mirror": status.get("mirror")},
+        print(json.dumps({"name": status["name"], "regions": regions, "mirror": status.get("mirror"),
+                          "dr": status.get("dr")},
                          indent=2))
         return 0
     _print_status(state_dir, layout, status)
@@ -313,6 +316,10 @@ def _print_status(state_dir: Path, layout, status: dict | None = None) -> None:
         links = ", ".join(f"{m.source} -> {m.target}" for m in layout.topology.mirror_runs())
         print(f"mirror ({links}): " + (f"running (pid {mirror['pid']})" if mirror["running"]
                                        else f"down (exit {mirror['exit_code']}; see {mirror['log']})"))
+    dr = status.get("dr")
+    if dr is not None:
+        print(f"dr serve ({dr['url']}): " + (f"running (pid {dr['pid']})" if dr["running"]
+                                            else f"down (exit {dr['exit_code']}; see {dr['log']})"))
 
 
 def cmd_stop_start(args, state_dir: Path) -> int:

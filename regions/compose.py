@@ -65,6 +65,8 @@ EXTERNAL_PORT = 9095
 FIRST_WAN_LISTENER_PORT = 9096
 FIRST_WAN_PROXY_PORT = 10000
 MIRROR_METRICS_PORT = 9100
+DR_PORT = 9780              # `dr serve`: /metrics, /health, /api/v1 (published on the host too)
+DR_STATE_DIR = "/var/lib/seaway/dr"     # on the dr-state volume, mounted at the image user's home
 PROMETHEUS_PORT = 9090
 IMAGE = "${SEAWAY_IMAGE:-seaway:latest}"
 PROMETHEUS_IMAGE = "${PROMETHEUS_IMAGE:-prom/prometheus:v2.53.1}"
@@ -114,6 +116,8 @@ def compose_file(topology: Topology, *, source: str = "regions/topologies/two-re
         doc.add_mirror_acls()
     for link in topology.mirror_runs():
         doc.add_mirror(link)
+    if topology.dr_pairs():
+        doc.add_dr()
     doc.add_prometheus()
     doc.add_grafana()
     body = yaml.dump(doc.to_dict(), Dumper=_Dumper, sort_keys=False, width=100, default_flow_style=False)
@@ -130,7 +134,8 @@ class _ComposeDocument:
         self.services: dict = {}
         self.volumes: dict = {}
         self.configs: dict = {}
-        self.scrape: dict[str, list[dict]] = {"seaway-nodes": [], "seaway-mirror": [], "seaway-wan": []}
+        self.scrape: dict[str, list[dict]] = {"seaway-nodes": [], "seaway-mirror": [], "seaway-wan": [],
+                                              "seaway-dr": []}
         # One WAN proxy port per (cluster, broker id, client region), numbered in file order.
         self.wan_ports: dict[tuple[str, int, str], int] = {}
         self.proxies: list[str] = []        # `regions wan --proxy` arguments
@@ -310,6 +315,43 @@ class _ComposeDocument:
             self.services[service]["depends_on"] = {"mirror-acls": {"condition": "service_completed_successfully"}}
         _add_target(self.scrape["seaway-mirror"], f"{service}:{MIRROR_METRICS_PORT}", region=target_region,
                     cluster=m.target)
+
+    def add_dr(self) -> None:
+        """`dr serve`, the DR controller's daemon: on every region's network (it must reach both
+        clusters of each pair), its history and decisions on a volume, the API on the host."""
+        def side(cluster: str) -> dict:
+            access = {"cluster": cluster, "region": self.topology.region_of(cluster),
+                      "bootstrap": ",".join(f"{_host(cluster, n.id)}:{INTERNAL_PORT}"
+                                            for n in self.topology.cluster(cluster).brokers)}
+            if self.security is not None:
+                access["properties_file"] = secure.client_properties_path(self.security.admin_user)
+            return access
+
+        dr = self.topology.dr
+        config = {"state_dir": DR_STATE_DIR, "regions": list(self.topology.regions),
+                  "rpo_target_s": dr.rpo_target_s, "rto_target_s": dr.rto_target_s,
+                  "pairs": [{"first": side(m.source), "second": side(m.target), "topics": list(m.topics),
+                             **({"exclude": list(m.exclude)} if m.exclude else {})}
+                            for m in self.topology.dr_pairs()]}
+        if dr.drill_schedule:
+            config["drill_schedule"] = dr.drill_schedule
+        self.configs["dr"] = {"content": yaml.safe_dump(config, sort_keys=False)}
+        self.services["dr"] = {
+            "image": IMAGE,
+            "hostname": "dr",
+            "command": ["dr", "--config", "/etc/seaway/dr.yml", "serve", "--listen", f"0.0.0.0:{DR_PORT}"],
+            "networks": list(self.topology.regions),
+            "ports": [f"127.0.0.1:{DR_PORT}:{DR_PORT}"],
+            "configs": [{"source": "dr", "target": "/etc/seaway/dr.yml"}],
+            "volumes": ["dr-state:/var/lib/seaway"],
+            "healthcheck": _healthcheck(DR_PORT),
+            "labels": {"io.seaway.role": "dr"},
+        }
+        self.volumes["dr-state"] = None
+        if self.security is not None:
+            self.services["dr"]["volumes"].append(f"pki:{secure.SECRETS_MOUNT}:ro")
+            self.services["dr"]["depends_on"] = {"pki": {"condition": "service_completed_successfully"}}
+        _add_target(self.scrape["seaway-dr"], f"dr:{DR_PORT}")
 
     def add_prometheus(self) -> None:
         self.configs["prometheus"] = {"content": _prometheus_config(self.topology, self.scrape)}

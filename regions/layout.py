@@ -101,6 +101,11 @@ class PlatformLayout:
     proxies: list[ProxyLayout]
     mirror_metrics_port: int | None = None     # the mirror process's /metrics, if it has links
     security: PlatformSecurity | None = None   # the topology's `security:` when enabled
+    dr_port: int | None = None                 # `dr serve`'s HTTP (metrics, API), if there are DR pairs
+
+    @property
+    def dr_url(self) -> str | None:
+        return f"http://127.0.0.1:{self.dr_port}/" if self.dr_port else None
 
     def nodes(self) -> list[NodeLayout]:
         return [n for c in self.clusters.values() for n in c.nodes]
@@ -192,10 +197,11 @@ def plan(topology: Topology, state_dir: Path, *, cluster_ids: dict[str, str] | N
         for n in layouts:
             n.properties = _properties(n, voters, cluster.config, proxies, security)
     mirror_port = port("mirror/metrics_port", None) if topology.mirrors else None
+    dr_port = port("dr/port", None) if topology.dr_pairs() else None
     state_dir.mkdir(parents=True, exist_ok=True)
     _save_json(state_dir / PORTS_FILE, ports)
     _save_json(state_dir / CLUSTER_IDS_FILE, ids)
-    return PlatformLayout(topology, state_dir, clusters, proxies, mirror_port, security)
+    return PlatformLayout(topology, state_dir, clusters, proxies, mirror_port, security, dr_port)
 
 
 def _properties(n: NodeLayout, voters: str, cluster_config: dict, proxies: list[ProxyLayout],

@@ -39,6 +39,7 @@ CONTROL_SOCKET = "control.sock"
 PLATFORM_FILE = "platform.json"
 SUPERVISOR_LOG = "supervisor.log"
 MIRROR_LOG = "mirror.log"
+DR_LOG = "dr.log"
 STOP_GRACE_S = 30.0
 MAX_COMMAND_BYTES = 64 * 1024
 REPO = Path(__file__).resolve().parents[1]
@@ -136,6 +137,36 @@ class MirrorProcess(_Child):
                 "log": str(self.state_dir / MIRROR_LOG)}
 
 
+class DrServeProcess(_Child):
+    """`dr serve --platform`: the DR controller's daemon (metrics, JSON API, scheduled drills)."""
+
+    def __init__(self, state_dir: Path, port: int):
+        self.state_dir = state_dir
+        self.port = port
+        self.proc = None
+
+    def start(self) -> None:
+        if self.running:
+            return
+        self.proc = spawn(["dr.cli", "--platform", "--state-dir", str(self.state_dir), "serve",
+                           "--listen", f"127.0.0.1:{self.port}"], self.state_dir / DR_LOG)
+        log.info("started dr serve (pid %d) on http://127.0.0.1:%d/", self.proc.pid, self.port)
+
+    async def stop(self) -> None:
+        if not self.running:
+            return
+        self.proc.terminate()
+        if not await _exited(self.proc, 10):
+            self.proc.kill()
+            await _exited(self.proc, None)
+
+    def describe(self) -> dict:
+        return {"running": self.running, "pid": self.proc.pid if self.running else None,
+                "url": f"http://127.0.0.1:{self.port}/",
+                "exit_code": None if self.proc is None or self.running else self.proc.returncode,
+                "log": str(self.state_dir / DR_LOG)}
+
+
 class Supervisor:
     def __init__(self, layout: PlatformLayout, *, topology_path: Path | None = None):
         self.layout = layout
@@ -143,6 +174,7 @@ class Supervisor:
         self.nodes = {n.key: NodeProcess(n) for n in layout.nodes()}
         self.proxies = self._proxies()
         self.mirror = MirrorProcess(layout.state_dir) if layout.topology.mirrors else None
+        self.dr = DrServeProcess(layout.state_dir, layout.dr_port) if layout.dr_port else None
         self.done = anyio.Event()
 
     def _proxies(self) -> list[WanProxy]:
@@ -175,6 +207,8 @@ class Supervisor:
                         tg.start_soon(self._grant_mirror_then_start)
                     else:
                         self.mirror.start()
+                if self.dr is not None:     # it reads platform.json, written above
+                    self.dr.start()
                 tg.start_soon(self._watch)
                 tg.start_soon(self._on_signals)
                 tg.start_soon(listener.serve, self._handle)
@@ -189,8 +223,9 @@ class Supervisor:
             for node in self.nodes.values():     # whatever a cancellation left running
                 if node.running:
                     node.proc.kill()
-            if self.mirror is not None and self.mirror.running:
-                self.mirror.proc.kill()
+            for child in (self.mirror, self.dr):
+                if child is not None and child.running:
+                    child.proc.kill()
 
     async def _grant_mirror_then_start(self) -> None:
         """On a secured platform the mirror may do only what its ACLs allow, so they are in
@@ -237,6 +272,7 @@ class Supervisor:
                 # what `mirror run --platform` runs: the mirror takes its links from here
                 "mirror_links": layout.mirror_links(),
                 "mirror_metrics_port": layout.mirror_metrics_port,
+                "dr": layout.dr_url,
                 "topology": str(self.topology_path) if self.topology_path else None,
                 "security": self._security_summary(),
                 "started_at": time.time()}
@@ -258,6 +294,8 @@ class Supervisor:
                 "client_properties": {user: str(path) for user, path in files.items()}}
 
     async def shutdown(self) -> None:
+        if self.dr is not None:
+            await self.dr.stop()
         if self.mirror is not None:
             await self.mirror.stop()
         async with anyio.create_task_group() as tg:
@@ -279,6 +317,11 @@ class Supervisor:
                             self.mirror.proc.returncode, self.mirror.describe()["log"])
                 await anyio.sleep(1.0)
                 self.mirror.start()
+            if self.dr is not None and self.dr.proc is not None and not self.dr.running and not self.done.is_set():
+                log.warning("dr serve exited with %s; starting it again (see %s)",
+                            self.dr.proc.returncode, self.dr.describe()["log"])
+                await anyio.sleep(1.0)
+                self.dr.start()
             for key, node in self.nodes.items():
                 if node.proc is None or node.running:
                     reported.discard(key)
@@ -315,7 +358,8 @@ class Supervisor:
         if cmd == "status":
             return {"ok": True, "name": self.layout.topology.name, "pid": os.getpid(),
                     "nodes": {k: n.describe() for k, n in self.nodes.items()},
-                    "mirror": self.mirror.describe() if self.mirror is not None else None}
+                    "mirror": self.mirror.describe() if self.mirror is not None else None,
+                    "dr": self.dr.describe() if self.dr is not None else None}
         if cmd == "down":
             self.done.set()
             return {"ok": True}

@@ -46,6 +46,20 @@ def tansu_broker_kcat(request, tmp_path_factory):
     yield from _tansu(request, tmp_path_factory, "tansu_broker_kcat", strip_apiversions_tags=True)
 
 
+# The suite runs on two workers (`-n 2 --dist loadfile`: a module stays on one worker, so its
+# fixtures are shared as written). Modules that take minutes go first, so that the other
+# worker works through the rest meanwhile instead of one of them ending the run alone.
+LONG_MODULES = ("tests/integration/test_scale_idle.py", "tests/integration/test_regions.py",
+                "tests/integration/test_regions_mirror.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item) -> int:
+        path = item.nodeid.split("::")[0]
+        return LONG_MODULES.index(path) if path in LONG_MODULES else len(LONG_MODULES)
+    items.sort(key=rank)      # stable: every module keeps its own order
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Attach the tail of each broker log a failed test used."""

@@ -405,7 +405,7 @@ def test_failback_after_an_unplanned_failover_keeps_every_stranded_record(pair, 
     out = dr(config, "failback", "eu-west", *flags).stdout
     assert "9 stranded records on eu-1 (the exact RPO of the unplanned failover)" in out, out
     assert "eu-west is active" in out, out
-    history = json.loads(dr(config, "history", "-o", "json").stdout)
+    history = json.loads(dr(config, "history", "-o", "json").stdout)["failovers"]
     [unplanned] = [r for r in history if r["kind"] == "unplanned"]
     assert (unplanned["rpo_records"], unplanned["rpo_exact"]) == (9, 1)
 
@@ -432,3 +432,100 @@ def test_failback_after_an_unplanned_failover_keeps_every_stranded_record(pair, 
     wait_for("the link runs forward again", lambda: "home" in [v for _, _, v, _ in records(us.bootstrap)])
     again = dr(config, "failback", "eu-west", check=False)
     assert again.returncode == 2 and "eu-west is already the active region" in again.stderr, again.stderr
+
+
+def test_a_drill_moves_only_the_canary_over_and_back_under_traffic_and_reports_it(pair):
+    eu, us, config = pair
+    _start(eu, us, config)
+    out = dr(config, "drill", "eu-west", "--rate", "100", "--hold", "1", timeout=240).stdout
+    assert "drill PASSED" in out and "0 lost, 0 duplicated, 0 partitions reordered, 0 skipped, 0 re-read" in out, out
+    state = config.parent / "dr-state"
+    report = json.loads((state / "drills" / "drill-1.json").read_text())
+    assert report["passed"] and report["acknowledged"] > 100 and report["in_log"] == report["acknowledged"]
+    assert [(p["name"], p["source"], p["target"], p["rpo_records"]) for p in report["phases"]] == [
+        ("failover", "eu-1", "us-1", 0), ("failback", "us-1", "eu-1", 0)]
+    for phase in report["phases"]:      # the canary clients moved and carried on, within bounds
+        assert 0 < phase["rto_writes_s"] < 30 and 0 < phase["rto_reads_s"] < 60, phase
+    assert (state / "drills" / "drill-1.md").read_text().startswith("# DR drill of eu-west (eu-1~us-1)")
+    # Applications' topics and decision were never touched.
+    assert (role(eu.bootstrap), role(us.bootstrap)) == ("", "eu-1")
+    assert not (state / "active" / "eu-1~us-1.json").exists()
+    history = dr(config, "history").stdout
+    assert "drill 1" in history and "(canary): passed" in history and history.count("[drill 1]") == 2, history
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_dr_serve_exports_the_pair_serves_the_api_and_runs_the_drill_schedule(pair, tmp_path):
+    eu, us, config = pair
+    _start(eu, us, config)
+    served = tmp_path / "served.yaml"
+    served.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()), "drill_schedule": "*/15 * * * * *"}))
+    daemon = subprocess.Popen([sys.executable, "-m", "dr.cli", "--config", str(served), "serve", "--listen",
+                               "127.0.0.1:0", "--poll-interval", "0.5"], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        first = daemon.stdout.readline()
+        assert first.startswith("dr serve: http://127.0.0.1:"), first + daemon.stderr.read()
+        base = first.split()[2].rstrip("/")
+        assert "drills: */15 * * * * *, next at" in daemon.stdout.readline()
+        wait_for("/health says ok", lambda: _get(base + "/health")[0] == 200, 30)
+        status = json.loads(_get(base + "/api/v1/status")[1])
+        assert status["pairs"][0]["active_region"] == "eu-west" and status["ready"], status
+
+        def metric(line: str) -> bool:
+            return line in _get(base + "/metrics")[1].decode()
+        assert metric('seaway_dr_active_region{pair="eu-1~us-1",region="eu-west"} 1.0')
+        assert metric('seaway_dr_ready{pair="eu-1~us-1"} 1.0')
+        with mirror_paused(tmp_path):       # the RPO at risk follows the link's lag
+            write(eu.bootstrap, [f"late{i}" for i in range(5)])
+            wait_for("the RPO at risk is exported", lambda: metric(
+                'seaway_dr_rpo_at_risk_records{pair="eu-1~us-1",topic="orders"} 5.0'), 30)
+        wait_for("and falls back to 0", lambda: metric(
+            'seaway_dr_rpo_at_risk_records{pair="eu-1~us-1",topic="orders"} 0.0'), 30)
+
+        def drilled() -> bool:
+            drills = json.loads(_get(base + "/api/v1/history")[1])["drills"]
+            return any(d["state"] == "passed" for d in drills)
+        wait_for("a scheduled drill passes", drilled, 150)
+        report = json.loads(_get(base + "/api/v1/drills/1")[1])
+        assert report["passed"] and [p["name"] for p in report["phases"]] == ["failover", "failback"]
+        assert _get(base + "/api/v1/drills/1.md")[1].decode().startswith("# DR drill of eu-west")
+        canary = json.loads(_get(base + "/api/v1/decisions/eu-1~us-1.canary")[1])
+        assert canary["active_region"] == "eu-west" and canary["phase"] == "serving"
+        missing = _get(base + "/api/v1/decisions/nope")
+        assert missing[0] == 404 and b"no decision for 'nope' yet" in missing[1]
+        wait_for("the drill's figures are exported", lambda: metric('seaway_dr_last_drill_passed{pair="eu-1~us-1"} 1.0'))
+        assert "(canary): passed" in dr(served, "history").stdout
+    finally:
+        daemon.terminate()
+        daemon.wait(30)
+
+
+def test_dr_serve_and_drill_refuse_bad_input_in_one_line(tmp_path):
+    config = tmp_path / "dr.yaml"        # checked before any cluster is asked
+    config.write_text(yaml.safe_dump({
+        "state_dir": str(tmp_path / "dr-state"), "regions": ["eu-west", "us-east"],
+        "pairs": [{"first": {"cluster": "eu-1", "region": "eu-west", "bootstrap": "127.0.0.1:1"},
+                   "second": {"cluster": "us-1", "region": "us-east", "bootstrap": "127.0.0.1:2"}}]}))
+    for args, message in [
+        (["serve", "--listen", "nowhere"], "dr serve: --listen: 'nowhere' is not HOST:PORT"),
+        (["serve", "--poll-interval", "0"], "dr serve: --poll-interval: 0 is not between 0.1 and 3600 seconds"),
+        (["drill", "eu-west", "--rate", "-1"], "dr drill: --rate: -1 is not between 0 and 100000"),
+    ]:
+        refused = dr(config, *args, check=False)
+        assert refused.returncode == 2 and refused.stderr.startswith(message), (args, refused.stderr)
+        assert refused.stderr.count("\n") == 1
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()), "drill_schedule": "at noon"}))
+    refused = dr(bad, "serve", check=False)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert f"{bad}: drill_schedule: 'at noon' has 2 fields; cron has 5" in refused.stderr, refused.stderr
