@@ -48,7 +48,9 @@ def tansu_broker_kcat(request, tmp_path_factory):
 
 # The suite runs on two workers (`-n 2 --dist loadfile`: a module stays on one worker, so its
 # fixtures are shared as written). Modules that take minutes go first, so that the other
-# worker works through the rest meanwhile instead of one of them ending the run alone.
+# worker works through the rest meanwhile instead of one of them ending the run alone
+# (`--no-loadscope-reorder` keeps this order: xdist would otherwise put the modules with the
+# most tests first).
 LONG_MODULES = ("tests/integration/test_scale_idle.py", "tests/integration/test_regions.py",
                 "tests/integration/test_regions_mirror.py")
 

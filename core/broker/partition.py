@@ -42,6 +42,15 @@ class DuplicateAppend:
         self.replication = replication
 
 
+class Refused:
+    """New records the topic's current role refuses (a DR replica or a fenced copy): `admit`
+    said why. Only new appends: a retry of batches already in the log is answered as usual."""
+    __slots__ = ("message",)
+
+    def __init__(self, message: str):
+        self.message = message
+
+
 class Partition:
     def __init__(self, topic: str, index: int, log: Log, producers: ProducerState | None = None):
         self.topic = topic
@@ -122,7 +131,7 @@ class Partition:
         return self.log.log_start_offset
 
     async def append(self, data, batches: list[BatchInfo], now_ms: int, *, acks: int = -1,
-                     timeout_ms: int = 30_000):
+                     timeout_ms: int = 30_000, admit: Callable[[], str | None] | None = None):
         """Append validated client batches; returns once the flush policy is satisfied.
 
         Returns the log's AppendResult, or a Verdict when the idempotent-producer check refuses
@@ -130,7 +139,9 @@ class Partition:
         or (with a replica) an ErrorCode the replica refused the append with. With a replica
         and acks=-1 the result may still wait for the ISR: `await wait_replicated(result)`.
         Check, append and state update happen under the lock, so no other append to this
-        partition can slip between them."""
+        partition can slip between them. `admit` (the topic's DR role, read when the lock is
+        held) may refuse new records: Refused; a duplicate is still answered as one, since
+        its records were admitted when they were appended."""
         async with self._lock:
             if self.offline:
                 raise OSError(f"partition is offline: {self.failure}")
@@ -145,6 +156,9 @@ class Partition:
                 if error:
                     return error
                 return DuplicateAppend(verdict.base_offset, replication=waiter)
+            refusal = admit() if admit is not None else None
+            if refusal is not None:
+                return Refused(refusal)
             if verdict is not None:
                 return verdict
             count = sum(b.last_offset_delta + 1 for b in batches)

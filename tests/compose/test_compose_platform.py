@@ -42,7 +42,8 @@ EU, US = "127.0.0.1:19092,127.0.0.1:19192,127.0.0.1:19292", "127.0.0.1:29092,127
 EU_NODES = ["eu-west-1-1", "eu-west-1-2", "eu-west-1-3"]
 TOPIC, MIRRORED = "orders", "orders"         # a DR pair keeps names: us-east-1's replica
 ALL_SERVICES = EU_NODES + ["us-east-1-1", "us-east-1-2", "us-east-1-3", "wan", "mirror-eu-west-1-to-us-east-1",
-                           "mirror-us-east-1-to-eu-west-1"]
+                           "mirror-us-east-1-to-eu-west-1", "dr"]
+DR_API = "http://127.0.0.1:9780/api/v1"
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +161,19 @@ def test_clients_on_the_host_produce_and_consume_in_each_region(platform):
 def test_the_mirror_copies_eu_west_to_us_east_record_for_record(platform):
     source = read_all(eu(platform), TOPIC)
     assert wait_mirrored(platform, source) == source
+    # The dr service sees the pair: orders active in eu-west (local-us in us-east), each
+    # region ready to fail over.
+    import urllib.request
+
+    def pair() -> dict:
+        with urllib.request.urlopen(f"{DR_API}/status", timeout=10) as answer:
+            return json.loads(answer.read())["pairs"][0]
+    deadline = time.monotonic() + 60
+    while not (status := pair())["ready"] or status["active_for"] != {"eu-west": 1, "us-east": 1}:
+        assert time.monotonic() < deadline, status
+        time.sleep(1)
+    assert status["clusters"]["us-east-1"]["topics"][MIRRORED]["replica_of"] == "eu-west-1"
+    assert status["clusters"]["eu-west-1"]["topics"]["local-us"]["replica_of"] == "us-east-1"
 
 
 def test_every_dashboard_panel_has_data_from_the_real_prometheus(platform):
@@ -232,7 +246,7 @@ def test_down_then_up_keeps_every_record(platform):
     before_eu, before_us = read_all(eu(platform), TOPIC), read_all(us(platform), MIRRORED)
     platform.compose("down", "--timeout", "20")
     assert platform.leftovers()["container"] == []
-    assert len(platform.leftovers()["volume"]) == 8          # six nodes' data, Prometheus' and pki
+    assert len(platform.leftovers()["volume"]) == 9          # six nodes' data, Prometheus', pki and dr-state
     platform.up()
     assert read_all(eu(platform), TOPIC) == before_eu
     assert read_all(us(platform), MIRRORED) == before_us

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 import yaml
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -529,3 +530,44 @@ def test_dr_serve_and_drill_refuse_bad_input_in_one_line(tmp_path):
     refused = dr(bad, "serve", check=False)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert f"{bad}: drill_schedule: 'at noon' has 2 fields; cron has 5" in refused.stderr, refused.stderr
+
+
+async def _write_with_new_producers(bootstrap: str, tag: str, producers: int, each: int) -> list[int]:
+    """`producers` idempotent producers, one after another, each with a producer id of its own
+    from the cluster's allocator, each writing `each` records (sequence numbers 0..each-1)."""
+    from core.client import KafkaClient
+    from core.client import Producer as OurProducer
+    pids = []
+    for i in range(producers):
+        async with KafkaClient(bootstrap) as client:
+            async with OurProducer(client, acks=-1, enable_idempotence=True) as producer:
+                sent = [await producer.send("orders", value=f"{tag}-{i}-{j}".encode(), partition=i % PARTITIONS)
+                        for j in range(each)]
+                for delivery in sent:
+                    await delivery
+                pids.append(producer.producer_id_and_epoch[0])
+    return pids
+
+
+def test_producer_ids_handed_out_after_a_failover_never_meet_mirrored_idempotence_state(pair):
+    """Both clusters' allocators start from the same numbers, so producers on the promoted side
+    get ids that producers on the old side had, with the same sequence numbers. Had the mirror
+    kept the source's producer ids, the promoted side would take the new records for
+    duplicates of mirrored ones and drop them (a shipping product lost data this way). The
+    mirror writes under producer ids of the target's own allocator: nothing is dropped."""
+    eu, us, config = pair
+    _start(eu, us, config)
+    eu_pids = anyio.run(_write_with_new_producers, eu.bootstrap, "eu", 5, 20)
+    wait_for("us-1 has eu-west's records", lambda: total(us.bootstrap) == 160)
+    dr(config, "failover", "eu-west")
+    us_pids = anyio.run(_write_with_new_producers, us.bootstrap, "us", 8, 20)
+    assert set(eu_pids) & set(us_pids), (eu_pids, us_pids)      # the same numbers met
+    wait_for("eu-1 has us-east's records", lambda: total(eu.bootstrap) == 320)
+    dr(config, "failover", "us-east")
+    anyio.run(_write_with_new_producers, eu.bootstrap, "back", 8, 20)   # the returning side too
+    wait_for("us-1 has every record", lambda: total(us.bootstrap) == 480)
+    wanted = [f"a{i}" for i in range(60)] + [f"{tag}-{i}-{j}" for tag, n in (("eu", 5), ("us", 8), ("back", 8))
+                                             for i in range(n) for j in range(20)]
+    for bootstrap in (eu.bootstrap, us.bootstrap):
+        values = sorted(v for _, _, v, _ in records(bootstrap))
+        assert values == sorted(wanted), f"{len(values)} records, {len(set(wanted) - set(values))} dropped"

@@ -136,3 +136,56 @@ def test_changing_a_config_to_what_it_is_answers_at_once(seaway_broker):
         started = time.monotonic()
         assert set_configs(seaway_broker, topic, {REPLICA_OF: "eu-west-1", "retention.ms": None}) is None
         assert time.monotonic() - started < 2
+
+
+def test_a_retry_after_the_fence_is_answered_as_the_duplicate_it_is_and_new_records_are_refused(seaway_broker):
+    """The role is checked where the partition appends, after the idempotence check: a batch
+    appended before the fence and retried after it (its answer was lost) is answered with its
+    offset, as any duplicate is, so the producer does not fail a record that is in the log;
+    a new batch is refused."""
+    from core.client.connection import BrokerConnection
+    from core.protocol import messages as m
+    from core.protocol.records import build_batch
+
+    topic = unique_topic("fence-retry")
+    anyio.run(_admin, seaway_broker, lambda a: a.create_topics([NewTopic(topic, 1, 1)]))
+    host, port = seaway_broker.rsplit(":", 1)
+
+    async def scenario() -> tuple[tuple[int, int], tuple[int, int, str | None]]:
+        conn = await BrokerConnection(host, int(port)).connect()
+        try:
+            init = await conn.send(m.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000,
+                                                           producer_id=-1, producer_epoch=-1), 22)
+            assert init.error_code == 0, init
+
+            async def produce(sequence: int):
+                records = build_batch([(b"k", b"v%d" % sequence, [], 1000)], producer_id=init.producer_id,
+                                      producer_epoch=init.producer_epoch, base_sequence=sequence)
+                R = m.ProduceRequest
+                answer = await conn.send(R(transactional_id=None, acks=-1, timeout_ms=10000, topic_data=[
+                    R.TopicProduceData(name=topic, partition_data=[R.PartitionProduceData(index=0, records=records)])]),
+                    0)
+                part = answer.responses[0].partition_responses[0]
+                return part.error_code, part.base_offset, part.error_message
+
+            first = await produce(0)
+            assert first[:2] == (0, 0), first
+            assert await _fence(conn, topic) == 0
+            retried, new = await produce(0), await produce(1)
+            return retried[:2], new
+        finally:
+            await conn.close()
+
+    retried, new = anyio.run(scenario)
+    assert retried == (0, 0)            # the duplicate: its original offset, no error
+    assert new[0] == ErrorCode.INVALID_TOPIC_EXCEPTION and "fenced" in (new[2] or ""), new
+
+
+async def _fence(conn, topic: str):
+    from core.protocol import messages as m
+    R = m.IncrementalAlterConfigsRequest
+    answer = await conn.send(R(resources=[R.AlterConfigsResource(
+        resource_type=2, resource_name=topic,
+        configs=[R.AlterableConfig(name=REPLICA_OF, config_operation=0, value="(fenced)")])],
+        validate_only=False), 44)
+    return answer.responses[0].error_code

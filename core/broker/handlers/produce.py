@@ -36,7 +36,7 @@ from core.protocol.errors import DecodeError
 from core.protocol.records import InvalidBatch, Record, decode_batch, scan_batches
 from core.security.authorizer import Operation, ResourceType
 
-from ..partition import DuplicateAppend
+from ..partition import DuplicateAppend, Refused
 from ..producer_state import Verdict
 from ..recompress import recompress, target_codec
 
@@ -59,10 +59,6 @@ async def _produce_partition(ctx, topic, index: int, records, acks: int = 1, tim
     if topic.internal:
         # only the coordinator writes there; a client record could corrupt group state
         return _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot append to internal topic {topic.name}")
-    refusal = replica_write_refusal(topic.name, topic.configs.get(REPLICA_OF), ctx.client_id,
-                                    topic.configs.get(DR_EPOCH))
-    if refusal is not None:      # a DR replica: only its mirror writes (core/protocol/dr.py)
-        return _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION, refusal)
     if records is None or len(records) == 0:
         # Kafka's ProduceRequest.validateRecords: INVALID_RECORD, which is not retriable.
         return _error(index, ErrorCode.INVALID_RECORD, "produce request has no records")
@@ -92,9 +88,21 @@ async def _produce_partition(ctx, topic, index: int, records, acks: int = 1, tim
             data, batches = recompress(data, batches, codec, max_decompressed=ctx.broker.config["socket.request.max.bytes"])
         except DecodeError as exc:
             return _error(index, ErrorCode.CORRUPT_MESSAGE, f"cannot recompress: {exc}")
-    result = await partition.append(data, batches, ctx.broker.clock(), acks=acks, timeout_ms=timeout_ms)
+    def admit() -> str | None:
+        """A DR replica takes only its mirror's writes (core/protocol/dr.py). Asked with the
+        partition's append lock held, of the topic's configs as they are then: a produce
+        that waited for the lock while the topic was fenced is refused, not appended after
+        the fence."""
+        current = ctx.broker.topics.get(topic.name) or topic
+        return replica_write_refusal(current.name, current.configs.get(REPLICA_OF), ctx.client_id,
+                                     current.configs.get(DR_EPOCH))
+
+    result = await partition.append(data, batches, ctx.broker.clock(), acks=acks, timeout_ms=timeout_ms,
+                                    admit=admit)
     if isinstance(result, ErrorCode):
         return _error(index, result)
+    if isinstance(result, Refused):
+        return _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION, result.message)
     if isinstance(result, Verdict):
         if result.is_duplicate:  # already appended: answer as the first time, append nothing
             return PR(index=index, error_code=0, base_offset=result.base_offset, log_append_time_ms=-1,
