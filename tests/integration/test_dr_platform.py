@@ -241,3 +241,127 @@ def read_log(client: dict) -> dict[int, list[int]]:
         return out
     finally:
         c.close()
+
+
+class SteadyWriter(threading.Thread):
+    """An application that keeps writing to eu-west, whatever happens to it."""
+
+    def __init__(self, client: dict):
+        super().__init__(daemon=True)
+        self.client = client
+        self.acked: set[int] = set()
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        producer = Producer({**self.client, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                             "message.timeout.ms": 5000})
+
+        def delivered(err, msg):
+            if err is None:
+                self.acked.add(int(msg.key()))
+        n = 0
+        while not self.halt.is_set():
+            for _ in range(RATE // 20):
+                producer.produce(TOPIC, b"v%d" % n, b"%d" % n, partition=n % 3, on_delivery=delivered)
+                n += 1
+            producer.poll(0.05)
+        producer.flush(10)
+
+
+def settle(client: dict) -> None:
+    """A cluster restarted whole: until every partition has its full ISR again and its high
+    watermark holds still (a new leader's moves up as the followers catch up)."""
+    from confluent_kafka.admin import AdminClient
+    deadline = time.monotonic() + 90
+    last = None
+    while True:
+        try:
+            parts = AdminClient(client).list_topics(TOPIC, timeout=10).topics[TOPIC].partitions.values()
+            full = bool(parts) and all(p.leader >= 0 and len(p.isrs) == 3 for p in parts)
+            c = Consumer({**client, "group.id": "settle"})
+            try:
+                ends = [c.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1] for p in range(3)]
+            finally:
+                c.close()
+        except Exception:   # noqa: BLE001 — still electing
+            full, ends = False, None
+        if full and ends == last:
+            return
+        assert time.monotonic() < deadline, (full, ends)
+        last = ends
+        time.sleep(2)
+
+
+def read_records(client: dict, topic: str) -> dict[int, list[tuple[int, int, dict]]]:
+    """partition -> [(offset, key, headers)] of every record."""
+    c = Consumer({**client, "group.id": f"check-{time.monotonic_ns()}", "enable.auto.commit": False})
+    try:
+        deadline = time.monotonic() + 60
+        while True:         # a cluster just restarted answers NOT_LEADER while it elects
+            try:
+                ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(3)}
+                break
+            except Exception:   # noqa: BLE001
+                assert time.monotonic() < deadline
+                time.sleep(1)
+        c.assign([TopicPartition(topic, p, 0) for p in range(3)])
+        out: dict[int, list[tuple[int, int, dict]]] = {p: [] for p in range(3)}
+        while any(len(out[p]) < ends[p] for p in out):
+            assert time.monotonic() < deadline
+            for msg in c.consume(1000, timeout=0.5):
+                if not msg.error():
+                    out[msg.partition()].append((msg.offset(), int(msg.key()), dict(msg.headers() or [])))
+        return out
+    finally:
+        c.close()
+
+
+def test_an_unplanned_failover_under_load_reports_exactly_what_failback_finds_stranded(tmp_path):
+    """eu-west is killed (kill -9 of every node) under a steady writer; `dr failover --force`
+    promotes us-east. When eu-west is back, `dr failback` counts the records only eu-west has,
+    and that count is exactly what a reader finds; each is kept in orders.stranded with its
+    origin; eu-west's log was never truncated; and eu-west ends active with what us-east took."""
+    topology = without_fixed_ports(DEFAULT_TOPOLOGY, tmp_path / "two-regions.yaml")
+    state = tmp_path / "state"
+    with Platform(state, topology) as p:
+        eu, us = p.client("eu-west-1"), p.client("us-east-1")
+        create(eu, TOPIC, rf=3, min_isr=2)
+        writer = SteadyWriter(eu)
+        writer.start()
+        deadline = time.monotonic() + 90
+        while not ready(state) or len(writer.acked) < 1000:
+            assert time.monotonic() < deadline, len(writer.acked)
+            time.sleep(1)
+        try:
+            killed = subprocess.run([sys.executable, "-m", "regions.cli", "--state-dir", str(state), "stop",
+                                     "eu-west", "--kill"], cwd=REPO, capture_output=True, text=True, timeout=60)
+            assert killed.returncode == 0, killed.stderr
+        finally:
+            writer.halt.set()
+            writer.join(60)
+        _, out = dr(state, "--timeout", "3", "failover", "eu-west", "--force")
+        assert "us-east is active" in out and "expected" in out, out
+        on_us = {k for part in read_records(us, TOPIC).values() for _, k, _ in part}
+        assert subprocess.run([sys.executable, "-m", "regions.cli", "--state-dir", str(state), "start", "eu-west"],
+                              cwd=REPO, capture_output=True, timeout=120).returncode == 0
+        settle(eu)
+        before = read_records(eu, TOPIC)
+        on_eu = {k for part in before.values() for _, k, _ in part}
+        assert writer.acked <= on_eu, "eu-west lost acknowledged records"
+        only_eu = on_eu - on_us
+        print(f"\nacknowledged {len(writer.acked)}; only in eu-west at failback: {len(only_eu)}")
+
+        _, out = dr(state, "failback", "eu-west")
+        assert f"{len(only_eu)} stranded record" in out and "eu-west is active" in out, out
+        history = json.loads(dr(state, "history", "-o", "json")[1])["failovers"]
+        [unplanned] = [r for r in history if r["kind"] == "unplanned"]
+        assert (unplanned["rpo_records"], unplanned["rpo_exact"]) == (len(only_eu), 1)
+        if only_eu:
+            kept = read_records(eu, f"{TOPIC}.stranded")
+            assert sorted(k for part in kept.values() for _, k, _ in part) == sorted(only_eu)
+            origins = {h["seaway.stranded.origin"].decode() for part in kept.values() for _, _, h in part}
+            assert origins == {f"eu-west-1:{TOPIC}:{part}:{o}" for part, recs in before.items()
+                               for o, k, _ in recs if k in only_eu}
+        after = read_records(eu, TOPIC)
+        for part, recs in before.items():           # never truncated: the old log is a prefix
+            assert after[part][:len(recs)] == recs, part
