@@ -157,7 +157,7 @@ def render_plan(plan: Plan) -> str:
                 f"to {pair.region_of(plan.target)} ({plan.target}), DR epoch {plan.epoch}")
     lines = [head, "checks:"]
     width = max(len(c.name) for c in plan.checks)
-    lines += [f"  {'ok  ' if c.ok else 'FAIL'}  {c.name:<{width}}  {c.detail}" for c in plan.checks]
+    lines += [f"  {_mark(c.ok, c.blocking)}  {c.name:<{width}}  {c.detail}" for c in plan.checks]
     lines.append("steps:")
     width = max(len(s.name) for s in plan.steps)
     lines += [f"  {i}. {s.name:<{width}}  {s.summary}" for i, s in enumerate(plan.steps, 1)]
@@ -311,6 +311,10 @@ async def _status(config: DrConfig, args) -> int:
     return 0 if ready else 1
 
 
+def _mark(ok: bool, blocking: bool) -> str:
+    return "ok  " if ok else "FAIL" if blocking else "WARN"
+
+
 def render_status(pairs: list[dict]) -> str:
     if not pairs:
         return "no DR pairs (a DR pair is a mirror link with policy identity in the topology)"
@@ -334,7 +338,7 @@ def render_status(pairs: list[dict]) -> str:
         for lag in p["lag"][:10]:
             lines.append(f"    {lag['topic']}-{lag['partition']}: {lag['records']} records, {lag['seconds']:.1f} s behind")
         for c in p["checks"]:
-            lines.append(f"  {'ok  ' if c['ok'] else 'FAIL'}  {c['name']}: {c['detail']}")
+            lines.append(f"  {_mark(c['ok'], c['blocking'])}  {c['name']}: {c['detail']}")
         last = p["last_failover"]
         if last:
             lines.append(f"  last failover: #{last['id']} {last['kind']} {last['source']} -> {last['target']}, "

@@ -20,7 +20,7 @@ from core.client.admin import ConfigResource
 from core.client.errors import KafkaError
 from core.protocol.dr import DR_EPOCH, DR_STATE_TOPIC, REPLICA_OF
 from mirror.policy import IdentityReplicationPolicy, TopicFilter
-from mirror.link import read_offset_syncs
+from mirror.link import DYNAMIC_TOPIC_CONFIG, NOT_COPIED, read_offset_syncs
 from mirror.records import OffsetSync
 
 from .config import ClusterAccess, PairConfig
@@ -91,6 +91,7 @@ async def observe_cluster(clients: PairClients, cluster: str) -> ClusterView:
     except (KafkaError, OSError, TimeoutError) as exc:
         return ClusterView(cluster, False, error=str(exc) or type(exc).__name__)
     topics = {}
+    copied: dict[str, dict[str, str]] = {}
     # The cluster's epoch, or a topic's if one is higher (`__seaway_dr` deleted and made
     # again starts at 0, but its topics remember): the next epoch must pass both checks.
     epoch = 0
@@ -100,11 +101,13 @@ async def observe_cluster(clients: PairClients, cluster: str) -> ClusterView:
             continue        # deleted meanwhile
         entry = entries.get(REPLICA_OF)
         topics[name] = (len(desc.partitions), entry.value or "" if entry is not None else "")
+        copied[name] = {k: e.value for k, e in entries.items() if e.source == DYNAMIC_TOPIC_CONFIG
+                        and e.value is not None and not e.sensitive and not NOT_COPIED.fullmatch(k)}
         epoch = max(epoch, dr_epoch(entries))
     state = configs.get(ConfigResource.topic(DR_STATE_TOPIC)) if has_state else None
     if isinstance(state, dict):
         epoch = max(epoch, dr_epoch(state))
-    return ClusterView(cluster, True, epoch, topics)
+    return ClusterView(cluster, True, epoch, topics, configs=copied)
 
 
 def dr_epoch(entries: dict) -> int:

@@ -105,6 +105,8 @@ class ClusterView:
     epoch: int = 0
     topics: dict[str, tuple[int, str]] = field(default_factory=dict)
     error: str | None = None      # why it did not answer
+    # Per DR topic, the configs a link copies (set on the topic, not the DR roles).
+    configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,9 @@ class Check:
     name: str
     ok: bool
     detail: str
+    # A failed blocking check stops a failover; an advisory one (configs that drifted apart)
+    # only makes `dr status` say the pair is not ready.
+    blocking: bool = True
 
 
 @dataclass(frozen=True)
@@ -188,10 +193,11 @@ class Plan:
 
     @property
     def ready(self) -> bool:
-        return all(c.ok for c in self.checks)
+        """Nothing stops it (advisory checks may still have failed)."""
+        return all(c.ok for c in self.checks if c.blocking)
 
     def failed_checks(self) -> list[Check]:
-        return [c for c in self.checks if not c.ok]
+        return [c for c in self.checks if not c.ok and c.blocking]
 
 
 def find_pair(pairs: list[DrPair], regions: list[str], region: str, to_region: str | None) -> DrPair:
@@ -222,7 +228,8 @@ def plan_failover(view: PairView, region: str, *, force: bool = False, only: set
         raise PlanError(f"REGION: {region} is not in DR pair {pair.name}")
     if only is not None:
         view = PairView(pair, {name: ClusterView(c.name, c.reachable, c.epoch,
-                                                 {t: v for t, v in c.topics.items() if t in only}, c.error)
+                                                 {t: v for t, v in c.topics.items() if t in only}, c.error,
+                                                 {t: v for t, v in c.configs.items() if t in only})
                                for name, c in view.clusters.items()},
                         {tp: lag for tp, lag in view.lag.items() if tp[0] in only}, view.lag_known)
     target = pair.partner(source)
@@ -240,6 +247,8 @@ def plan_failover(view: PairView, region: str, *, force: bool = False, only: set
     checks.append(_roles_check(view, source, moving))
     if tgt.reachable:
         checks.append(_topics_check(src, tgt, moving) if planned else _replicas_check(source, tgt, moving))
+        if planned:
+            checks.append(_configs_check(src, tgt, moving))
     epoch = max(c.epoch for c in view.clusters.values() if c.reachable) + 1 if any(
         c.reachable for c in view.clusters.values()) else 1
     lagging = sum(v.records for v in view.lag.values())
@@ -364,6 +373,21 @@ def _topics_check(src: ClusterView, tgt: ClusterView, moving: list[str]) -> Chec
     if differ:
         return Check("topics", False, f"partition counts differ on {tgt.name}: {', '.join(differ[:5])}")
     return Check("topics", True, f"{count(len(moving), 'DR topic')} on both clusters, same partitions")
+
+
+def _configs_check(src: ClusterView, tgt: ClusterView, moving: list[str]) -> Check:
+    """The copies' topic configs agree (the link copies them when it makes a replica, not
+    after): a promoted copy with another retention or cleanup policy behaves differently."""
+    drifted = []
+    for topic in moving:
+        ours, theirs = src.configs.get(topic, {}), tgt.configs.get(topic, {})
+        differ = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+        if differ and topic in tgt.topics:
+            drifted.append(f"{topic} ({', '.join(f'{k}: {ours.get(k)} here, {theirs.get(k)} there' for k in differ[:2])})")
+    if drifted:
+        return Check("configs", False, f"{count(len(drifted), 'DR topic')} configured differently on {tgt.name}: "
+                     f"{'; '.join(drifted[:3])}", blocking=False)
+    return Check("configs", True, f"topic configs agree on {src.name} and {tgt.name}", blocking=False)
 
 
 def _replicas_check(source: str, tgt: ClusterView, moving: list[str]) -> Check:

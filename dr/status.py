@@ -60,8 +60,9 @@ async def pair_status(pair_config: PairConfig, history: History, *, timeout_s: f
         "lag_known": view.lag_known,
         "rpo_at_risk": {"records": sum(v.records for v in view.lag.values()),
                         "seconds": round(max((v.seconds for v in view.lag.values()), default=0.0), 3)},
-        "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in checks],
-        "ready": bool(plans) and all(plan.ready for plan in plans) and not view.unsettled(),
+        "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail, "blocking": c.blocking} for c in checks],
+        # Ready: nothing would stop a failover, and nothing advises against one.
+        "ready": bool(plans) and all(c.ok for c in checks) and not view.unsettled(),
         "last_failover": None if last is None else {k: last[k] for k in (
             "id", "kind", "state", "source", "target", "started_at", "rto_writes_s", "rpo_records")},
         "last_drill": None if drill is None else {k: drill[k] for k in (

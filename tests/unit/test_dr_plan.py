@@ -158,3 +158,15 @@ def test_a_failover_of_a_pair_writable_on_both_sides_points_at_failback():
     plan = plan_failover(view(cluster(EU, ""), cluster(US, "")), "eu-west")
     [roles] = plan.failed_checks()
     assert "dr failback REGION" in roles.detail
+
+
+def test_configs_that_drifted_apart_warn_but_do_not_stop_a_failover():
+    eu = ClusterView(EU, True, 0, {"orders": (3, "")}, configs={"orders": {"retention.ms": "86400000"}})
+    us = ClusterView(US, True, 0, {"orders": (3, EU)}, configs={"orders": {}})
+    plan = plan_failover(view(eu, us), "eu-west")
+    [configs] = [c for c in plan.checks if c.name == "configs"]
+    assert not configs.ok and not configs.blocking
+    assert "orders (retention.ms: 86400000 here, None there)" in configs.detail
+    assert plan.ready and plan.failed_checks() == []
+    same = ClusterView(US, True, 0, {"orders": (3, EU)}, configs={"orders": {"retention.ms": "86400000"}})
+    assert [c.ok for c in plan_failover(view(eu, same), "eu-west").checks if c.name == "configs"] == [True]
