@@ -182,10 +182,19 @@ def test_a_retry_after_the_fence_is_answered_as_the_duplicate_it_is_and_new_reco
 
 
 async def _fence(conn, topic: str):
+    """Fence `topic` at the broker's current DR epoch (other tests of the shared broker may
+    have raised it: a role change below it is refused)."""
     from core.protocol import messages as m
+    D = m.DescribeConfigsRequest
+    described = await conn.send(D(resources=[D.DescribeConfigsResource(
+        resource_type=2, resource_name=DR_STATE_TOPIC, configuration_keys=[DR_EPOCH])],
+        include_synonyms=False, include_documentation=False), 32)
+    epoch = next((c.value for r in described.results if not r.error_code for c in r.configs
+                  if c.name == DR_EPOCH and c.value), "0")
     R = m.IncrementalAlterConfigsRequest
     answer = await conn.send(R(resources=[R.AlterConfigsResource(
         resource_type=2, resource_name=topic,
-        configs=[R.AlterableConfig(name=REPLICA_OF, config_operation=0, value="(fenced)")])],
+        configs=[R.AlterableConfig(name=REPLICA_OF, config_operation=0, value="(fenced)"),
+                 R.AlterableConfig(name=DR_EPOCH, config_operation=0, value=epoch)])],
         validate_only=False), 44)
     return answer.responses[0].error_code
