@@ -130,21 +130,23 @@ async def _plan(config: DrConfig, args) -> int:
         if args.action == "failover":
             plan = plan_failover(view, args.region, force=args.force)
         else:
-            settle = _failback_plan(view, history, args)
+            settle, _ = _failback_plan(view, history, args)
             if settle is None:
                 print(f"no stranded records to settle: the failback is a planned failover of "
-                      f"{_partner_region_of(pair_config, args.region)} back to {args.region}")
-            plan = settle or plan_failover(view, _partner_region_of(pair_config, args.region))
+                      f"{pair_config.pair.partner_region(args.region)} back to {args.region}")
+            plan = settle or plan_failover(view, pair_config.pair.partner_region(args.region))
     print(render_plan(plan))
     return 0 if plan.ready else 1
 
 
-def _failback_plan(view: PairView, history: History, args) -> Plan | None:
+def _failback_plan(view: PairView, history: History, args) -> tuple[Plan | None, dict | None]:
+    """The plan that settles REGION's stranded records (None: nothing to settle), and the
+    unplanned failover away from it that the history has (where its copies stood)."""
     pair = view.pair
     returning = pair.cluster_in(args.region)
     unplanned = history.last_unplanned(pair.name, returning) if returning else None
     promotion = unplanned["context"].get("target_ends") if unplanned else None
-    return plan_failback(view, args.region, republish=args.republish_stranded, promotion=promotion)
+    return plan_failback(view, args.region, republish=args.republish_stranded, promotion=promotion), unplanned
 
 
 def render_plan(plan: Plan) -> str:
@@ -189,7 +191,6 @@ async def _failback(config: DrConfig, args) -> int:
     """Settle the returning region's stranded records (a failback row), then fail back to it
     (a planned failover row). Either may be resumed by running the command again."""
     pair_config = _pair_for(config, args)
-    pair = pair_config.pair
     state_dir = Path(config.state_dir)
     history = History(state_dir)
     with _controller_lock(state_dir):
@@ -200,25 +201,18 @@ async def _failback(config: DrConfig, args) -> int:
                 running = None
             elif running is None:
                 view = await view_of(clients, history)
-                settle = _failback_plan(view, history, args)
+                settle, unplanned = _failback_plan(view, history, args)
                 if settle is not None:
-                    unplanned = history.last_unplanned(pair.name, settle.source)
                     assert unplanned is not None        # the plan's promotion check needs it
                     await _carry_out(config, clients, history, _ready(settle), None, extra={
                         "promotion": unplanned["context"]["target_ends"], "promotion_failover": unplanned["id"]})
             if running is None:
-                back = _ready(plan_failover(await view_of(clients, history), _partner_region_of(pair_config, args.region)))
+                back = _ready(plan_failover(await view_of(clients, history),
+                                            pair_config.pair.partner_region(args.region)))
             else:
                 back = plan_from_dict(running["context"]["plan"])
             await _carry_out(config, clients, history, back, running)
     return 0
-
-
-def _partner_region_of(pair_config: PairConfig, region: str) -> str:
-    pair = pair_config.pair
-    cluster = pair.cluster_in(region)
-    assert cluster is not None
-    return pair.region_of(pair.partner(cluster))
 
 
 def _running(history: History, pair_config: PairConfig, args) -> dict | None:

@@ -55,6 +55,7 @@ from .failover import Failover
 from .history import History
 from .observe import PairClients, client_for, observe
 from .plan import PairView, Plan, PlanError, plan_failover, plan_to_dict
+from .stranded import read_range
 
 CANARY_TOPIC = "seaway-canary"
 CANARY_GROUP = "seaway-canary"
@@ -164,9 +165,6 @@ class CanaryTraffic:
     def active(self) -> Decision | None:
         return read_file(self.state_dir, self.key)
 
-    def _access(self, cluster: str):
-        return self.pair_config.access(cluster)
-
     def first_ack_on(self, cluster: str, after: float) -> float | None:
         return min((t for c, t in self.acked.values() if c == cluster and t >= after), default=None)
 
@@ -180,7 +178,7 @@ class CanaryTraffic:
             if decision is None:
                 raise DrillError(f"no canary decision in {self.state_dir / 'active'}")
             cluster = decision.active_cluster
-            async with client_for(self._access(cluster), self.timeout_s, client_id="seaway-dr-canary") as client:
+            async with client_for(self.pair_config.access(cluster), self.timeout_s, client_id="seaway-dr-canary") as client:
                 async with Producer(client, acks=-1, enable_idempotence=True, linger_ms=1) as producer:
                     while self.producing or queue:
                         if self.producing:
@@ -224,7 +222,7 @@ class CanaryTraffic:
                 await anyio.sleep(TICK_S)
                 continue
             cluster = decision.active_cluster
-            async with client_for(self._access(cluster), self.timeout_s, client_id="seaway-dr-canary") as client:
+            async with client_for(self.pair_config.access(cluster), self.timeout_s, client_id="seaway-dr-canary") as client:
                 consumer = Consumer(client, group_id=CANARY_GROUP, auto_commit=False,
                                     session_timeout_ms=10000, heartbeat_interval_ms=1000)
                 try:
@@ -431,21 +429,16 @@ def _reads(figures: PhaseFigures, traffic: CanaryTraffic) -> None:
 
 async def _read_run(client: KafkaClient, run_id: str) -> list[tuple[int, int]]:
     """(partition, seq) of this drill's records in the canary topic, in log order."""
-    consumer = Consumer(client)
+    tps = [(CANARY_TOPIC, p) for p in range(CANARY_PARTITIONS)]
+    ends = await Admin(client).list_offsets({tp: "latest" for tp in tps})
     out: list[tuple[int, int]] = []
-    try:
-        await consumer.start()
-        tps = [(CANARY_TOPIC, p) for p in range(CANARY_PARTITIONS)]
-        ends = await consumer.end_offsets(tps)
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek_to_beginning(tp)
-        with anyio.fail_after(60):
-            while [tp for tp in tps if await consumer.position(*tp) < ends[tp]]:
-                for record in await consumer.poll(timeout_ms=200):
-                    run, _, seq = (record.value or b"").decode().partition(":")
-                    if run == run_id:
-                        out.append((record.partition, int(seq)))
-    finally:
-        await consumer.close()
+    for tp in tps:
+        end = ends[tp]
+        if isinstance(end, KafkaError):
+            raise end
+        # From 0: below the log start the consumer resets to it.
+        async for record in read_range(client, *tp, 0, end.offset):
+            run, _, seq = (record.value or b"").decode().partition(":")
+            if run == run_id:
+                out.append((record.partition, int(seq)))
     return out

@@ -22,21 +22,19 @@ from typing import Callable
 import anyio
 
 from core.client import Admin, KafkaClient, Producer
-from core.client.admin import ConfigResource
+from core.client.admin import ConfigResource, NewTopic
 from core.client.errors import KafkaError
-from core.client.admin import NewTopic
 from core.protocol.dr import DR_EPOCH, DR_STATE_TOPIC, FENCED, REPLICA_OF, STRANDED_SUFFIX
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from mirror.records import OffsetSync, encode_offset_sync, offset_sync_headers
-from mirror.translation import OffsetSyncStore
 
 from .config import DrConfig
 from .decision import SERVING, SWITCHING, Decision, ensure_compacted_topic, publish, write_files
 from .history import History
-from .observe import POLICY, PairClients, dr_epoch, positions, read_syncs
+from .observe import POLICY, PairClients, dr_epoch, positions, sync_store
 from .plan import Plan, count
-from .stranded import copy_stranded, count_records, first_stranded, stranded_boundary
+from .stranded import copy_stranded, stranded_boundary, stranded_range
 
 Report = Callable[[str, str], None]       # (step, line)
 # A fault hook for the tests: the controller kills itself (SIGKILL) right after this step's
@@ -365,12 +363,7 @@ class Failover:
             if not busy or anyio.current_time() > deadline:
                 break
             await anyio.sleep(0.2)
-        store = OffsetSyncStore()
-        for sync in await read_syncs(self._client(source), POLICY.offset_syncs_topic(target)):
-            try:
-                store.observe(sync)
-            except ValueError:
-                continue
+        store = await sync_store(self._client(source), target)
         offsets = await admin.list_groups_offsets({g: None for g in groups}) if groups else {}
         target_admin = self._admin(target)
         moved = 0
@@ -415,12 +408,7 @@ class Failover:
         client = self._client(returning)
         ends = await self._settled_ends(returning)
         starts = await self._admin(returning).list_offsets({tp: "earliest" for tp in ends})
-        store = OffsetSyncStore(capacity=1 << 20)      # every sync: the boundary is near the latest
-        for sync in await read_syncs(client, POLICY.offset_syncs_topic(active)):
-            try:
-                store.observe(sync)
-            except ValueError:
-                continue
+        store = await sync_store(client, active, capacity=1 << 20)   # every sync: the boundary is near the latest
         promoted = self.context["promotion"]
         stranded: dict[str, list[int]] = {}
         unproven = []
@@ -430,8 +418,7 @@ class Failover:
             boundary = stranded_boundary(store.syncs(topic, partition), promoted[topic][partition], log_start)
             if not boundary.proven:
                 unproven.append(f"{topic}-{partition}")
-            start = await first_stranded(client, topic, partition, boundary, end)
-            records = await count_records(client, topic, partition, start, end)
+            start, records = await stranded_range(client, topic, partition, boundary, end)
             stranded[f"{topic}/{partition}"] = [start, end, records]
             if records:
                 self.report("find-stranded", f"      {topic}-{partition}: {records} stranded records, "

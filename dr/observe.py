@@ -22,6 +22,7 @@ from core.protocol.dr import DR_EPOCH, DR_STATE_TOPIC, REPLICA_OF
 from mirror.policy import IdentityReplicationPolicy, TopicFilter
 from mirror.link import DYNAMIC_TOPIC_CONFIG, NOT_COPIED, read_offset_syncs
 from mirror.records import OffsetSync
+from mirror.translation import OffsetSyncStore
 
 from .config import ClusterAccess, PairConfig
 from .plan import ClusterView, PairView, PartitionLag
@@ -145,6 +146,18 @@ async def read_syncs(client: KafkaClient, topic: str) -> list[OffsetSync]:
     if topic not in await Admin(client).list_topics(internal=True):
         return []
     return await read_offset_syncs(client, topic)
+
+
+async def sync_store(client: KafkaClient, partner: str, *, capacity: int | None = None) -> OffsetSyncStore:
+    """The translation store of the link from `client`'s cluster to `partner` (its offset
+    syncs, kept on this cluster); a sync the store refuses is skipped, as the mirror skips it."""
+    store = OffsetSyncStore() if capacity is None else OffsetSyncStore(capacity=capacity)
+    for sync in await read_syncs(client, POLICY.offset_syncs_topic(partner)):
+        try:
+            store.observe(sync)
+        except ValueError:
+            continue
+    return store
 
 
 @dataclass(frozen=True)

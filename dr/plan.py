@@ -95,6 +95,9 @@ class DrPair:
     def region_of(self, cluster: str) -> str:
         return self.first_region if cluster == self.first else self.second_region
 
+    def partner_region(self, region: str) -> str:
+        return self.second_region if region == self.first_region else self.first_region
+
 
 @dataclass(frozen=True)
 class ClusterView:

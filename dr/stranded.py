@@ -106,23 +106,19 @@ async def read_range(client: KafkaClient, topic: str, partition: int, start: int
         await consumer.close()
 
 
-async def first_stranded(client: KafkaClient, topic: str, partition: int, boundary: Boundary, end: int) -> int:
-    """The offset of the first stranded record (`end` when there is none)."""
-    if boundary.skip == 0:
-        return min(boundary.upstream, end)
-    passed = 0
+async def stranded_range(client: KafkaClient, topic: str, partition: int, boundary: Boundary,
+                         end: int) -> tuple[int, int]:
+    """The offset of the first stranded record (`end` when there is none) and how many there
+    are before `end`, in one read from the boundary."""
+    first, passed, stranded = end, 0, 0
     async for record in read_range(client, topic, partition, boundary.upstream, end):
-        if passed == boundary.skip:
-            return record.offset
-        passed += 1
-    return end
-
-
-async def count_records(client: KafkaClient, topic: str, partition: int, start: int, end: int) -> int:
-    n = 0
-    async for _ in read_range(client, topic, partition, start, end):
-        n += 1
-    return n
+        if passed < boundary.skip:
+            passed += 1
+            continue
+        if not stranded:
+            first = record.offset
+        stranded += 1
+    return first, stranded
 
 
 async def copy_stranded(source: KafkaClient, cluster: str, topic: str, partition: int, start: int, end: int,

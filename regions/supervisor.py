@@ -109,62 +109,46 @@ class NodeProcess(_Child):
                 "metrics_port": n.metrics_port, "log": str(n.log_path)}
 
 
-class MirrorProcess(_Child):
-    """`mirror run --platform`: the topology's mirror links, one process for all of them."""
+class ServiceProcess(_Child):
+    """A platform service (the mirror, `dr serve`): started once the platform is, started
+    again if it exits on its own, stopped first on the way down."""
 
-    def __init__(self, state_dir: Path):
-        self.state_dir = state_dir
+    def __init__(self, name: str, args: list[str], log_path: Path, *, stop_s: float, url: str | None = None):
+        self.name, self.args, self.log_path, self.stop_s, self.url = name, args, log_path, stop_s, url
         self.proc = None
 
     def start(self) -> None:
         if self.running:
             return
-        self.proc = spawn(["mirror.cli", "run", "--platform", "--state-dir", str(self.state_dir)],
-                          self.state_dir / MIRROR_LOG)
-        log.info("started the mirror (pid %d)", self.proc.pid)
+        self.proc = spawn(self.args, self.log_path)
+        log.info("started %s (pid %d)%s", self.name, self.proc.pid, f" on {self.url}" if self.url else "")
 
     async def stop(self) -> None:
         if not self.running:
             return
         self.proc.terminate()
-        if not await _exited(self.proc, 20):    # the mirror's own hand-over gives up after 12 s (+3 s to close)
+        if not await _exited(self.proc, self.stop_s):
             self.proc.kill()
             await _exited(self.proc, None)
 
     def describe(self) -> dict:
         return {"running": self.running, "pid": self.proc.pid if self.running else None,
                 "exit_code": None if self.proc is None or self.running else self.proc.returncode,
-                "log": str(self.state_dir / MIRROR_LOG)}
+                "log": str(self.log_path), **({"url": self.url} if self.url else {})}
 
 
-class DrServeProcess(_Child):
+def mirror_process(state_dir: Path) -> ServiceProcess:
+    """`mirror run --platform`: the topology's mirror links, one process for all of them. The
+    mirror's own hand-over gives up after 12 s, +3 s to close: it gets 20."""
+    return ServiceProcess("the mirror", ["mirror.cli", "run", "--platform", "--state-dir", str(state_dir)],
+                          state_dir / MIRROR_LOG, stop_s=20)
+
+
+def dr_serve_process(state_dir: Path, port: int) -> ServiceProcess:
     """`dr serve --platform`: the DR controller's daemon (metrics, JSON API, scheduled drills)."""
-
-    def __init__(self, state_dir: Path, port: int):
-        self.state_dir = state_dir
-        self.port = port
-        self.proc = None
-
-    def start(self) -> None:
-        if self.running:
-            return
-        self.proc = spawn(["dr.cli", "--platform", "--state-dir", str(self.state_dir), "serve",
-                           "--listen", f"127.0.0.1:{self.port}"], self.state_dir / DR_LOG)
-        log.info("started dr serve (pid %d) on http://127.0.0.1:%d/", self.proc.pid, self.port)
-
-    async def stop(self) -> None:
-        if not self.running:
-            return
-        self.proc.terminate()
-        if not await _exited(self.proc, 10):
-            self.proc.kill()
-            await _exited(self.proc, None)
-
-    def describe(self) -> dict:
-        return {"running": self.running, "pid": self.proc.pid if self.running else None,
-                "url": f"http://127.0.0.1:{self.port}/",
-                "exit_code": None if self.proc is None or self.running else self.proc.returncode,
-                "log": str(self.state_dir / DR_LOG)}
+    return ServiceProcess("dr serve", ["dr.cli", "--platform", "--state-dir", str(state_dir), "serve",
+                                       "--listen", f"127.0.0.1:{port}"],
+                          state_dir / DR_LOG, stop_s=10, url=f"http://127.0.0.1:{port}/")
 
 
 class Supervisor:
@@ -173,8 +157,8 @@ class Supervisor:
         self.topology_path = topology_path
         self.nodes = {n.key: NodeProcess(n) for n in layout.nodes()}
         self.proxies = self._proxies()
-        self.mirror = MirrorProcess(layout.state_dir) if layout.topology.mirrors else None
-        self.dr = DrServeProcess(layout.state_dir, layout.dr_port) if layout.dr_port else None
+        self.mirror = mirror_process(layout.state_dir) if layout.topology.mirrors else None
+        self.dr = dr_serve_process(layout.state_dir, layout.dr_port) if layout.dr_port else None
         self.done = anyio.Event()
 
     def _proxies(self) -> list[WanProxy]:
@@ -294,10 +278,9 @@ class Supervisor:
                 "client_properties": {user: str(path) for user, path in files.items()}}
 
     async def shutdown(self) -> None:
-        if self.dr is not None:
-            await self.dr.stop()
-        if self.mirror is not None:
-            await self.mirror.stop()
+        for service in (self.dr, self.mirror):
+            if service is not None:
+                await service.stop()
         async with anyio.create_task_group() as tg:
             for node in self.nodes.values():
                 tg.start_soon(node.stop)
@@ -306,22 +289,18 @@ class Supervisor:
         log.info("platform %s is down", self.layout.topology.name)
 
     async def _watch(self) -> None:
-        """Log nodes that exit on their own; they stay down until `start`. The mirror is a
-        service, not a simulated outage: it is started again."""
+        """Log nodes that exit on their own; they stay down until `start`. The mirror and `dr
+        serve` are services, not simulated outages: they are started again."""
         reported: set[str] = set()
         while True:
             # (proc None: not started yet, on a secured platform while its ACLs are made)
-            if self.mirror is not None and self.mirror.proc is not None and not self.mirror.running \
-                    and not self.done.is_set():
-                log.warning("the mirror exited with %s; starting it again (see %s)",
-                            self.mirror.proc.returncode, self.mirror.describe()["log"])
-                await anyio.sleep(1.0)
-                self.mirror.start()
-            if self.dr is not None and self.dr.proc is not None and not self.dr.running and not self.done.is_set():
-                log.warning("dr serve exited with %s; starting it again (see %s)",
-                            self.dr.proc.returncode, self.dr.describe()["log"])
-                await anyio.sleep(1.0)
-                self.dr.start()
+            for service in (self.mirror, self.dr):
+                if service is not None and service.proc is not None and not service.running \
+                        and not self.done.is_set():
+                    log.warning("%s exited with %s; starting it again (see %s)", service.name,
+                                service.proc.returncode, service.log_path)
+                    await anyio.sleep(1.0)
+                    service.start()
             for key, node in self.nodes.items():
                 if node.proc is None or node.running:
                     reported.discard(key)
