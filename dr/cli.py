@@ -23,6 +23,7 @@ Errors are one line, exit status 2 for bad input and 1 for a refusal or a failed
 from __future__ import annotations
 
 import argparse
+from contextlib import asynccontextmanager
 import fcntl
 import json
 import logging
@@ -172,46 +173,48 @@ def render_plan(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-async def _failover(config: DrConfig, args) -> int:
+@asynccontextmanager
+async def _in_control(config: DrConfig, args):
+    """The controller lock, the pair's clients and the history, and the row this command
+    resumes (or None): what `dr failover` and `dr failback` start from."""
     pair_config = _pair_for(config, args)
     state_dir = Path(config.state_dir)
     history = History(state_dir)
     with _controller_lock(state_dir):
         async with PairClients(pair_config, timeout_s=args.timeout) as clients:
-            running = _running(history, pair_config, args)
-            if running is not None:
-                plan = plan_from_dict(running["context"]["plan"])
-            else:
-                plan = _ready(plan_failover(await view_of(clients, history), args.region, force=args.force))
-            await _carry_out(config, clients, history, plan, running)
+            yield pair_config, clients, history, _running(history, pair_config, args)
+
+
+async def _failover(config: DrConfig, args) -> int:
+    async with _in_control(config, args) as (_, clients, history, running):
+        if running is not None:
+            plan = plan_from_dict(running["context"]["plan"])
+        else:
+            plan = _ready(plan_failover(await view_of(clients, history), args.region, force=args.force))
+        await _carry_out(config, clients, history, plan, running)
     return 0
 
 
 async def _failback(config: DrConfig, args) -> int:
     """Settle the returning region's stranded records (a failback row), then fail back to it
     (a planned failover row). Either may be resumed by running the command again."""
-    pair_config = _pair_for(config, args)
-    state_dir = Path(config.state_dir)
-    history = History(state_dir)
-    with _controller_lock(state_dir):
-        async with PairClients(pair_config, timeout_s=args.timeout) as clients:
-            running = _running(history, pair_config, args)
-            if running is not None and running["kind"] == "failback":
-                await _carry_out(config, clients, history, plan_from_dict(running["context"]["plan"]), running)
-                running = None
-            elif running is None:
-                view = await view_of(clients, history)
-                settle, unplanned = _failback_plan(view, history, args)
-                if settle is not None:
-                    assert unplanned is not None        # the plan's promotion check needs it
-                    await _carry_out(config, clients, history, _ready(settle), None, extra={
-                        "promotion": unplanned["context"]["target_ends"], "promotion_failover": unplanned["id"]})
-            if running is None:
-                back = _ready(plan_failover(await view_of(clients, history),
-                                            pair_config.pair.partner_region(args.region)))
-            else:
-                back = plan_from_dict(running["context"]["plan"])
-            await _carry_out(config, clients, history, back, running)
+    async with _in_control(config, args) as (pair_config, clients, history, running):
+        if running is not None and running["kind"] == "failback":
+            await _carry_out(config, clients, history, plan_from_dict(running["context"]["plan"]), running)
+            running = None
+        elif running is None:
+            view = await view_of(clients, history)
+            settle, unplanned = _failback_plan(view, history, args)
+            if settle is not None:
+                assert unplanned is not None        # the plan's promotion check needs it
+                await _carry_out(config, clients, history, _ready(settle), None, extra={
+                    "promotion": unplanned["context"]["target_ends"], "promotion_failover": unplanned["id"]})
+        if running is None:
+            back = _ready(plan_failover(await view_of(clients, history),
+                                        pair_config.pair.partner_region(args.region)))
+        else:
+            back = plan_from_dict(running["context"]["plan"])
+        await _carry_out(config, clients, history, back, running)
     return 0
 
 
