@@ -102,7 +102,10 @@ def show_status(args) -> int:
                 row = rows.setdefault((labels["link"], labels["topic"], int(labels["partition"])), {})
                 row[name.removeprefix("seaway_mirror_").removeprefix("partition_").removesuffix("_total")] = value
             elif "link" in labels:
-                links.setdefault(labels["link"], {})[name.removeprefix("seaway_mirror_").removesuffix("_total")] = value
+                key = name.removeprefix("seaway_mirror_").removesuffix("_total")
+                if "result" in labels:      # topic_config_syncs_applied, ..._failed
+                    key += "_" + labels["result"]
+                links.setdefault(labels["link"], {})[key] = value
     if args.output == "json":
         print(json.dumps({"links": links, "partitions": [dict(link=k[0], topic=k[1], partition=k[2], **v)
                                                          for k, v in sorted(rows.items())]}, indent=2))
@@ -120,7 +123,8 @@ def show_status(args) -> int:
         age = v.get("checkpoint_age_seconds", -1)
         print(f"{link}: replication latency p50 {_ms(p50)} p99 {_ms(p99)}, checkpoint age "
               f"{'none yet' if age < 0 else f'{age:.1f}s'}, errors {v.get('errors', 0):.0f}, "
-              f"lost to retention {v.get('lost_to_retention', 0):.0f}")
+              f"lost to retention {v.get('lost_to_retention', 0):.0f}, "
+              f"topics with unsynced configs {v.get('topic_configs_unsynced', 0):.0f}")
     return 0
 
 

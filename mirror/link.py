@@ -6,8 +6,9 @@ Theory of operation
 Every `refresh_topics_s` the link lists the source's topics and keeps those the filter and
 the replication policy allow (never a topic that came from the target: mirror/policy.py).
 Each is created on the target under its remote name with the same partition count and the
-source's non-default configs (less those MM2 never copies); a target topic with fewer
-partitions than its source gets more.
+source's non-default configs (less those MM2 never copies: mirror/configsync.py), which are
+kept in line with the source's every `sync_topic_configs_interval_s` (mirror/topicconfigs.py);
+a target topic with fewer partitions than its source gets more.
 
 A DR link (`dr_pair`, identity names) follows the roles the DR controller gives each topic
 (core/protocol/dr.py): it creates a missing target topic as a read-only replica of its source
@@ -26,7 +27,6 @@ and every sync seen feeds the OffsetSyncStore that translates consumer-group off
 from __future__ import annotations
 
 import logging
-import re
 import time
 from contextlib import AsyncExitStack
 
@@ -45,10 +45,13 @@ from core.protocol.dr import REPLICA_OF, link_copies, mirror_client_id
 from core.protocol.errors import ErrorCode
 
 from .checkpoints import CheckpointEmitter
+# NOT_COPIED and DYNAMIC_TOPIC_CONFIG are also read from here (dr/observe.py's drift check).
+from .configsync import DYNAMIC_TOPIC_CONFIG, NOT_COPIED, copyable  # noqa: F401
 from .copier import PartitionCopier, ProducerIdentity
 from .policy import DefaultReplicationPolicy, IdentityReplicationPolicy, TopicFilter, should_replicate
 from .records import (
     Heartbeat, OffsetSync, decode_offset_sync, encode_heartbeat, encode_offset_sync, offset_sync_headers)
+from .topicconfigs import TopicConfigSync
 from .translation import OffsetSyncStore
 
 log = logging.getLogger("mirror.link")
@@ -58,13 +61,6 @@ log = logging.getLogger("mirror.link")
 # (mirror/cli.py HAND_OVER_S) and the 20 s `regions` gives the process.
 CLOSE_S = 3.0
 
-# Topic configs MM2 never copies (DefaultConfigPropertyFilter): they describe the source
-# cluster's brokers or replication, not the data.
-NOT_COPIED = re.compile(r"follower\.replication\.throttled\.replicas|leader\.replication\.throttled\.replicas"
-                        r"|message\.timestamp\.difference\.max\.ms|message\.timestamp\.type"
-                        r"|unclean\.leader\.election\.enable|min\.insync\.replicas"
-                        r"|seaway\..*")      # DR roles: each copy has its own
-DYNAMIC_TOPIC_CONFIG = 1
 UNKNOWN_ROLE = "?"      # a copy whose configs could not be read (never a cluster name)
 
 
@@ -86,6 +82,11 @@ class LinkConfig(BaseModel):
     replication_factor: int = Field(default=-1)       # of created topics; -1: the target's default
     checkpoint_interval_s: float = Field(default=5.0, gt=0)
     sync_group_offsets: bool = False    # commit translated offsets into idle target groups
+    # Keep the target topics' configs in line with their sources' (mirror/topicconfigs.py),
+    # MM2's sync.topic.configs.enabled and .interval.seconds (600 there: a changed retention
+    # should reach a DR replica well before anyone fails over to it).
+    sync_topic_configs: bool = True
+    sync_topic_configs_interval_s: float = Field(default=60.0, gt=0)
     heartbeat_interval_s: float = Field(default=1.0, gt=0)
     # The DR recovery-point target this link serves (the topology's dr.rpo_target_s), exported
     # as a gauge so that the lag alert compares each link against its own target.
@@ -147,6 +148,7 @@ class MirrorLink:
         self.checkpoint_producer: Producer | None = None
         self.checkpoints = CheckpointEmitter(self, interval_s=config.checkpoint_interval_s,
                                              sync_group_offsets=config.sync_group_offsets)
+        self.topic_configs = TopicConfigSync(self, interval_s=config.sync_topic_configs_interval_s)
         self._started = False
         self._stopping = anyio.Event()
         self._unstarted: anyio.CancelScope | None = None    # startup, before any copier runs
@@ -227,6 +229,8 @@ class MirrorLink:
             await self._discover_until_stopped(tg, identity, retry=False)
             tg.start_soon(self.checkpoints.run, name=f"{self.name} checkpoints")
             tg.start_soon(self._heartbeats, name=f"{self.name} heartbeats")
+            if self.config.sync_topic_configs:
+                tg.start_soon(self.topic_configs.run, name=f"{self.name} topic configs")
             if not self._started:
                 self._started = True
                 task_status.started()
@@ -433,9 +437,7 @@ class MirrorLink:
         found = await source_admin.describe_configs(ConfigResource.topic(topic))
         entries = found.get(ConfigResource.topic(topic))
         if isinstance(entries, dict):
-            configs = {name: e.value for name, e in entries.items()
-                       if e.source == DYNAMIC_TOPIC_CONFIG and e.value is not None
-                       and not e.sensitive and not NOT_COPIED.fullmatch(name)}
+            configs = copyable(entries)     # the rule topic config syncs keep (mirror/configsync.py)
         if self.config.dr_pair:
             configs[REPLICA_OF] = self.config.source_alias
         result = await target_admin.create_topics([NewTopic(remote, count, self.config.replication_factor,

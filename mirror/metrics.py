@@ -6,7 +6,8 @@ mirrored position) and in seconds (how old the last mirrored batch was when it w
 while there is lag), records and bytes copied. Per link: replication latency (acknowledged at
 the target minus the batch's newest timestamp; heartbeats, one a second, keep it current when
 traffic is idle), checkpoint age, errors, records deleted upstream before they were copied,
-and the link's RPO target.
+the link's RPO target, and its topic config syncs (mirror/topicconfigs.py): how many applied
+or failed, and how many copied topics are unsynced now.
 
 Lag in seconds is what a failover would lose, in time: how old the last mirrored batch was
 while records wait, and at least how long the source has been silent once it stops answering
@@ -110,6 +111,13 @@ class _LinkCollector:
                                 "complete checkpoint pass (-1 before the first)", labels=["link"])
         rpo = GaugeMetricFamily("seaway_mirror_rpo_target_seconds", "The recovery-point target the "
                                 "link serves (the topology's dr.rpo_target_s)", labels=["link"])
+        syncs = CounterMetricFamily("seaway_mirror_topic_config_syncs", "Target topics whose configs "
+                                    "were brought in line with the source's (applied), or could not be "
+                                    "at a sync (failed: refused, or a side unreadable; each retried)",
+                                    labels=["link", "result"])
+        unsynced = GaugeMetricFamily("seaway_mirror_topic_configs_unsynced", "Copied topics whose configs "
+                                     "could not be synced at the last attempt (the mirror's log says why)",
+                                     labels=["link"])
         for link in list(self.links):
             rows = partition_rows(link)
             for r in rows:
@@ -132,5 +140,8 @@ class _LinkCollector:
             age.add_metric([link.name], -1 if last is None else max(0.0, time.time() - last))
             if link.config.rpo_target_s is not None:
                 rpo.add_metric([link.name], link.config.rpo_target_s)
+            syncs.add_metric([link.name, "applied"], link.topic_configs.applied)
+            syncs.add_metric([link.name, "failed"], link.topic_configs.failed)
+            unsynced.add_metric([link.name], link.topic_configs.unsynced)
         yield from (lag, lag_s, records, size, partition_errors, latency, p["p50"], p["p99"], errors, lost,
-                    inexact, age, rpo)
+                    inexact, age, rpo, syncs, unsynced)

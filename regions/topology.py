@@ -114,6 +114,9 @@ class MirrorLink(_Strict):
     sync_group_offsets: bool = False
     checkpoint_interval_s: float = Field(default=5.0, gt=0)
     refresh_topics_s: float = Field(default=5.0, gt=0)
+    # Keep target topics' configs in line with their sources' (MM2's sync.topic.configs.*).
+    sync_topic_configs: bool = True
+    sync_topic_configs_interval_s: float = Field(default=60.0, gt=0)
 
     @field_validator("topics", "exclude")
     @classmethod
@@ -188,6 +191,8 @@ class Topology(_Strict):
                 "topics": list(m.topics), "policy": m.policy,
                 "sync_group_offsets": m.sync_group_offsets, "dr_pair": m.policy == "identity",
                 "checkpoint_interval_s": m.checkpoint_interval_s, "refresh_topics_s": m.refresh_topics_s,
+                "sync_topic_configs": m.sync_topic_configs,
+                "sync_topic_configs_interval_s": m.sync_topic_configs_interval_s,
                 "rpo_target_s": self.dr.rpo_target_s}
         if m.exclude:      # otherwise the mirror's default exclusions apply
             link["exclude"] = list(m.exclude)

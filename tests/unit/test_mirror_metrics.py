@@ -16,7 +16,8 @@ def link_with(stats: CopierStats, rpo_target_s=None):
     copier = SimpleNamespace(stats=stats, target_topic="src.orders")
     return SimpleNamespace(name="src->tgt", copiers={("orders", 0): copier}, stopping=False,
                            config=SimpleNamespace(rpo_target_s=rpo_target_s),
-                           checkpoints=SimpleNamespace(errors=0, last_run=None))
+                           checkpoints=SimpleNamespace(errors=0, last_run=None),
+                           topic_configs=SimpleNamespace(applied=0, failed=0, unsynced=0))
 
 
 # (what, position, source end, last batch's timestamp and last source answer in seconds ago
@@ -55,3 +56,13 @@ def test_the_rpo_target_and_health_are_served():
     assert metrics.health() == (True, "healthy: src->tgt copying 1 partitions")
     link.stopping = True
     assert metrics.health() == (False, "stopping: src->tgt")
+
+
+def test_topic_config_syncs_are_served_by_result():
+    link = link_with(CopierStats(position=10, source_end=10))
+    metrics = MirrorMetrics([link], CollectorRegistry())
+    link.topic_configs = SimpleNamespace(applied=4, failed=7, unsynced=2)
+    text = generate_latest(metrics.registry).decode()
+    assert 'seaway_mirror_topic_config_syncs_total{link="src->tgt",result="applied"} 4.0' in text
+    assert 'seaway_mirror_topic_config_syncs_total{link="src->tgt",result="failed"} 7.0' in text
+    assert 'seaway_mirror_topic_configs_unsynced{link="src->tgt"} 2.0' in text

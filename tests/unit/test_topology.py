@@ -106,6 +106,8 @@ BAD = [
      15, "mirrors[0].policy", "'default' or 'identity'"),
     ("checkpoints never", edit("target: us-1}", "target: us-1, checkpoint_interval_s: 0}"),
      15, "mirrors[0].checkpoint_interval_s", "greater than 0"),
+    ("config syncs never", edit("target: us-1}", "target: us-1, sync_topic_configs_interval_s: 0}"),
+     15, "mirrors[0].sync_topic_configs_interval_s", "greater than 0"),
     ("dr pair listed both ways", edit("  - {source: eu-1, target: us-1}", "  - {source: eu-1, target: us-1, policy: identity}\n"
                                        "  - {source: us-1, target: eu-1}"),
      15, "mirrors[0]", "runs both ways"),
@@ -163,6 +165,18 @@ def test_an_identity_link_is_a_dr_pair_that_runs_both_ways():
     plain = parse_topology(GOOD)
     assert plain.dr_pairs() == [] and len(plain.mirror_runs()) == 1
     assert not plain.mirror_link_config(plain.mirrors[0], "s:1", "t:1")["dr_pair"]
+
+
+def test_a_links_topic_config_sync_reaches_the_mirror():
+    """On by default, as in MM2; the topology's settings are what the mirror runs with."""
+    from mirror.link import LinkConfig
+    t = parse_topology(GOOD)
+    default = LinkConfig.model_validate(t.mirror_link_config(t.mirrors[0], "s:1", "t:1"))
+    assert default.sync_topic_configs and default.sync_topic_configs_interval_s == 60.0
+    t = parse_topology(edit("target: us-1}", "target: us-1, sync_topic_configs: false, "
+                                              "sync_topic_configs_interval_s: 30}"))
+    link = LinkConfig.model_validate(t.mirror_link_config(t.mirrors[0], "s:1", "t:1"))
+    assert not link.sync_topic_configs and link.sync_topic_configs_interval_s == 30.0
 
 
 def test_a_missing_file_is_one_line(tmp_path):
