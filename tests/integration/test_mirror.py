@@ -16,8 +16,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from tests.support.mirror import (SteadyWriter, copies_after_a_restart, produce, read_all,
-                                  read_internal, read_offset_syncs, resume_on_target, start_mirror)
+from tests.support.mirror import (SteadyWriter, alter_topic_configs, copies_after_a_restart, produce, read_all,
+                                  read_internal, read_offset_syncs, resume_on_target, start_mirror,
+                                  topic_configs, wait_for_configs)
 from tests.support.node import REPO, SeawayNode
 
 pytestmark = pytest.mark.integration
@@ -334,3 +335,134 @@ def test_an_active_active_pair_copies_each_topic_once_and_follows_partition_grow
     finally:
         mirror.send_signal(signal.SIGTERM)
         assert mirror.wait(30) == 0
+
+
+def mirror_metric(port: int, name: str, **labels: str) -> float | None:
+    """One sample of the mirror's /metrics, None if it is not there (yet)."""
+    from urllib.request import urlopen
+
+    from prometheus_client.parser import text_string_to_metric_families
+    try:
+        with urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return None
+
+
+def test_topic_configs_changed_upstream_follow_to_the_target(tmp_path, clusters):
+    """A config set, changed or deleted on the source after the target topic exists reaches
+    the target within the sync interval; what MM2 never copies stays where it is on each side."""
+    from tests.support.node import free_port
+    src, tgt = clusters
+    admin = AdminClient({"bootstrap.servers": src.bootstrap})
+    admin.create_topics([NewTopic("orders", 3, 1, config={"retention.ms": "86400000",
+                                                          "max.message.bytes": "2000000"})])["orders"].result(10)
+    port = free_port()
+    mirror = start_mirror(tmp_path, src, tgt, "mirror", "--metrics-port", str(port),
+                          sync_topic_configs_interval_s=0.5)
+    log = tmp_path / "mirror.log"
+    try:
+        wait_for_configs(tgt.bootstrap, "src.orders", lambda c: c.get("retention.ms") == "86400000", log=log)
+        # The target's own min.insync.replicas is the target's business (MM2 never copies it).
+        alter_topic_configs(tgt.bootstrap, "src.orders", {"min.insync.replicas": "1"})
+        alter_topic_configs(src.bootstrap, "orders", {"retention.ms": "3600000", "cleanup.policy": "compact,delete",
+                                                      "min.insync.replicas": "1"})
+        got = wait_for_configs(tgt.bootstrap, "src.orders",
+                               lambda c: c.get("retention.ms") == "3600000" and "cleanup.policy" in c, log=log)
+        assert got == {"retention.ms": "3600000", "cleanup.policy": "compact,delete", "max.message.bytes": "2000000",
+                       "min.insync.replicas": "1"}
+        alter_topic_configs(src.bootstrap, "orders", {"min.insync.replicas": None})    # not copied: stays there
+        alter_topic_configs(src.bootstrap, "orders", {"retention.ms": None})
+        got = wait_for_configs(tgt.bootstrap, "src.orders", lambda c: "retention.ms" not in c, log=log)
+        assert got == {"cleanup.policy": "compact,delete", "max.message.bytes": "2000000", "min.insync.replicas": "1"}
+        time.sleep(1.5)      # rounds that find nothing to do change nothing
+        assert topic_configs(tgt.bootstrap, "src.orders") == got
+        assert mirror_metric(port, "seaway_mirror_topic_config_syncs_total", link="src->tgt", result="applied") == 2
+        assert mirror_metric(port, "seaway_mirror_topic_config_syncs_total", link="src->tgt", result="failed") == 0
+        assert mirror_metric(port, "seaway_mirror_topic_configs_unsynced", link="src->tgt") == 0
+    finally:
+        mirror.send_signal(signal.SIGTERM)
+        assert mirror.wait(30) == 0
+
+
+JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_mirror="mirror-secret";'
+
+
+def test_a_config_change_the_target_refuses_does_not_stop_the_copying(tmp_path):
+    """The mirror may not alter src.orders' configs on the target (a DENY ACL): its records keep
+    coming, another topic's configs still sync, the refusal is logged once however many rounds
+    meet it, and counted; once the ACL goes, the next round brings the topic in line."""
+    from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
+                                       ResourcePatternType, ResourceType)
+
+    from tests.support.node import free_port
+    plain, sasl, port = free_port(), free_port(), free_port()
+    src = SeawayNode(tmp_path / "src", {"num.partitions": "3"}).start()
+    tgt = SeawayNode(tmp_path / "tgt", {
+        "listeners": f"PLAIN://127.0.0.1:{plain},SASL://127.0.0.1:{sasl}",
+        "listener.security.protocol.map": "PLAIN:PLAINTEXT,SASL:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": JAAS,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS"},     # the test administers through the PLAINTEXT listener
+        port=plain).start()
+    mirror = None
+    try:
+        target_admin = AdminClient({"bootstrap.servers": tgt.bootstrap})
+        allow = [AclBinding(rtype, name, ResourcePatternType.LITERAL, "User:mirror", "*", AclOperation.ALL,
+                            AclPermissionType.ALLOW)
+                 for rtype, name in ((ResourceType.TOPIC, "*"), (ResourceType.GROUP, "*"),
+                                     (ResourceType.BROKER, "kafka-cluster"))]
+        deny = AclBinding(ResourceType.TOPIC, "src.orders", ResourcePatternType.LITERAL, "User:mirror", "*",
+                          AclOperation.ALTER_CONFIGS, AclPermissionType.DENY)
+        for future in target_admin.create_acls([*allow, deny]).values():
+            assert future.result(20) is None
+        admin = AdminClient({"bootstrap.servers": src.bootstrap})
+        for topic in ("orders", "audit"):
+            admin.create_topics([NewTopic(topic, 3, 1, config={"retention.ms": "86400000"})])[topic].result(10)
+        produce(src.bootstrap, "orders", 0, 300)
+        mirror = start_mirror(tmp_path, src, tgt, "mirror", "--metrics-port", str(port),
+                              target_bootstrap=f"127.0.0.1:{sasl}", sync_topic_configs_interval_s=0.3,
+                              target_properties={"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                                 "sasl.username": "mirror", "sasl.password": "mirror-secret"})
+        log = tmp_path / "mirror.log"
+        assert len({v for _, _, v, *_ in read_all(tgt.bootstrap, "src.orders", 300)}) == 300, log.read_text()[-3000:]
+        wait_for_configs(tgt.bootstrap, "src.orders", lambda c: c.get("retention.ms") == "86400000", log=log)
+
+        for topic in ("orders", "audit"):
+            alter_topic_configs(src.bootstrap, topic, {"retention.ms": "3600000"})
+        wait_for_configs(tgt.bootstrap, "src.audit", lambda c: c.get("retention.ms") == "3600000", log=log)
+        deadline = time.monotonic() + 30
+        while (mirror_metric(port, "seaway_mirror_topic_config_syncs_total", link="src->tgt", result="failed")
+               or 0) < 5:       # several rounds met the refusal
+            assert time.monotonic() < deadline and mirror.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.2)
+        assert mirror_metric(port, "seaway_mirror_topic_configs_unsynced", link="src->tgt") == 1
+        assert topic_configs(tgt.bootstrap, "src.orders")["retention.ms"] == "86400000"
+        refusals = [line for line in log.read_text().splitlines() if "topic configs of orders not synced" in line]
+        assert len(refusals) == 1 and "TOPIC_AUTHORIZATION_FAILED" in refusals[0], refusals
+        # The records keep coming.
+        produce(src.bootstrap, "orders", 300, 300)
+        assert len({v for _, _, v, *_ in read_all(tgt.bootstrap, "src.orders", 600)}) == 600, log.read_text()[-3000:]
+
+        deleted = target_admin.delete_acls([AclBindingFilter(
+            ResourceType.TOPIC, "src.orders", ResourcePatternType.LITERAL, "User:mirror", "*",
+            AclOperation.ALTER_CONFIGS, AclPermissionType.DENY)])
+        assert len(list(deleted.values())[0].result(20)) == 1
+        wait_for_configs(tgt.bootstrap, "src.orders", lambda c: c.get("retention.ms") == "3600000", log=log)
+        deadline = time.monotonic() + 30
+        while mirror_metric(port, "seaway_mirror_topic_configs_unsynced", link="src->tgt") != 0:
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        assert "topic configs of orders are in sync again" in log.read_text()
+        assert mirror.poll() is None and "starting the link again" not in log.read_text()
+    finally:
+        if mirror is not None:
+            mirror.send_signal(signal.SIGTERM)
+            mirror.wait(30)
+        src.stop()
+        tgt.stop()

@@ -18,7 +18,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from core.protocol.dr import FENCED, REPLICA_OF
 from mirror.records import OffsetSync, encode_offset_sync
-from tests.support.mirror import read_all, start_dr_links, stop_mirror
+from tests.support.mirror import (alter_topic_configs, read_all, start_dr_links, stop_mirror, topic_configs,
+                                  wait_for_configs)
 from tests.support.node import SeawayNode
 
 pytestmark = pytest.mark.integration
@@ -30,7 +31,7 @@ PARTITIONS = 3
 def pair(tmp_path):
     eu = SeawayNode(tmp_path / "eu").start()
     us = SeawayNode(tmp_path / "us").start()
-    mirror = start_dr_links(tmp_path, ("eu", eu.bootstrap), ("us", us.bootstrap))
+    mirror = start_dr_links(tmp_path, ("eu", eu.bootstrap), ("us", us.bootstrap), sync_topic_configs_interval_s=0.5)
     try:
         yield eu, us
     finally:
@@ -128,3 +129,36 @@ def test_a_planned_failover_by_hand_copies_every_record_once_each_way(pair):
     assert values(us.bootstrap, 390) == expected
     # Each cluster keeps its own heartbeats, neither a replica of the other's.
     assert role(eu.bootstrap, "heartbeats") == role(us.bootstrap, "heartbeats") == ""
+
+
+def test_topic_configs_follow_into_the_replica_and_its_role_survives(pair, tmp_path):
+    """The replica gets the primary's config changes and deletions, and keeps its
+    `seaway.replica.of` through every sync. Once it is promoted, the primary's changes no longer
+    reach it (neither link copies the topic), and nothing travels back."""
+    eu, us = pair
+    log = tmp_path / "mirror.log"
+    admin = AdminClient({"bootstrap.servers": eu.bootstrap})
+    admin.create_topics([NewTopic("orders", PARTITIONS, 1, config={"retention.ms": "86400000"})])["orders"].result(10)
+    write(eu.bootstrap, "o", 30)
+    wait_for_configs(us.bootstrap, "orders", lambda c: c.get(REPLICA_OF) == "eu", log=log)
+
+    alter_topic_configs(eu.bootstrap, "orders", {"retention.ms": "3600000", "cleanup.policy": "compact,delete"})
+    got = wait_for_configs(us.bootstrap, "orders", lambda c: c.get("retention.ms") == "3600000", log=log)
+    assert got == {"retention.ms": "3600000", "cleanup.policy": "compact,delete", REPLICA_OF: "eu"}
+    alter_topic_configs(eu.bootstrap, "orders", {"retention.ms": None})
+    got = wait_for_configs(us.bootstrap, "orders", lambda c: "retention.ms" not in c, log=log)
+    assert got == {"cleanup.policy": "compact,delete", REPLICA_OF: "eu"}
+    assert values(us.bootstrap, 30) == {p: [f"o{i}" for i in range(p, 30, PARTITIONS)] for p in range(PARTITIONS)}
+
+    # Promoted (the primary fenced, the replica writable): the links copy neither way, and
+    # neither copy's configs are the other's business any more.
+    set_role(eu.bootstrap, FENCED)
+    set_role(us.bootstrap, None)
+    time.sleep(1.5)      # discovery (0.5 s) has retired the copiers
+    alter_topic_configs(eu.bootstrap, "orders", {"retention.ms": "7200000"})
+    alter_topic_configs(us.bootstrap, "orders", {"max.message.bytes": "2000000"})
+    time.sleep(2.5)      # several sync rounds of both links
+    assert topic_configs(us.bootstrap, "orders") == {"cleanup.policy": "compact,delete", "max.message.bytes": "2000000"}
+    assert topic_configs(eu.bootstrap, "orders") == {"retention.ms": "7200000", "cleanup.policy": "compact,delete",
+                                                     REPLICA_OF: FENCED}
+    assert "not synced" not in log.read_text()

@@ -17,10 +17,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.support.node import REPO
 
 
-def start_mirror(tmp_path: Path, src, tgt, name: str = "mirror", *extra: str) -> subprocess.Popen:
+def start_mirror(tmp_path: Path, src, tgt, name: str = "mirror", *extra: str, **settings) -> subprocess.Popen:
+    """`mirror run` with one link src -> tgt; `settings` are the link's other fields (or
+    replace these)."""
+    import yaml
     config = tmp_path / "links.yaml"
-    config.write_text(f"links:\n  - {{source_alias: src, source_bootstrap: '{src.bootstrap}', "
-                      f"target_alias: tgt, target_bootstrap: '{tgt.bootstrap}', refresh_topics_s: 1}}\n")
+    link = {"source_alias": "src", "source_bootstrap": src.bootstrap, "target_alias": "tgt",
+            "target_bootstrap": tgt.bootstrap, "refresh_topics_s": 1, **settings}
+    config.write_text(yaml.safe_dump({"links": [link]}))
     log = open(tmp_path / f"{name}.log", "ab")
     return subprocess.Popen([sys.executable, "-m", "mirror.cli", "run", "--config", str(config), *extra],
                             cwd=REPO, stderr=log, stdout=log, env=dict(os.environ, PYTHONUNBUFFERED="1"))
@@ -181,3 +185,49 @@ def resume_on_target(bootstrap: str | dict, group: str, topic: str, wanted: set[
     assert wanted <= set(rest), f"skipped {len(wanted - set(rest))} records"
     redelivered = [v for v in rest if v not in wanted]
     assert len(redelivered) <= bound, (len(redelivered), bound)
+
+
+def topic_configs(bootstrap: str, topic: str) -> dict[str, str | None]:
+    """The topic's own configs (DescribeConfigs' dynamic topic configs), through our Admin."""
+    import anyio
+
+    from core.client import Admin, KafkaClient
+    from core.client.admin import ConfigResource
+
+    async def run():
+        async with KafkaClient(bootstrap) as client:
+            return (await Admin(client).describe_configs(ConfigResource.topic(topic)))[ConfigResource.topic(topic)]
+    entries = anyio.run(run)
+    if not isinstance(entries, dict):
+        raise entries
+    return {name: e.value for name, e in entries.items() if e.source == 1}
+
+
+def alter_topic_configs(bootstrap: str, topic: str, changes: dict[str, str | None]) -> None:
+    """IncrementalAlterConfigs through our Admin: a value sets, None deletes."""
+    import anyio
+
+    from core.client import Admin, KafkaClient
+    from core.client.admin import ConfigResource
+
+    async def run():
+        async with KafkaClient(bootstrap) as client:
+            return await Admin(client).incremental_alter_configs({ConfigResource.topic(topic): changes})
+    error = anyio.run(run)[ConfigResource.topic(topic)]
+    if error is not None:
+        raise error
+
+
+def wait_for_configs(bootstrap: str, topic: str, wanted, timeout: float = 30, log: Path | None = None
+                     ) -> dict[str, str | None]:
+    """Until the topic's own configs satisfy `wanted` (a predicate on them); they are returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            configs = topic_configs(bootstrap, topic)
+        except Exception:       # noqa: BLE001 — the topic may not exist yet
+            configs = None
+        if configs is not None and wanted(configs):
+            return configs
+        assert time.monotonic() < deadline, (topic, configs, log.read_text()[-3000:] if log else "")
+        time.sleep(0.2)
