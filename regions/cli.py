@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def cmd_up(args, state_dir: Path) -> int:
     from .layout import plan
-    from .supervisor import SUPERVISOR_LOG, send_command
+    from .control import send_command
+    from .supervisor import SUPERVISOR_LOG
     topology = load_topology(args.topology)
     running = anyio.run(send_command, state_dir, {"cmd": "status"}, 5.0)
     if running is not None:
@@ -258,7 +259,8 @@ def _tail(path: Path, lines: int = 5) -> str:
 def _layout_of_running(state_dir: Path):
     """The running platform's layout (from the topology it was started with)."""
     from .layout import plan
-    from .supervisor import PLATFORM_FILE, send_command
+    from .control import send_command
+    from .supervisor import PLATFORM_FILE
     status = anyio.run(send_command, state_dir, {"cmd": "status"}, 10.0)
     if status is None:
         raise CliError(f"no platform is running (no supervisor answers in {state_dir}); "
@@ -293,7 +295,7 @@ def cmd_status(args, state_dir: Path) -> int:
 
 def _print_status(state_dir: Path, layout, status: dict | None = None) -> None:
     from .health import cluster_health
-    from .supervisor import send_command
+    from .control import send_command
     status = status or anyio.run(send_command, state_dir, {"cmd": "status"}, 10.0) or {"nodes": {}}
     healths = anyio.run(_all_health, layout, cluster_health)
     rows = [["REGION", "CLUSTER", "NODES UP", "CONTROLLER", "BROKERS", "PARTITIONS",
@@ -323,7 +325,7 @@ def _print_status(state_dir: Path, layout, status: dict | None = None) -> None:
 
 
 def cmd_stop_start(args, state_dir: Path) -> int:
-    from .supervisor import send_command
+    from .control import send_command
     layout, _ = _layout_of_running(state_dir)
     try:
         layout.select(args.target)
@@ -341,7 +343,8 @@ def cmd_stop_start(args, state_dir: Path) -> int:
 
 
 def cmd_down(args, state_dir: Path) -> int:
-    from .supervisor import PLATFORM_FILE, send_command
+    from .control import send_command
+    from .supervisor import PLATFORM_FILE
     try:
         supervisor_pid = json.loads((state_dir / PLATFORM_FILE).read_text()).get("supervisor_pid")
     except (OSError, ValueError):

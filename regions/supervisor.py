@@ -30,18 +30,17 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskStatus
 
+from .control import CONTROL_SOCKET, receive_line
 from .layout import NodeLayout, PlatformLayout, write_properties
 from .wan import ProxySpec, WanProxy, wan_proxies
 
 log = logging.getLogger("regions.supervisor")
 
-CONTROL_SOCKET = "control.sock"
 PLATFORM_FILE = "platform.json"
 SUPERVISOR_LOG = "supervisor.log"
 MIRROR_LOG = "mirror.log"
 DR_LOG = "dr.log"
 STOP_GRACE_S = 30.0
-MAX_COMMAND_BYTES = 64 * 1024
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -321,7 +320,7 @@ class Supervisor:
     async def _handle(self, stream) -> None:
         async with stream:
             try:
-                line = await _receive_line(stream)
+                line = await receive_line(stream)
                 reply = await self.command(json.loads(line))
             except (ValueError, UnicodeDecodeError) as exc:
                 reply = {"ok": False, "error": f"bad command: {exc}"}
@@ -358,28 +357,3 @@ class Supervisor:
                     self.nodes[key].start()
             return {"ok": True, "nodes": keys}
         return {"ok": False, "error": f"cmd: unknown command {cmd!r}"}
-
-
-async def _receive_line(stream) -> str:
-    buf = b""
-    while b"\n" not in buf:
-        chunk = await stream.receive(4096)
-        buf += chunk
-        if len(buf) > MAX_COMMAND_BYTES:
-            raise ValueError(f"longer than {MAX_COMMAND_BYTES} bytes")
-    return buf.split(b"\n", 1)[0].decode()
-
-
-async def send_command(state_dir: Path, request: dict, timeout: float = 60.0) -> dict | None:
-    """The supervisor's answer, or None if no supervisor listens in `state_dir`."""
-    path = Path(state_dir) / CONTROL_SOCKET
-    if not path.exists():
-        return None
-    try:
-        with anyio.fail_after(timeout):
-            stream = await anyio.connect_unix(path)
-            async with stream:
-                await stream.send(json.dumps(request).encode() + b"\n")
-                return json.loads(await _receive_line(stream))
-    except (OSError, anyio.EndOfStream, anyio.BrokenResourceError):
-        return None
