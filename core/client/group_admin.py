@@ -41,7 +41,7 @@ TopicPartition = tuple[str, int]
 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = (m.ApiKey.OFFSET_COMMIT, m.ApiKey.OFFSET_FETCH,
                                                 m.ApiKey.FIND_COORDINATOR)
-DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
+LEAVE_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 13, 15, 16, 42, 47
 GROUP_KEY = 0
 
 _UNKNOWN_TOPIC = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID})
@@ -267,6 +267,31 @@ class GroupAdmin(AdminCore):
             return out
 
         return await self._via_coordinators(dict.fromkeys(group_ids), one_node)
+
+    async def remove_members(self, group_id: str, members: Iterable[MemberDescription],
+                             reason: str | None = None) -> dict[str, KafkaError | None]:
+        """Make members leave a classic group at once (LeaveGroup v3+, as Kafka's
+        removeMembersFromConsumerGroup): None per member removed, its error otherwise. For
+        members that will never leave themselves (their process died with the cluster, and the
+        coordinator would wait out their session); a live one rejoins."""
+        R = m.LeaveGroupRequest
+        wanted = list(members)
+        if not wanted:
+            return {}
+        coordinator = (await self._find_coordinators([group_id]))[group_id]
+        if isinstance(coordinator, KafkaError):
+            raise coordinator
+        conn = await self.client.connection(coordinator)
+        if not conn.supports(LEAVE_GROUP, 3):
+            raise UnsupportedVersionError(f"removing members needs LeaveGroup v3; the coordinator of "
+                                          f"{group_id!r} speaks less")
+        resp = await conn.send(R(group_id=group_id, members=[
+            R.MemberIdentity(member_id=w.member_id, group_instance_id=w.group_instance_id, reason=reason)
+            for w in wanted]), api_key=LEAVE_GROUP)
+        if resp.error_code:
+            raise KafkaError(resp.error_code, f"remove members of group {group_id!r}")
+        return {r.member_id: KafkaError(r.error_code, f"remove member {r.member_id!r} of {group_id!r}")
+                if r.error_code else None for r in resp.members}
 
     # ------------------------------------------------------------------ committed offsets
 

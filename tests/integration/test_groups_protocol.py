@@ -793,3 +793,29 @@ def test_every_version_of_every_group_api(w, step):
         assert offset_delete(w, group, {TOPIC: [2]}) == (0, {(TOPIC, 2): 0})
     assert delete_groups(w, group, version=v[42]) == [(group, 0)]
     assert describe(w, group).group_state == "Dead"
+
+
+def test_admin_removes_members_that_will_never_leave_themselves(node, w):
+    """Admin.remove_members (LeaveGroup v3+, as Kafka's removeMembersFromConsumerGroup): a
+    member that stopped heartbeating is gone at once, not a session later; an unknown member
+    gets its own error, and the group's others are untouched."""
+    import anyio
+
+    from core.client import Admin, KafkaClient
+
+    group = gid("rm")
+    first, _ = stable_member(w, group)
+
+    async def remove(member_ids):
+        async with KafkaClient(f"127.0.0.1:{node.port}") as client:
+            admin = Admin(client)
+            [described] = (await admin.describe_groups([group])).values()
+            wanted = [mbr for mbr in described.members if mbr.member_id in member_ids]
+            unknown = [type(described.members[0])("nobody", None, "", "", None)]
+            result = await admin.remove_members(group, wanted + unknown, reason="test")
+            return result, (await admin.describe_groups([group]))[group]
+
+    result, after = anyio.run(remove, {first})
+    assert result[first] is None
+    assert result["nobody"].code == E.UNKNOWN_MEMBER_ID
+    assert after.members == [] and after.state == "Empty", after
