@@ -9,6 +9,18 @@ batch copied whole (a sync's run), otherwise where the last run below ends (re-d
 most what lies between), and nothing when no sync covers the offset, never a guess. A checkpoint is written when its translation
 changed. Names are the target's (`eu-west-1.orders`), as MM2 writes them.
 
+A group ahead of the link (it committed c beyond what the link has copied, its latest run's
+end m) is the usual case under steady traffic across a WAN: a caught-up consumer commits what
+it read before the copies are acknowledged. Translation declines there, and a group that is
+always ahead would never get a checkpoint: an unplanned failover would leave it no position on
+the target at all. So the emitter checkpoints it at the translation of m, the target's end of
+what the link has copied. That is conservative and exact in what matters: every copy below it
+is of a record below m <= c, which the group has consumed, and nothing at or above it is (the
+records in [m, c) are not on the target; they are what the link's lag would lose). The store
+is the link's own, fed as the copiers write, so m is not behind the offset-syncs topic; and c
+must not be beyond the source partition's end, or the commit belongs to a topic deleted and
+made again, about which the syncs say nothing.
+
 With `sync_group_offsets`, translated offsets are also committed to the target group of the
 same name, but only while that group has no members there (a running consumer owns its
 offsets) and only forward: an offset already ahead on the target is left alone.
@@ -64,9 +76,11 @@ class CheckpointEmitter:
         if isinstance(error, KafkaError) and error.code != 36:    # TOPIC_ALREADY_EXISTS
             raise error
 
-    def checkpoints(self, offsets: dict[str, dict]) -> list[Checkpoint]:
+    def checkpoints(self, offsets: dict[str, dict], upstream_ends: dict[tuple[str, int], int] | None = None
+                    ) -> list[Checkpoint]:
         """The checkpoints for {group: {(topic, partition): OffsetAndMetadata}} (pure but
-        for the link's sync store)."""
+        for the link's sync store); `upstream_ends`, the source partitions' end offsets, lets a
+        group ahead of the link be checkpointed (the module's docstring)."""
         out = []
         mirrored = {topic for topic, _ in self.link.copiers}
         for group, committed in sorted(offsets.items()):
@@ -76,11 +90,22 @@ class CheckpointEmitter:
                 if topic not in mirrored or om is None or isinstance(om, KafkaError):
                     continue
                 downstream = self.link.store.translate(topic, partition, om.offset)
+                if downstream is None and upstream_ends is not None:
+                    downstream = self._ahead_of_link(topic, partition, om.offset, upstream_ends.get((topic, partition)))
                 if downstream is None:
                     continue
                 remote = self.link.policy.format_remote_topic(self.link.config.source_alias, topic)
                 out.append(Checkpoint(group, remote, partition, om.offset, downstream, om.metadata or ""))
         return out
+
+    def _ahead_of_link(self, topic: str, partition: int, committed: int, upstream_end: int | None) -> int | None:
+        syncs = self.link.store.syncs(topic, partition)
+        if not syncs or upstream_end is None or committed > upstream_end:
+            return None
+        copied_to = syncs[-1].upstream + syncs[-1].extent
+        if committed < copied_to:
+            return None         # below the earliest sync kept, or in a gap: translation's call
+        return self.link.store.translate(topic, partition, copied_to)
 
     async def emit_once(self) -> list[Checkpoint]:
         source = Admin(self.link.source)
@@ -89,8 +114,12 @@ class CheckpointEmitter:
         if not groups:
             return []
         offsets = await source.list_groups_offsets({g: None for g in groups})
+        mirrored = {topic for topic, _ in self.link.copiers}
+        committed = {tp for c in offsets.values() if isinstance(c, dict) for tp in c if tp[0] in mirrored}
+        ends = await source.list_offsets({tp: "latest" for tp in committed}) if committed else {}
+        upstream_ends = {tp: e.offset for tp, e in ends.items() if not isinstance(e, Exception)}
         fresh = []
-        for cp in self.checkpoints(offsets):
+        for cp in self.checkpoints(offsets, upstream_ends):
             key = (cp.group, cp.topic, cp.partition)
             if self.emitted.get(key) != (cp.upstream_offset, cp.downstream_offset):
                 fresh.append(cp)
