@@ -331,9 +331,16 @@ def render_status(pairs: list[dict]) -> str:
             state = f"epoch {c['epoch']}, {len(c['topics'])} DR topics" if c["reachable"] else f"unreachable: {c['error']}"
             lines.append(f"  {name} ({c['region']}): {state}")
         risk = p["rpo_at_risk"]
-        lines.append(f"  RPO at risk: {risk['records']} records, {risk['seconds']:.1f} s")
+        lines.append(f"  RPO at risk: {risk['records']} records, {_bytes(risk['bytes'], risk['bytes_estimated'])}, "
+                     f"{risk['seconds']:.1f} s")
         for lag in p["lag"][:10]:
-            lines.append(f"    {lag['topic']}-{lag['partition']}: {lag['records']} records, {lag['seconds']:.1f} s behind")
+            lines.append(f"    {lag['topic']}-{lag['partition']}: {lag['records']} records, "
+                         f"{_bytes(lag['bytes'], lag['bytes_estimated'])}, {lag['seconds']:.1f} s behind")
+        cps = p["checkpoints"]
+        unsynced = [g for g in cps["groups"] if not g["synced"]]
+        lines.append("  checkpoints: " + ("none yet" if cps["age_seconds"] is None else
+                                            f"newest {cps['age_seconds']:.1f} s old")
+                     + f"; {len(cps['groups']) - len(unsynced)} of {len(cps['groups'])} groups synced")
         for c in p["checks"]:
             lines.append(f"  {_mark(c['ok'], c['blocking'])}  {c['name']}: {c['detail']}")
         last = p["last_failover"]
@@ -346,6 +353,12 @@ def render_status(pairs: list[dict]) -> str:
                          + ("" if drill["rto_writes_s"] is None else
                             f": RPO {drill['rpo_records']} records, canary writes after {drill['rto_writes_s']:.2f}s"))
     return "\n".join(lines)
+
+
+def _bytes(n: int | None, estimated: bool) -> str:
+    if n is None:
+        return "? bytes"
+    return f"{'~' if estimated else ''}{n} bytes"
 
 
 async def _history(config: DrConfig, args) -> int:

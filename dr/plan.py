@@ -56,14 +56,19 @@ the step it was in; the epoch makes a stale controller's steps fail instead.
 Checks that fail stop a failover before it changes anything: the target must answer, every
 DR topic must exist on both sides with the same partitions, the roles must say which side is
 active (else a failover is in progress), and an active side that does not answer needs
-`--force`.
+`--force`. Advisory checks (WARN) stop nothing but make `dr status` say the pair is not
+ready: topic configs that drifted apart, and groups whose checkpoints on the target do not
+follow their commits (dr/groups.py).
 """
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from core.protocol.dr import FENCED, STRANDED_SUFFIX
+
+from .groups import GroupsView, describe, group_syncs
 
 # A rough cost of one step (a request or two to each cluster and their commit), for the
 # expected RTO; drills measure the real one.
@@ -116,6 +121,10 @@ class ClusterView:
 class PartitionLag:
     records: int                  # not yet copied to the replica
     seconds: float                # age of the oldest record not yet copied (0: none)
+    # The log bytes of those records (dr/observe.py backlog_bytes says how they are counted);
+    # None: not measured. Estimated: extrapolated from the part of the backlog read.
+    bytes: int | None = None
+    bytes_estimated: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,6 +134,9 @@ class PairView:
     # (topic, partition) -> lag of the link out of the active cluster, as last observed.
     lag: dict[tuple[str, int], PartitionLag] = field(default_factory=dict)
     lag_known: bool = False       # lag was read just now (else it is empty, or an older reading)
+    # active cluster -> its groups' commits and the standby's checkpoints (dr/groups.py); a
+    # cluster missing here was not asked (unreachable, or no topic active there).
+    groups: dict[str, GroupsView] = field(default_factory=dict)
 
     def roles(self) -> dict[str, str | None]:
         """topic -> the cluster active for it: its copy there is writable and the partner's is
@@ -221,10 +233,11 @@ def find_pair(pairs: list[DrPair], regions: list[str], region: str, to_region: s
 
 
 def plan_failover(view: PairView, region: str, *, force: bool = False, only: set[str] | None = None,
-                  decision_key: str = "", groups: list[str] | None = None) -> Plan:
+                  decision_key: str = "", groups: list[str] | None = None, now: float | None = None) -> Plan:
     """The plan for failing `region`'s cluster of the pair over to its partner (`only`: just
     these DR topics, as a drill does). PlanError if there is nothing to fail over; a Plan whose
-    checks say why it cannot run yet otherwise."""
+    checks say why it cannot run yet otherwise. `now`: the wall clock the checkpoints' ages
+    are measured against (default: now)."""
     pair = view.pair
     source = pair.cluster_in(region)
     if source is None:
@@ -234,7 +247,7 @@ def plan_failover(view: PairView, region: str, *, force: bool = False, only: set
                                                  {t: v for t, v in c.topics.items() if t in only}, c.error,
                                                  {t: v for t, v in c.configs.items() if t in only})
                                for name, c in view.clusters.items()},
-                        {tp: lag for tp, lag in view.lag.items() if tp[0] in only}, view.lag_known)
+                        {tp: lag for tp, lag in view.lag.items() if tp[0] in only}, view.lag_known, view.groups)
     target = pair.partner(source)
     src, tgt = view.clusters[source], view.clusters[target]
     moving = view.active_for(source)
@@ -252,6 +265,9 @@ def plan_failover(view: PairView, region: str, *, force: bool = False, only: set
         checks.append(_topics_check(src, tgt, moving) if planned else _replicas_check(source, tgt, moving))
         if planned:
             checks.append(_configs_check(src, tgt, moving))
+            if source in view.groups:
+                checks.append(groups_check(view.groups[source], set(moving), groups,
+                                           now=time.time() if now is None else now))
     epoch = max(c.epoch for c in view.clusters.values() if c.reachable) + 1 if any(
         c.reachable for c in view.clusters.values()) else 1
     lagging = sum(v.records for v in view.lag.values())
@@ -391,6 +407,24 @@ def _configs_check(src: ClusterView, tgt: ClusterView, moving: list[str]) -> Che
         return Check("configs", False, f"{count(len(drifted), 'DR topic')} configured differently on {tgt.name}: "
                      f"{'; '.join(drifted[:3])}", blocking=False)
     return Check("configs", True, f"topic configs agree on {src.name} and {tgt.name}", blocking=False)
+
+
+def groups_check(seen: GroupsView, topics: set[str], groups: list[str] | None, *, now: float) -> Check:
+    """Every group committed on the active cluster has an up-to-date checkpoint on the
+    standby (dr/groups.py says precisely what that means). Advisory: a planned failover
+    writes the groups' final offsets itself; an unplanned one is where it would have mattered."""
+    if seen.error is not None:
+        return Check("groups", False, f"the groups and checkpoints could not be read: {seen.error}", blocking=False)
+    syncs = group_syncs(seen, now, topics=topics, groups=groups)
+    if not syncs:
+        return Check("groups", True, f"no group has committed offsets for the DR topics on {seen.active}",
+                     blocking=False)
+    if all(s.synced for s in syncs):
+        return Check("groups", True, f"{count(len(syncs), 'group')} synced: {seen.standby}'s checkpoints follow "
+                     f"their commits on {seen.active}", blocking=False)
+    unsynced = sum(1 for s in syncs if not s.synced)
+    return Check("groups", False, f"{unsynced} of {count(len(syncs), 'group')} not synced to {seen.standby} "
+                 f"(an unplanned failover would resume them elsewhere): {describe(syncs)}", blocking=False)
 
 
 def _replicas_check(source: str, tgt: ClusterView, moving: list[str]) -> Check:

@@ -64,6 +64,15 @@ class DrMetrics:
                                  ["pair", "topic"], registry=r)
         self.rpo_seconds = Gauge("seaway_dr_rpo_at_risk_seconds",
                                  "age of the oldest record not yet copied, per topic", ["pair", "topic"], registry=r)
+        self.rpo_bytes = Gauge("seaway_dr_rpo_at_risk_bytes",
+                               "log bytes the link out of the active side has yet to copy (estimated above 256 KiB "
+                               "a partition)", ["pair", "topic"], registry=r)
+        self.checkpoint_age = Gauge("seaway_dr_checkpoint_age_seconds",
+                                    "age of the newest group checkpoint on the standby (grows while no group moves; "
+                                    "absent before the first)", ["pair"], registry=r)
+        self.groups_unsynced = Gauge("seaway_dr_groups_unsynced",
+                                     "groups whose checkpoints on the standby do not follow their commits",
+                                     ["pair"], registry=r)
         self.failovers = Gauge("seaway_dr_failovers", "failovers in the history, by kind and state",
                                ["pair", "kind", "state"], registry=r)
         self.drill_passed = Gauge("seaway_dr_last_drill_passed", "1 if the last drill passed", ["pair"], registry=r)
@@ -80,7 +89,8 @@ class DrMetrics:
 
     def update(self, statuses: list[dict], history: History) -> None:
         for gauge in (self.active, self.ready, self.reachable, self.epoch, self.rpo_records, self.rpo_seconds,
-                      self.failovers, self.drill_passed, self.drill_rpo, self.drill_rto, self.drill_time):
+                      self.rpo_bytes, self.checkpoint_age, self.groups_unsynced, self.failovers, self.drill_passed,
+                      self.drill_rpo, self.drill_rto, self.drill_time):
             gauge.clear()       # a topic deleted or a pair removed leaves no stale series
         for st in statuses:
             pair = st["pair"]
@@ -91,13 +101,19 @@ class DrMetrics:
             self.ready.labels(pair).set(1 if st["ready"] else 0)
             by_topic: dict[str, list[float]] = {}
             for lag in st["lag"]:
-                records, seconds = by_topic.setdefault(lag["topic"], [0, 0.0])
-                by_topic[lag["topic"]] = [records + lag["records"], max(seconds, lag["seconds"])]
+                records, seconds, size = by_topic.setdefault(lag["topic"], [0, 0.0, 0])
+                by_topic[lag["topic"]] = [records + lag["records"], max(seconds, lag["seconds"]),
+                                          size + (lag["bytes"] or 0)]
             topics = {t for c in st["clusters"].values() for t in c["topics"]}
             for topic in topics:
-                records, seconds = by_topic.get(topic, [0, 0.0])
+                records, seconds, size = by_topic.get(topic, [0, 0.0, 0])
                 self.rpo_records.labels(pair, topic).set(records)
                 self.rpo_seconds.labels(pair, topic).set(seconds)
+                self.rpo_bytes.labels(pair, topic).set(size)
+            checkpoints = st["checkpoints"]
+            if checkpoints["age_seconds"] is not None:
+                self.checkpoint_age.labels(pair).set(checkpoints["age_seconds"])
+            self.groups_unsynced.labels(pair).set(sum(1 for g in checkpoints["groups"] if not g["synced"]))
             drill = st.get("last_drill")
             if drill:
                 self.drill_passed.labels(pair).set(1 if drill["state"] == "passed" else 0)

@@ -315,6 +315,57 @@ def test_a_failover_that_cannot_drain_is_rolled_back(pair, tmp_path):
     assert "rolled-back" in dr(config, "history").stdout
 
 
+def log_bytes(node: SeawayNode, topic: str = "orders") -> int:
+    """The bytes of `topic`'s log segments on `node`'s disk: what its batches take."""
+    return sum(f.stat().st_size for f in node.data_dir.glob(f"{topic}-*/*.log"))
+
+
+def status_of(config: Path) -> tuple[int, dict, str]:
+    """`dr status`: its exit status, the pair as JSON, and the table."""
+    as_json = dr(config, "status", "-o", "json", check=False)
+    table = dr(config, "status", check=False)
+    return as_json.returncode, json.loads(as_json.stdout)["pairs"][0], table.stdout
+
+
+def test_dr_status_counts_the_backlogs_bytes_and_knows_which_groups_are_synced(pair, tmp_path):
+    eu, us, config = pair
+    _start(eu, us, config)
+    code, st, _ = status_of(config)
+    assert code == 0 and st["checkpoints"] == {"age_seconds": None, "groups": [], "errors": {}}, st["checkpoints"]
+    assert (st["rpo_at_risk"]["bytes"], st["rpo_at_risk"]["bytes_estimated"]) == (0, False)
+    assert len(consume(eu.bootstrap, "billing", 30)) == 30
+
+    def billing_synced() -> bool:
+        code, st, _ = status_of(config)
+        return code == 0 and [g["group"] for g in st["checkpoints"]["groups"] if g["synced"]] == ["billing"]
+    wait_for("billing's checkpoint reaches us-1", billing_synced, 30)
+    with mirror_paused(tmp_path):
+        # A group that commits while the link (and so its checkpoints) stand still has none.
+        assert len(consume(eu.bootstrap, "audit", 20)) == 20
+        code, st, table = status_of(config)
+        assert code == 1, table
+        assert {g["group"]: g["synced"] for g in st["checkpoints"]["groups"]} == {"audit": False, "billing": True}
+        [audit] = [g for g in st["checkpoints"]["groups"] if g["group"] == "audit"]
+        assert audit["missing"] and audit["age_seconds"] is None
+        assert "WARN  groups: 1 of 2 groups not synced to us-1" in table and "audit has no checkpoint on us-1" in table
+        assert "checkpoints: newest " in table and "1 of 2 groups synced" in table, table
+        assert 0 <= st["checkpoints"]["age_seconds"] < 60
+        # The backlog's bytes are what its batches took on eu-1's disk, exactly.
+        before = log_bytes(eu)
+        write(eu.bootstrap, [f"late{i}-" + "x" * 200 for i in range(9)])
+        grown = log_bytes(eu) - before
+        code, st, table = status_of(config)
+        assert st["rpo_at_risk"]["records"] == 9 and grown > 9 * 200
+        assert (st["rpo_at_risk"]["bytes"], st["rpo_at_risk"]["bytes_estimated"]) == (grown, False), st["lag"]
+        assert sum(lag["bytes"] for lag in st["lag"]) == grown
+        assert f"RPO at risk: 9 records, {grown} bytes, " in table, table
+    wait_for("the link catches up and audit's checkpoint is written", lambda: status_of(config)[0] == 0, 60)
+    code, st, table = status_of(config)
+    assert {g["group"]: g["synced"] for g in st["checkpoints"]["groups"]} == {"audit": True, "billing": True}
+    assert "ok    groups: 2 groups synced" in table, table
+    assert st["rpo_at_risk"]["bytes"] == 0
+
+
 def test_an_unplanned_failover_needs_force_and_expects_the_lag_it_last_saw(pair, tmp_path):
     eu, us, config = pair
     _start(eu, us, config)
@@ -486,12 +537,23 @@ def test_dr_serve_exports_the_pair_serves_the_api_and_runs_the_drill_schedule(pa
             return line in _get(base + "/metrics")[1].decode()
         assert metric('seaway_dr_active_region{pair="eu-1~us-1",region="eu-west"} 1.0')
         assert metric('seaway_dr_ready{pair="eu-1~us-1"} 1.0')
+        assert metric('seaway_dr_groups_unsynced{pair="eu-1~us-1"} 0.0')
+        assert "seaway_dr_checkpoint_age_seconds{" not in _get(base + "/metrics")[1].decode()    # none yet
         with mirror_paused(tmp_path):       # the RPO at risk follows the link's lag
+            before = log_bytes(eu)
             write(eu.bootstrap, [f"late{i}" for i in range(5)])
+            grown = log_bytes(eu) - before
             wait_for("the RPO at risk is exported", lambda: metric(
                 'seaway_dr_rpo_at_risk_records{pair="eu-1~us-1",topic="orders"} 5.0'), 30)
+            wait_for("in bytes too", lambda: metric(
+                f'seaway_dr_rpo_at_risk_bytes{{pair="eu-1~us-1",topic="orders"}} {float(grown)}'), 30)
+            consume(eu.bootstrap, "audit", 3)       # committed while the checkpoints stand still
+            wait_for("the group without a checkpoint is exported", lambda: metric(
+                'seaway_dr_groups_unsynced{pair="eu-1~us-1"} 1.0'), 30)
         wait_for("and falls back to 0", lambda: metric(
             'seaway_dr_rpo_at_risk_records{pair="eu-1~us-1",topic="orders"} 0.0'), 30)
+        wait_for("the group's checkpoint is written", lambda: metric('seaway_dr_groups_unsynced{pair="eu-1~us-1"} 0.0'))
+        assert "seaway_dr_checkpoint_age_seconds{pair=\"eu-1~us-1\"}" in _get(base + "/metrics")[1].decode()
 
         def drilled() -> bool:
             drills = json.loads(_get(base + "/api/v1/history")[1])["drills"]

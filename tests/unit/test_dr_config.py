@@ -60,9 +60,13 @@ def test_no_platform_says_how_to_start_one(tmp_path):
 def test_status_of_a_pair_without_topics_says_so():
     from dr.cli import render_status
     pair = {"pair": "eu-1~us-1", "active_region": None, "active_for": {"eu-west": 0, "us-east": 0},
-            "unsettled": [], "ready": False, "clusters": {}, "rpo_at_risk": {"records": 0, "seconds": 0.0},
+            "unsettled": [], "ready": False, "clusters": {},
+            "rpo_at_risk": {"records": 0, "bytes": 0, "bytes_estimated": False, "seconds": 0.0},
+            "checkpoints": {"age_seconds": None, "groups": [], "errors": {}},
             "lag": [], "checks": [], "last_failover": None}
     assert "active none: no DR topics yet" in render_status([pair])
+    assert "RPO at risk: 0 records, 0 bytes, 0.0 s" in render_status([pair])
+    assert "checkpoints: none yet; 0 of 0 groups synced" in render_status([pair])
     assert "half way" in render_status([{**pair, "unsettled": ["orders"]}])
     assert "split by topic: eu-west for 2, us-east for 1" in render_status(
         [{**pair, "active_for": {"eu-west": 2, "us-east": 1}}])
