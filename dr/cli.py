@@ -199,6 +199,11 @@ async def _failback(config: DrConfig, args) -> int:
     """Settle the returning region's stranded records (a failback row), then fail back to it
     (a planned failover row). Either may be resumed by running the command again."""
     async with _in_control(config, args) as (pair_config, clients, history, running):
+        returning = pair_config.pair.cluster_in(args.region)
+        # After an outage of REGION (an unplanned failover away from it that this failback
+        # settles), its groups' members died with it: the move back removes them (sync-groups).
+        after_outage = (running is not None and running["kind"] == "failback") or \
+            (returning is not None and history.last_unplanned(pair_config.pair.name, returning) is not None)
         if running is not None and running["kind"] == "failback":
             await _carry_out(config, clients, history, plan_from_dict(running["context"]["plan"]), running)
             running = None
@@ -214,7 +219,7 @@ async def _failback(config: DrConfig, args) -> int:
                                         pair_config.pair.partner_region(args.region)))
         else:
             back = plan_from_dict(running["context"]["plan"])
-        await _carry_out(config, clients, history, back, running)
+        await _carry_out(config, clients, history, back, running, extra={"after_outage": after_outage})
     return 0
 
 

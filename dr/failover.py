@@ -32,9 +32,9 @@ from mirror.records import OffsetSync, encode_offset_sync, offset_sync_headers
 from .config import DrConfig
 from .decision import SERVING, SWITCHING, Decision, ensure_compacted_topic, publish, write_files
 from .history import History
-from .observe import POLICY, PairClients, dr_epoch, positions, sync_store
+from .observe import POLICY, PairClients, dr_epoch, positions, read_checkpoints, sync_store
 from .plan import Plan, count
-from .stranded import copy_stranded, stranded_boundary, stranded_range
+from .stranded import NotCaughtUp, caught_up_ends, copy_stranded, stranded_boundary, stranded_range
 
 Report = Callable[[str, str], None]       # (step, line)
 # A fault hook for the tests: the controller kills itself (SIGKILL) right after this step's
@@ -177,7 +177,13 @@ class Failover:
             brokers = sorted((await client.refresh_metadata()).brokers)
             lagging = []
             for broker in brokers:
-                answer = await client.send(broker, request)
+                try:
+                    answer = await client.send(broker, request)
+                except KafkaError:
+                    # Listed but not answering (restarting, or dead and not yet fenced by its
+                    # controller): it shows the role once it answers, or leaves the metadata.
+                    lagging.append(broker)
+                    continue
                 seen = {r.resource_name: next((c.value or "" for c in r.configs if c.name == REPLICA_OF), "")
                         for r in answer.results if not r.error_code}
                 if any(seen.get(t) != role for t in topics):
@@ -352,20 +358,26 @@ class Failover:
             await self._decide(SERVING)
             return f"{source} does not answer: groups keep the offsets the mirror last synced; consumers may join"
         admin = self._admin(source)
+        target_admin = self._admin(target)
         topics = set(self.plan.topics)
         deadline = anyio.current_time() + self.config.groups_timeout_s
         while True:
             groups = [g.group_id for g in await admin.list_groups() if not g.group_id.startswith("__")
                       and (self.plan.groups is None or g.group_id in self.plan.groups)]
-            described = await admin.describe_groups(groups) if groups else {}
-            busy = sorted(g for g, d in described.items()
-                          if not isinstance(d, KafkaError) and d.state not in IDLE_GROUP_STATES and d.members)
-            if not busy or anyio.current_time() > deadline:
+            busy = await _busy(admin, groups)
+            # Members on the promoted side too: consumers the decision never sent there, or
+            # (a cluster back from an outage) members that died with it and linger until
+            # their session times out. Their offsets cannot be moved while they stay.
+            busy_there = await _busy(target_admin, groups)
+            if not (busy or busy_there) or anyio.current_time() > deadline:
                 break
+            if busy_there and not busy and self.context.get("after_outage"):
+                # The promoted side is back from an outage, and every consumer following the
+                # decision has been on the other side since: its members died with it.
+                await self._remove_members(target_admin, busy_there)
             await anyio.sleep(0.2)
         store = await sync_store(self._client(source), target)
         offsets = await admin.list_groups_offsets({g: None for g in groups}) if groups else {}
-        target_admin = self._admin(target)
         moved = 0
         for group, committed in sorted(offsets.items()):
             if not isinstance(committed, dict):
@@ -391,7 +403,51 @@ class Failover:
                 moved += 1
         await self._decide(SERVING)
         still = f"; still consuming on {source} at the deadline: {', '.join(busy)}" if busy else ""
+        if busy_there:
+            still += f"; with members on {target} at the deadline, not moved: {', '.join(busy_there)}"
         return f"{count(moved, 'group')} moved to {target}, consumers may join there{still}"
+
+    async def _restore_groups(self) -> str:
+        """Unplanned: the old side cannot be asked where its groups stand, so the newest
+        checkpoint the mirror wrote of each (on the promoted side: `<old>.checkpoints.internal`)
+        is where they resume, committed into their idle groups there, only forward (the mirror's
+        sync_group_offsets may have done it already; a running consumer's offsets are its own)."""
+        source, target = self.plan.source, self.plan.target
+        client, admin = self._client(target), self._admin(target)
+        found, _ = await read_checkpoints(client, POLICY.checkpoints_topic(source))
+        wanted: dict[str, dict[tuple[str, int], int]] = {}
+        for (group, topic, partition), seen in found.items():
+            if topic in self.plan.topics and (self.plan.groups is None or group in self.plan.groups):
+                wanted.setdefault(group, {})[(topic, partition)] = seen.downstream
+        moved, busy = 0, []
+        for group, offsets in sorted(wanted.items()):
+            if await _busy(admin, [group]):
+                busy.append(group)
+                continue
+            current = await admin.list_group_offsets(group, list(offsets))
+            forward = {tp: o for tp, o in offsets.items()
+                       if (now := current.get(tp)) is None or isinstance(now, KafkaError) or now.offset < o}
+            if forward:
+                await admin.alter_group_offsets(group, forward)
+                moved += 1
+        self.context["groups_restored"] = moved
+        note = f"; consuming there already, left alone: {', '.join(busy)}" if busy else ""
+        return (f"{count(len(wanted), 'group')} checkpointed, {moved} moved forward on {target}{note}" if wanted
+                else f"no checkpoints of {source}'s groups on {target}: groups start where they are there")
+
+    async def _remove_members(self, admin: Admin, groups: list[str]) -> None:
+        described = await admin.describe_groups(groups)
+        for group, d in described.items():
+            if isinstance(d, KafkaError) or not d.members:
+                continue
+            try:
+                await admin.remove_members(group, d.members, reason="seaway dr: left over from an outage")
+            except KafkaError as exc:
+                self.report("sync-groups", f"      {group}: cannot remove its members left over from the "
+                                           f"outage: {exc}")
+                continue
+            self.report("sync-groups", f"      {group}: removed {count(len(d.members), 'member')} left over from "
+                                       f"the outage of {self.plan.target}")
 
     async def _reverse(self) -> str:
         if self.plan.source not in self.clients.clients:
@@ -406,7 +462,18 @@ class Failover:
         """Per partition of the returning copies: [first stranded offset, end, records]."""
         returning, active = self.plan.source, self.plan.target
         client = self._client(returning)
-        ends = await self._settled_ends(returning)
+        # Every partition read below, the link's offset syncs too, holds all it has (stranded.py).
+        tps = [(t, p) for t, n in sorted(self.plan.topics.items()) for p in range(n)]
+        syncs = POLICY.offset_syncs_topic(active)
+        if syncs in await self._admin(returning).list_topics(internal=True):
+            tps_read = tps + [(syncs, 0)]
+        else:
+            tps_read = tps          # the link never ran: no sync proves anything, none to wait for
+        try:
+            ends = await caught_up_ends(client, tps_read)
+        except NotCaughtUp as exc:
+            raise FailoverError(f"{returning} has not caught up since its restart: {exc}") from None
+        ends = {tp: end for tp, end in ends.items() if tp in set(tps)}
         starts = await self._admin(returning).list_offsets({tp: "earliest" for tp in ends})
         store = await sync_store(client, active, capacity=1 << 20)   # every sync: the boundary is near the latest
         promoted = self.context["promotion"]
@@ -499,3 +566,10 @@ async def _epoch_of(admin: Admin) -> int:
     resource = ConfigResource.topic(DR_STATE_TOPIC)
     found = (await admin.describe_configs(resource)).get(resource)
     return dr_epoch(found) if isinstance(found, dict) else 0
+
+
+async def _busy(admin: Admin, groups: list[str]) -> list[str]:
+    """Those of `groups` that have members consuming on the admin's cluster."""
+    described = await admin.describe_groups(groups) if groups else {}
+    return sorted(g for g, d in described.items()
+                  if not isinstance(d, KafkaError) and d.state not in IDLE_GROUP_STATES and d.members)

@@ -293,6 +293,8 @@ def plan_failover(view: PairView, region: str, *, force: bool = False, only: set
             Step("seal", f"make {target}'s replicas {FENCED}: the link's last writes land or are refused"),
             Step("record-syncs", f"record where {target}'s copies stand, for failback"),
             Step("promote", f"make {target}'s {topics} writable"),
+            Step("restore-groups", f"commit each group's last checkpoint on {target} into its idle group there "
+                                   f"(only forward): consumers resume where the mirror last saw them"),
             Step("switch-clients", f"record {pair.region_of(target)} as active on {target} and in the state directory"),
         ]
         rpo_records, rpo_seconds, rto = lagging, oldest, STEP_S * len(steps)

@@ -25,6 +25,13 @@ With no cut at or below T (the link never recorded a sync) nothing proves any re
 copied: every record from the log start counts as stranded. That can only over-count, and
 the stranded records are kept, not truncated, so nothing is lost either way.
 
+The returning cluster must have settled first. A cluster killed whole comes back with each
+leader's high watermark where its last checkpoint left it, below records it had acknowledged,
+until the followers fetch again; an end read then (and the offset syncs read up to it) would
+miss records, and they would be neither counted nor kept. So the ends are read only once every
+partition's high watermark has reached its leader's log end (OffsetForLeaderEpoch at the
+current leader epoch): what the cluster holds is then all readable.
+
 Copying them (to `<topic>.stranded` on the returning cluster, or onto the active copies)
 carries a header naming each record's origin. A failback that dies midway and runs again
 first reads what it already wrote since it began (the destination's end offset then is kept
@@ -39,10 +46,13 @@ from dataclasses import dataclass
 import anyio
 
 from core.client import Admin, Consumer, KafkaClient, Producer
+from core.client.errors import KafkaError
+from core.protocol import messages as m
 from core.protocol.dr import STRANDED_ORIGIN_HEADER
 from mirror.translation import Sync
 
 READ_IDLE_S = 10.0       # a range that yields nothing this long is cut short (an error)
+CATCH_UP_TIMEOUT_S = 120.0   # a restarted cluster: for its high watermarks to reach its log ends
 
 
 @dataclass(frozen=True)
@@ -149,3 +159,61 @@ async def _ends(client: KafkaClient, topic: str, partition: int) -> int:
     if isinstance(found, Exception):
         raise found
     return found.offset
+
+
+class NotCaughtUp(Exception):
+    """One line: the partitions whose high watermark has not reached their leader's log end."""
+
+
+async def caught_up_ends(client: KafkaClient, tps: list[tuple[str, int]], *,
+                         timeout_s: float = CATCH_UP_TIMEOUT_S) -> dict[tuple[str, int], int]:
+    """The end offset of each partition once its high watermark equals its leader's log end,
+    for all of them at once (the module's docstring); NotCaughtUp after `timeout_s`."""
+    deadline = anyio.current_time() + timeout_s
+    behind: dict[tuple[str, int], str] = {}
+    while True:
+        ends = await Admin(client).list_offsets({tp: "latest" for tp in tps})
+        logs = await leader_log_ends(client, tps)
+        behind = {}
+        for tp in tps:
+            end, log_end = ends.get(tp), logs.get(tp)
+            if isinstance(end, Exception) or end is None or log_end is None:
+                behind[tp] = f"no answer ({end})" if isinstance(end, Exception) else "no leader"
+            elif end.offset != log_end:
+                behind[tp] = f"high watermark {end.offset}, log end {log_end}"
+        if not behind:
+            return {tp: ends[tp].offset for tp in tps}
+        if anyio.current_time() > deadline:
+            worst = ", ".join(f"{t}-{p}: {why}" for (t, p), why in sorted(behind.items())[:3])
+            raise NotCaughtUp(f"{len(behind)} partitions not caught up after {timeout_s:g}s ({worst})")
+        await anyio.sleep(0.5)
+
+
+async def leader_log_ends(client: KafkaClient, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """Each partition's log end on its leader: OffsetForLeaderEpoch asked at the leader's
+    current epoch answers where that epoch, the newest, ends. A partition without a leader, or
+    whose leader did not answer, is left out."""
+    await client.refresh_metadata({t for t, _ in tps})
+    by_leader: dict[int, list[tuple[str, int]]] = {}
+    for tp in tps:
+        leader = client.leader_for(*tp)
+        if leader is not None:
+            by_leader.setdefault(leader, []).append(tp)
+    R = m.OffsetForLeaderEpochRequest
+    out: dict[tuple[str, int], int] = {}
+    for node, owned in by_leader.items():
+        topics: dict[str, list] = {}
+        for topic, partition in owned:
+            epoch = client.cluster.leader_epoch(topic, partition)
+            topics.setdefault(topic, []).append(R.OffsetForLeaderPartition(
+                partition=partition, current_leader_epoch=epoch, leader_epoch=epoch))
+        request = R(replica_id=-1, topics=[R.OffsetForLeaderTopic(topic=t, partitions=ps) for t, ps in topics.items()])
+        try:
+            response = await client.send(node, request)
+        except KafkaError:
+            continue
+        for t in response.topics:
+            for p in t.partitions:
+                if p.error_code == 0 and p.end_offset >= 0:
+                    out[(t.topic, p.partition)] = p.end_offset
+    return out

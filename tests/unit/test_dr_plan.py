@@ -61,7 +61,8 @@ def test_an_unplanned_failover_needs_force_and_expects_to_lose_the_lag():
     assert "add --force" in plan.failed_checks()[0].detail
     plan = plan_failover(view(DOWN, cluster(US, EU, epoch=2), lag), "eu-west", force=True)
     assert plan.ready and plan.epoch == 3
-    assert [s.name for s in plan.steps] == ["take-epoch", "seal", "record-syncs", "promote", "switch-clients"]
+    assert [s.name for s in plan.steps] == ["take-epoch", "seal", "record-syncs", "promote", "restore-groups",
+                                            "switch-clients"]
     assert (plan.rpo_records, plan.rpo_seconds) == (47, 3.0)
 
 
