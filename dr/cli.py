@@ -9,9 +9,11 @@
     dr failback REGION [--republish-stranded]        bring REGION back and make it active again:
                                                      its stranded records are counted and kept
                                                      (or re-published), then a planned failover
-    dr drill REGION [--rate N] [--hold S]            fail REGION's canary topic over and back under
+    dr drill REGION [--rate N] [--hold S] [--full]   fail REGION's canary topic over and back under
                                                      live canary traffic; a report in Markdown and
-                                                     JSON, kept with the history (exit 0: passed)
+                                                     JSON, kept with the history (exit 0: passed).
+                                                     --full (a local platform): kill REGION, fail the
+                                                     whole pair over unplanned, start it, fail back
     dr serve [--listen HOST:PORT]                    the daemon: polls, metrics, JSON API, drills on
                                                      drill_schedule (dr/serve.py)
     dr history [-o json]                             failovers, drills and their measured figures
@@ -86,6 +88,9 @@ def _parser() -> argparse.ArgumentParser:
     drill.add_argument("--rate", type=float, default=200.0, help="canary records per second (default 200)")
     drill.add_argument("--hold", type=float, default=2.0,
                        help="seconds of traffic on each side between the moves (default 2)")
+    drill.add_argument("--full", action="store_true",
+                       help="a local platform only: kill REGION (regions stop --kill), fail the whole pair over "
+                            "unplanned, start REGION again and fail back, its stranded records kept")
     serve = sub.add_parser("serve", help="the DR daemon: health and lag polled, Prometheus metrics, the JSON "
                                          "API, scheduled drills")
     serve.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
@@ -406,14 +411,18 @@ async def _drill(config: DrConfig, args) -> int:
         raise CliError(f"--rate: {args.rate:g} is not between 0 and 100000 records per second")
     if args.hold < 0:
         raise CliError(f"--hold: {args.hold:g} is negative")
+    if args.full and config.platform_dir is None:
+        raise CliError("--full: only on a local platform (dr --platform), whose supervisor the drill asks to kill "
+                       "the region and start it again")
     pair_config = _pair_for(config, args)
     state_dir = Path(config.state_dir)
     history = History(state_dir)
     with _controller_lock(state_dir):
         if history.running(pair_config.pair.name) is not None:
             raise CliError(f"a failover of {pair_config.pair.name} is half done (dr history): finish it first", status=1)
-        drill = Drill(config, pair_config, history, controller=_controller_id(), report=lambda line: print(line, flush=True),
-                      rate=args.rate, hold_s=args.hold, timeout_s=args.timeout)
+        drill = Drill(config, pair_config, history, controller=_controller_id(),
+                      report=lambda line: print(line, flush=True), rate=args.rate, hold_s=args.hold,
+                      timeout_s=args.timeout, full=args.full)
         report = await drill.run(args.region)
     summary = report.to_dict()
     for phase in report.phases:
@@ -421,7 +430,11 @@ async def _drill(config: DrConfig, args) -> int:
               f"canary writes after {_seconds(phase.rto_writes_s)}, reads after {_seconds(phase.rto_reads_s)}")
     print(f"drill {'PASSED' if report.passed else 'FAILED'}" + (f": {report.error}" if report.error else "") +
           f": {summary['acknowledged']} acknowledged, {report.lost} lost, {report.duplicated} duplicated, "
-          f"{report.reordered} partitions reordered, {report.skipped} skipped, {report.reread} re-read")
+          f"{report.reordered} partitions reordered, {report.skipped} skipped, {report.reread} re-read"
+          + (f"; {report.stranded} stranded, {report.kept} kept in seaway-canary.stranded (the failback counted "
+             f"{report.stranded_counted})" if args.full else ""))
+    for problem in report.problems:
+        print(f"  {problem}")
     newest = history.drills(limit=1)[0]
     print(f"report: {newest['report']} and {Path(newest['report']).with_suffix('.json')}")
     return 0 if report.passed else 1

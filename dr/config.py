@@ -102,6 +102,9 @@ class DrConfig(_Strict):
     rpo_target_s: float = Field(default=60.0, gt=0)
     rto_target_s: float = Field(default=300.0, gt=0)
     drill_schedule: str | None = None
+    # The local platform's state directory (`dr --platform` sets it): a full drill asks its
+    # supervisor to kill a region and start it again. None for clusters dr does not run.
+    platform_dir: str | None = None
 
     @field_validator("drill_schedule")
     @classmethod
@@ -188,4 +191,4 @@ def platform_config(state_dir: Path | None = None) -> DrConfig:
     dr = topology.dr
     return _validated({"state_dir": str(state_dir / "dr"), "regions": list(topology.regions), "pairs": pairs,
                        "rpo_target_s": dr.rpo_target_s, "rto_target_s": dr.rto_target_s,
-                       "drill_schedule": dr.drill_schedule}, str(path))
+                       "drill_schedule": dr.drill_schedule, "platform_dir": str(state_dir)}, str(path))

@@ -30,223 +30,66 @@ what is in the log and what the consumer received, it counts:
     re-read     delivered more than once
 
 and, per phase (failover, failback), the RPO (the failover's own figure), the RTO until the
-promoted side took a canary write, and until the consumer read there again. A drill passes
-when every count is 0. `--full` drills the whole region on a local platform (it really kills
-it); that mode lives in dr/cli.py, around the same measuring.
+promoted side took a canary write, and until the consumer read there again. A canary drill
+passes when every count is 0.
+
+The full drill (`--full`, a local platform only)
+------------------------------------------------
+It drills the region as an outage would hit it: the platform's supervisor kills every node of
+REGION (kill -9), the whole pair fails over unplanned (`--force`), REGION is started again and
+failed back (its stranded records kept in `<topic>.stranded`), and the canary clients follow
+the pair's own decision, as applications do. Its clock starts at the kill.
+
+An unplanned failover loses what the link had not copied, so the counts are judged by what
+that loss explains, and the loss itself is checked against what the failback found:
+
+    stranded    acknowledged by REGION before the kill, never in the partner's log: exactly
+                the records kept in `seaway-canary.stranded` (plus any the producer sent
+                again, below), and as many as the failback counted for the canary
+    lost        acknowledged, not in REGION's log after the failback (it is never truncated,
+                and the reverse link brought back what the partner took meanwhile): must be 0
+    duplicated  only records whose first send got no answer (the kill) and were sent again
+    skipped     only stranded records: the group resumed on the partner past them
+    re-read     reported, not judged: the group resumes from the last checkpoint the mirror
+                wrote before the kill, so it reads again what it had read since
 """
 from __future__ import annotations
 
 import json
 import time
-from collections import Counter
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import anyio
 
-from core.client import Admin, Consumer, KafkaClient, NewTopic, Producer
+from core.client import Admin, NewTopic
 from core.client.errors import KafkaError
+from core.protocol.dr import STRANDED_SUFFIX
 from core.protocol.errors import ErrorCode
+from regions.control import send_command
 
+from .canary import (CANARY_GROUP, CANARY_PARTITIONS, CANARY_TOPIC, SWITCH_TIMEOUT_S, TICK_S, CanaryTraffic, DrillError,
+                     canary_key, read_run)
 from .config import DrConfig, PairConfig
 from .decision import SERVING, Decision, read_file, write_files
-from .failover import Failover
+from .drill_report import DrillReport, PhaseFigures, tally, tally_full
+from .failover import Failover, FailoverError, Outcome
 from .history import History
-from .observe import PairClients, client_for, observe
-from .plan import PairView, Plan, PlanError, plan_failover, plan_to_dict
-from .stranded import read_range
+from .observe import PairClients, observe
+from .plan import PairView, Plan, PlanError, plan_failback, plan_failover, plan_to_dict
+from .status import pair_status, view_of
 
-CANARY_TOPIC = "seaway-canary"
-CANARY_GROUP = "seaway-canary"
-CANARY_PARTITIONS = 3
-TICK_S = 0.05
 REPLICA_TIMEOUT_S = 60.0        # for the link to make the canary's replica
-SWITCH_TIMEOUT_S = 120.0        # a refused batch waits this long for a decision to follow
+RETURN_TIMEOUT_S = 180.0        # a full drill's region: until it answers again after its start
+READY_TIMEOUT_S = 90.0          # a full drill: for dr status to call the pair ready, canary running
 
 Report = Callable[[str], None]
 
 
-class DrillError(Exception):
-    """One line: why the drill could not run or did not finish."""
-
-
-def canary_key(pair_name: str) -> str:
-    return f"{pair_name}.canary"
-
-
-@dataclass
-class PhaseFigures:
-    name: str                       # failover, failback
-    source: str
-    target: str
-    started: float = 0.0            # when its first step began (wall clock)
-    failover_id: int = 0
-    rpo_records: int = 0
-    rpo_seconds: float = 0.0
-    duration_s: float = 0.0         # the failover's steps, end to end
-    rto_promoted_s: float = 0.0     # until the promoted side took writes (the failover's figure)
-    rto_writes_s: float | None = None   # until the canary producer's first write there was acknowledged
-    rto_reads_s: float | None = None    # until the canary consumer read there again
-
-
-@dataclass
-class DrillReport:
-    pair: str
-    region: str
-    mode: str                       # canary (full: the whole region, killed)
-    run_id: str
-    started_at: float
-    finished_at: float = 0.0
-    rate: float = 0.0
-    phases: list[PhaseFigures] = field(default_factory=list)
-    acknowledged: int = 0
-    in_log: int = 0
-    consumed: int = 0
-    lost: int = 0
-    duplicated: int = 0
-    reordered: int = 0
-    skipped: int = 0
-    reread: int = 0
-    error: str | None = None
-    samples: dict[str, list[int]] = field(default_factory=dict)     # a few numbers of each kind
-
-    @property
-    def passed(self) -> bool:
-        return self.error is None and not (self.lost or self.duplicated or self.reordered
-                                           or self.skipped or self.reread)
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "passed": self.passed}
-
-    def markdown(self) -> str:
-        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.started_at))
-        lines = [f"# DR drill of {self.region} ({self.pair}), {when}", "",
-                 f"**{'PASSED' if self.passed else 'FAILED'}**" + (f": {self.error}" if self.error else ""), "",
-                 f"Mode: {self.mode}; canary traffic at {self.rate:g} records/s; run {self.run_id}; "
-                 f"{self.finished_at - self.started_at:.1f} s in all.", "",
-                 "| phase | from | to | RPO records | RPO s | steps s | writes accepted after s "
-                 "| canary writes after s | canary reads after s |",
-                 "|---|---|---|---|---|---|---|---|---|"]
-        for p in self.phases:
-            lines.append(f"| {p.name} (#{p.failover_id}) | {p.source} | {p.target} | {p.rpo_records} | "
-                         f"{p.rpo_seconds:.1f} | {p.duration_s:.2f} | {p.rto_promoted_s:.2f} | "
-                         f"{_s(p.rto_writes_s)} | {_s(p.rto_reads_s)} |")
-        lines += ["", "| records | count |", "|---|---|",
-                  f"| acknowledged | {self.acknowledged} |", f"| in the log | {self.in_log} |",
-                  f"| consumed | {self.consumed} |", f"| lost | {self.lost} |",
-                  f"| duplicated | {self.duplicated} |", f"| reordered partitions | {self.reordered} |",
-                  f"| skipped by the group | {self.skipped} |", f"| re-read by the group | {self.reread} |", ""]
-        return "\n".join(lines)
-
-
-def _s(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
-class CanaryTraffic:
-    """The canary producer and consumer, following the canary decision file."""
-
-    def __init__(self, pair_config: PairConfig, state_dir: Path, run_id: str, rate: float, timeout_s: float):
-        self.pair_config = pair_config
-        self.state_dir = state_dir
-        self.key = canary_key(pair_config.pair.name)
-        self.run_id = run_id
-        self.rate = rate
-        self.timeout_s = timeout_s
-        self.next_seq = 0
-        self.acked: dict[int, tuple[str, float]] = {}          # seq -> (cluster, when)
-        self.consumed: list[tuple[int, str, float]] = []       # (seq, cluster, when)
-        self.producing = True
-        self.produced = False       # the producer has stopped: every record it sent is acknowledged
-        self.consuming = True
-        self.error: str | None = None
-
-    def active(self) -> Decision | None:
-        return read_file(self.state_dir, self.key)
-
-    def first_ack_on(self, cluster: str, after: float) -> float | None:
-        return min((t for c, t in self.acked.values() if c == cluster and t >= after), default=None)
-
-    def first_read_on(self, cluster: str, after: float) -> float | None:
-        return min((t for _, c, t in self.consumed if c == cluster and t >= after), default=None)
-
-    async def produce(self) -> None:
-        queue: list[int] = []
-        while self.producing or queue:
-            decision = self.active()
-            if decision is None:
-                raise DrillError(f"no canary decision in {self.state_dir / 'active'}")
-            cluster = decision.active_cluster
-            async with client_for(self.pair_config.access(cluster), self.timeout_s, client_id="seaway-dr-canary") as client:
-                async with Producer(client, acks=-1, enable_idempotence=True, linger_ms=1) as producer:
-                    while self.producing or queue:
-                        if self.producing:
-                            due = int(self.rate * TICK_S) or 1
-                            queue.extend(range(self.next_seq, self.next_seq + due))
-                            self.next_seq += due
-                        refused = await self._send(producer, cluster, queue)
-                        if refused:
-                            queue = refused
-                            break           # to the cluster the decision names next
-                        queue = []
-                        await anyio.sleep(TICK_S)
-            if queue:
-                await self._until_decision_leaves(cluster)
-        self.produced = True
-
-    async def _send(self, producer: Producer, cluster: str, seqs: list[int]) -> list[int]:
-        sent = []
-        for seq in seqs:
-            sent.append((seq, await producer.send(CANARY_TOPIC, value=f"{self.run_id}:{seq}".encode(),
-                                                  key=str(seq).encode(), partition=seq % CANARY_PARTITIONS)))
-        refused = []
-        for seq, delivery in sent:
-            try:
-                await delivery
-            except KafkaError:
-                refused.append(seq)
-                continue
-            self.acked[seq] = (cluster, time.time())
-        return refused
-
-    async def _until_decision_leaves(self, cluster: str) -> None:
-        with anyio.fail_after(SWITCH_TIMEOUT_S):
-            while (d := self.active()) is None or d.active_cluster == cluster:
-                await anyio.sleep(TICK_S)
-
-    async def consume(self) -> None:
-        while self.consuming:
-            decision = self.active()
-            if decision is None or decision.phase != SERVING:
-                await anyio.sleep(TICK_S)
-                continue
-            cluster = decision.active_cluster
-            async with client_for(self.pair_config.access(cluster), self.timeout_s, client_id="seaway-dr-canary") as client:
-                consumer = Consumer(client, group_id=CANARY_GROUP, auto_commit=False,
-                                    session_timeout_ms=10000, heartbeat_interval_ms=1000)
-                try:
-                    consumer.subscribe([CANARY_TOPIC])
-                    last_commit = time.monotonic()
-                    while self.consuming:
-                        for record in await consumer.poll(timeout_ms=100):
-                            run, _, seq = (record.value or b"").decode().partition(":")
-                            if run == self.run_id:
-                                self.consumed.append((int(seq), cluster, time.time()))
-                        now = self.active()
-                        moved = now is not None and now.active_cluster != cluster
-                        if moved or time.monotonic() - last_commit > 0.5:
-                            await consumer.commit()
-                            last_commit = time.monotonic()
-                        if moved:
-                            break
-                finally:
-                    await consumer.close()
-
-
 class Drill:
     def __init__(self, config: DrConfig, pair_config: PairConfig, history: History, *, controller: str,
-                 report: Report, rate: float = 200.0, hold_s: float = 2.0, timeout_s: float = 5.0):
+                 report: Report, rate: float = 200.0, hold_s: float = 2.0, timeout_s: float = 5.0,
+                 full: bool = False):
         self.config = config
         self.pair_config = pair_config
         self.history = history
@@ -255,7 +98,18 @@ class Drill:
         self.rate = rate
         self.hold_s = hold_s
         self.timeout_s = timeout_s
+        self.full = full
         self.state_dir = Path(config.state_dir)
+        self.killed: str | None = None      # the region a full drill killed and has not started again
+        self.stranded_counted: int | None = None
+        if full and config.platform_dir is None:
+            raise ValueError("a full drill needs the local platform's supervisor (DrConfig.platform_dir)")
+
+    @property
+    def key(self) -> str:
+        """The decision the canary clients follow: in a full drill, the pair's own."""
+        pair = self.pair_config.pair
+        return pair.name if self.full else canary_key(pair.name)
 
     async def run(self, region: str) -> DrillReport:
         pair = self.pair_config.pair
@@ -264,18 +118,25 @@ class Drill:
             raise DrillError(f"REGION: {region} is not in DR pair {pair.name}")
         target = pair.partner(source)
         run_id = f"{int(time.time() * 1000):x}"
-        report = DrillReport(pair.name, region, "canary", run_id, time.time(), rate=self.rate)
-        drill_id = self.history.drill_started(pair=pair.name, region=region, mode="canary", run_id=run_id)
+        mode = "full" if self.full else "canary"
+        report = DrillReport(pair.name, region, mode, run_id, time.time(), rate=self.rate)
+        drill_id = self.history.drill_started(pair=pair.name, region=region, mode=mode, run_id=run_id)
         try:
             await self._prepare(source, target)
-            traffic = CanaryTraffic(self.pair_config, self.state_dir, run_id, self.rate, self.timeout_s)
+            traffic = CanaryTraffic(self.pair_config, self.state_dir, run_id, self.rate, self.timeout_s, self.key)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_guarded, traffic, traffic.produce)
                 tg.start_soon(_guarded, traffic, traffic.consume)
                 await self._until(lambda: traffic.consumed or traffic.error, "the canary consumer reads", 30)
                 for name, (frm, to) in (("failover", (source, target)), ("failback", (target, source))):
-                    report.phases.append(await self._phase(name, frm, to, traffic, drill_id))
-                    await self._until(lambda to=to: traffic.first_read_on(to, report.phases[-1].started) is not None
+                    if not self.full:
+                        phase = await self._phase(name, frm, to, traffic, drill_id)
+                    elif name == "failover":
+                        phase = await self._outage(frm, to, traffic, drill_id)
+                    else:
+                        phase = await self._return(frm, to, traffic, drill_id)
+                    report.phases.append(phase)
+                    await self._until(lambda: traffic.first_read_on(to, report.phases[-1].started) is not None
                                       or traffic.error, f"the canary consumer reads on {to}", 60)
                     _reads(report.phases[-1], traffic)
                     await anyio.sleep(self.hold_s)
@@ -283,18 +144,24 @@ class Drill:
                 try:
                     # Only once the producer has stopped: its last batch may be acknowledged
                     # after the consumer has read everything before it.
-                    await self._until(lambda: (traffic.produced and not _unread(traffic)) or traffic.error,
+                    await self._until(lambda: (traffic.produced and not _unread(traffic, report)) or traffic.error,
                                       "the canary consumer reads every acknowledged record", 60)
                 except DrillError as exc:
                     report.error = str(exc)     # and the counts below say what it missed
                 traffic.consuming = False
             if traffic.error:
                 raise DrillError(traffic.error)
-            await self._verify(report, traffic, source)
-        except (DrillError, PlanError, KafkaError, OSError, TimeoutError) as exc:
-            report.error = str(exc) or type(exc).__name__
+            if self.full:
+                await self._verify_full(report, traffic, source, target)
+            else:
+                await self._verify(report, traffic, source)
+        except (DrillError, PlanError, FailoverError, KafkaError, OSError, TimeoutError) as exc:
+            report.error = report.error or str(exc) or type(exc).__name__
         except Exception as exc:  # noqa: BLE001 — the report says what failed, one line
-            report.error = f"{type(exc).__name__}: {exc}"
+            report.error = report.error or _one_line(exc)
+        finally:
+            if self.killed is not None:
+                await self._restart_after_failure(report)
         report.finished_at = time.time()
         self._keep(drill_id, report)
         return report
@@ -308,7 +175,9 @@ class Drill:
 
     async def _prepare(self, source: str, target: str) -> None:
         """The canary exists, is active on `source` and has its replica on `target`; the
-        canary decision names `source`, serving."""
+        decision the canary follows names `source`, serving (a full drill: the whole pair is
+        active on `source`)."""
+        pair = self.pair_config.pair
         async with PairClients(self.pair_config, timeout_s=self.timeout_s) as clients:
             if source not in clients.clients:
                 raise DrillError(f"{source} does not answer: {clients.unreachable.get(source)}")
@@ -324,22 +193,32 @@ class Drill:
                 if roles.get(CANARY_TOPIC) == source and CANARY_TOPIC in view.clusters[target].topics:
                     break
                 if CANARY_TOPIC not in roles:
-                    raise DrillError(f"{CANARY_TOPIC} is not a DR topic of {self.pair_config.pair.name}: add it to "
-                                     f"the pair's topics")
+                    raise DrillError(f"{CANARY_TOPIC} is not a DR topic of {pair.name}: add it to the pair's topics")
                 if roles.get(CANARY_TOPIC) == target:
-                    raise DrillError(f"the canary is active in {self.pair_config.pair.region_of(target)} (a drill that "
-                                     f"stopped half way?): run dr drill "
-                                     f"{self.pair_config.pair.region_of(target)} to bring it back")
+                    raise DrillError(f"the canary is active in {pair.region_of(target)} (a drill that "
+                                     f"stopped half way?): run dr drill {pair.region_of(target)} to bring it back")
                 if anyio.current_time() > deadline:
                     raise DrillError(f"the link has not made {CANARY_TOPIC}'s replica on {target} within "
                                      f"{REPLICA_TIMEOUT_S:g}s; is the mirror running?")
                 await anyio.sleep(0.5)
-        pair = self.pair_config.pair
-        current = read_file(self.state_dir, canary_key(pair.name))
-        if current is None or current.active_cluster != source or current.phase != SERVING:
-            access = self.pair_config.access(source)
-            write_files(self.state_dir, Decision(canary_key(pair.name), 0, pair.region_of(source), source,
-                                                 access.bootstrap, SERVING, time.time(), self.controller))
+            if self.full and (view.active() != source or view.unsettled()):
+                raise DrillError(f"{pair.name} is not wholly active in {pair.region_of(source)} (dr status): "
+                                 f"a full drill fails over the whole pair from there")
+        current = read_file(self.state_dir, self.key)
+        if current is not None and current.phase == SERVING and current.active_cluster == source:
+            return
+        if self.full and current is not None:
+            raise DrillError(f"the decision for {pair.name} names {current.active_cluster} ({current.phase}), "
+                             f"not {source}: finish that failover first")
+        access = self.pair_config.access(source)
+        write_files(self.state_dir, Decision(self.key, 0, pair.region_of(source), source,
+                                             access.bootstrap, SERVING, time.time(), self.controller))
+
+    async def _carry(self, clients: PairClients, plan: Plan, drill_id: int, **extra) -> tuple[Failover, Outcome]:
+        failover = Failover(self.config, clients, self.history, controller=self.controller,
+                            report=lambda _step, line: self.report("  " + line))
+        outcome = await failover.run(plan, context_extra={"plan": plan_to_dict(plan), "drill": drill_id, **extra})
+        return failover, outcome
 
     async def _phase(self, name: str, source: str, target: str, traffic: CanaryTraffic,
                      drill_id: int) -> PhaseFigures:
@@ -347,31 +226,150 @@ class Drill:
         figures = PhaseFigures(name, source, target)
         async with PairClients(self.pair_config, timeout_s=self.timeout_s) as clients:
             view: PairView = await observe(clients)
-            plan: Plan = plan_failover(view, pair.region_of(source), only={CANARY_TOPIC},
-                                       decision_key=canary_key(pair.name), groups=[CANARY_GROUP])
-            if not plan.ready:
-                raise DrillError(f"{name}: " + "; ".join(f"{c.name}: {c.detail}" for c in plan.failed_checks()))
+            plan = _ready(name, plan_failover(view, pair.region_of(source), only={CANARY_TOPIC},
+                                              decision_key=canary_key(pair.name), groups=[CANARY_GROUP]))
             self.report(f"{name}: {pair.region_of(source)} -> {pair.region_of(target)} (canary only)")
-            failover = Failover(self.config, clients, self.history, controller=self.controller,
-                                report=lambda _step, line: self.report("  " + line))
-            started = figures.started = time.time()
-            outcome = await failover.run(plan, context_extra={"plan": plan_to_dict(plan), "drill": drill_id})
-        figures.failover_id = outcome.failover_id
-        figures.rpo_records, figures.rpo_seconds = outcome.rpo_records, outcome.rpo_seconds
-        figures.duration_s, figures.rto_promoted_s = outcome.duration_s, outcome.rto_writes_s
-        with anyio.fail_after(SWITCH_TIMEOUT_S):
-            while traffic.first_ack_on(target, started) is None and not traffic.error:
-                await anyio.sleep(TICK_S)
-        first = traffic.first_ack_on(target, started)
-        figures.rto_writes_s = None if first is None else first - started
+            figures.started = time.time()
+            _figures(figures, (await self._carry(clients, plan, drill_id))[1])
+        await self._first_write(figures, traffic)
         return figures
+
+    async def _outage(self, source: str, target: str, traffic: CanaryTraffic, drill_id: int) -> PhaseFigures:
+        """Kill the region, then an unplanned failover of the whole pair; timed from the kill."""
+        pair = self.pair_config.pair
+        region = pair.region_of(source)
+        figures = PhaseFigures("failover", source, target)
+        await self._until_ready()
+        self.report(f"failover: killing {region} (regions stop {region} --kill), then an unplanned failover "
+                    f"to {pair.region_of(target)}")
+        figures.started = time.time()
+        self.killed = region
+        await self._platform({"cmd": "stop", "target": region, "kill": True})
+        async with PairClients(self.pair_config, timeout_s=self.timeout_s) as clients:
+            history_view = await view_of(clients, self.history)
+            plan = _ready("failover", plan_failover(history_view, region, force=True))
+            if plan.kind != "unplanned":
+                raise DrillError(f"{source} still answers after the kill: not an outage")
+            begun = time.time()
+            _figures(figures, (await self._carry(clients, plan, drill_id))[1])
+        figures.rto_promoted_s += begun - figures.started     # from the kill
+        await self._first_write(figures, traffic)
+        return figures
+
+    async def _return(self, active: str, returning: str, traffic: CanaryTraffic, drill_id: int) -> PhaseFigures:
+        """Start the region again, settle its stranded records (kept) and fail back; timed from
+        the start of the failback, once the region answers."""
+        pair = self.pair_config.pair
+        region = pair.region_of(returning)
+        figures = PhaseFigures("failback", active, returning)
+        self.report(f"failback: starting {region} (regions start {region})")
+        await self._platform({"cmd": "start", "target": region})
+        self.killed = None
+        unplanned = self.history.last_unplanned(pair.name, returning)
+        if unplanned is None:
+            raise DrillError(f"the history has no unplanned failover away from {returning}")
+        promotion = unplanned["context"].get("target_ends")
+        deadline = anyio.current_time() + RETURN_TIMEOUT_S
+        while True:
+            async with PairClients(self.pair_config, timeout_s=self.timeout_s) as clients:
+                view = await view_of(clients, self.history)
+                if view.clusters[returning].reachable:
+                    settle = plan_failback(view, region, republish=False, promotion=promotion)
+                    if settle is None or settle.ready:
+                        break
+                    why = "; ".join(f"{c.name}: {c.detail}" for c in settle.failed_checks())
+                else:
+                    why = f"{returning} does not answer: {view.clusters[returning].error}"
+            if anyio.current_time() > deadline:
+                raise DrillError(f"failback: {region} is not ready {RETURN_TIMEOUT_S:g}s after its start: {why}")
+            await anyio.sleep(1.0)
+        self.report(f"failback: {region} answers; settling its stranded records, then failing back")
+        figures.started = time.time()
+        async with PairClients(self.pair_config, timeout_s=self.timeout_s) as clients:
+            if settle is not None:
+                settled, _ = await self._carry(clients, settle, drill_id, promotion=promotion,
+                                               promotion_failover=unplanned["id"])
+                self.stranded_counted = sum(n for key, (_, _, n) in settled.context["stranded"].items()
+                                            if key.rpartition("/")[0] == CANARY_TOPIC)
+            else:
+                self.stranded_counted = 0
+            back = _ready("failback", plan_failover(await view_of(clients, self.history), pair.region_of(active)))
+            begun = time.time()
+            _figures(figures, (await self._carry(clients, back, drill_id, after_outage=True))[1])
+        # Both parts, the settling and the failover back, are the failback's.
+        figures.rto_promoted_s += begun - figures.started
+        figures.duration_s = time.time() - figures.started
+        await self._first_write(figures, traffic)
+        return figures
+
+    async def _until_ready(self) -> None:
+        """Kill nothing until `dr status` calls the pair ready with the canary running: the
+        canary group's position is on the partner (an unplanned failover resumes it from
+        there) and every check passes, so the drill measures an outage of a ready pair."""
+        deadline = anyio.current_time() + READY_TIMEOUT_S
+        while True:
+            status = await pair_status(self.pair_config, self.history, timeout_s=self.timeout_s)
+            canary = [g for g in status["checkpoints"]["groups"] if g["group"] == CANARY_GROUP]
+            if status["ready"] and canary and canary[0]["synced"]:
+                return
+            if anyio.current_time() > deadline:
+                failed = "; ".join(f"{c['name']}: {c['detail']}" for c in status["checks"] if not c["ok"])
+                raise DrillError(f"not ready to kill anything {READY_TIMEOUT_S:g}s into the drill (dr status): "
+                                 f"{failed or 'the canary group has no checkpoint on the partner yet'}")
+            await anyio.sleep(1.0)
+
+    async def _platform(self, request: dict) -> None:
+        assert self.config.platform_dir is not None
+        try:
+            reply = await send_command(Path(self.config.platform_dir), request, 120.0)
+        except TimeoutError:
+            reply = {"error": "the supervisor did not answer within 120s"}
+        if reply is None:
+            raise DrillError(f"no platform supervisor answers in {self.config.platform_dir} (regions up)")
+        if not reply.get("ok"):
+            raise DrillError(f"regions {request['cmd']} {request['target']}: {reply.get('error')}")
+
+    async def _restart_after_failure(self, report: DrillReport) -> None:
+        """A full drill that failed with its region killed starts it again, and says so: the
+        pair is left failed over, for `dr failback`."""
+        region, self.killed = self.killed, None
+        try:
+            await self._platform({"cmd": "start", "target": region})
+            note = f"{region} was started again; run dr failback {region} once dr status shows it"
+        except DrillError as exc:
+            note = f"{region} could not be started again ({exc}): regions start {region}"
+        report.error = f"{report.error or 'stopped'}; {note}"
+
+    async def _first_write(self, figures: PhaseFigures, traffic: CanaryTraffic) -> None:
+        with anyio.fail_after(SWITCH_TIMEOUT_S):
+            while traffic.first_ack_on(figures.target, figures.started) is None and not traffic.error:
+                await anyio.sleep(TICK_S)
+        first = traffic.first_ack_on(figures.target, figures.started)
+        figures.rto_writes_s = None if first is None else first - figures.started
 
     async def _verify(self, report: DrillReport, traffic: CanaryTraffic, active: str) -> None:
         async with PairClients(self.pair_config, timeout_s=self.timeout_s) as clients:
             if active not in clients.clients:
                 raise DrillError(f"{active} does not answer: {clients.unreachable.get(active)}")
-            log = await _read_run(clients.clients[active], traffic.run_id)
+            log = await read_run(clients.clients[active], traffic.run_id)
         tally(report, set(traffic.acked), log, [seq for seq, _, _ in traffic.consumed])
+
+    async def _verify_full(self, report: DrillReport, traffic: CanaryTraffic, region: str, partner: str) -> None:
+        async with PairClients(self.pair_config, timeout_s=self.timeout_s) as clients:
+            for cluster in (region, partner):
+                if cluster not in clients.clients:
+                    raise DrillError(f"{cluster} does not answer: {clients.unreachable.get(cluster)}")
+            log = await read_run(clients.clients[region], traffic.run_id)
+            on_partner = [seq for _, seq in await read_run(clients.clients[partner], traffic.run_id)]
+            kept = [seq for _, seq in await read_run(clients.clients[region], traffic.run_id,
+                                                      CANARY_TOPIC + STRANDED_SUFFIX)]
+        # Acknowledged by the region before it came back: an acknowledgement may arrive while
+        # the kill is under way, after the drill's clock started it.
+        back_at = report.phases[1].started
+        before_kill = {seq for seq, (cluster, when) in traffic.acked.items() if cluster == region and when < back_at}
+        tally_full(report, set(traffic.acked), log, [seq for seq, _, _ in traffic.consumed],
+                   before_kill=before_kill, on_partner=on_partner, kept=kept, sent_again=traffic.sent_again,
+                   counted=self.stranded_counted)
 
     def _keep(self, drill_id: int, report: DrillReport) -> None:
         folder = self.state_dir / "drills"
@@ -388,26 +386,23 @@ class Drill:
                                     error=report.error)
 
 
-def tally(report: DrillReport, acked: set[int], log: list[tuple[int, int]], consumed: list[int]) -> None:
-    """The drill's counts, from the numbers acknowledged, the log's (partition, number) in log
-    order, and the numbers the consumer received in order."""
-    in_log = Counter(seq for _, seq in log)
-    delivered = Counter(consumed)
-    report.acknowledged, report.in_log, report.consumed = len(acked), len(in_log), len(consumed)
-    lost = acked - set(in_log)
-    duplicated = [seq for seq, n in in_log.items() if n > 1]
-    skipped = set(in_log) - set(delivered)
-    reread = [seq for seq, n in delivered.items() if n > 1]
-    report.lost = len(lost)
-    report.duplicated = sum(in_log[seq] - 1 for seq in duplicated)
-    by_partition: dict[int, list[int]] = {}
-    for partition, seq in log:
-        by_partition.setdefault(partition, []).append(seq)
-    report.reordered = sum(1 for seqs in by_partition.values() if seqs != sorted(seqs))
-    report.skipped = len(skipped)
-    report.reread = sum(delivered[seq] - 1 for seq in reread)
-    report.samples = {name: sorted(found)[:10] for name, found in (
-        ("lost", lost), ("duplicated", duplicated), ("skipped", skipped), ("reread", reread)) if found}
+def _one_line(exc: BaseException) -> str:
+    """The first failure inside task groups, as one line."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return str(exc) if isinstance(exc, (DrillError, KafkaError)) else f"{type(exc).__name__}: {exc}"
+
+
+def _ready(name: str, plan: Plan) -> Plan:
+    if not plan.ready:
+        raise DrillError(f"{name}: " + "; ".join(f"{c.name}: {c.detail}" for c in plan.failed_checks()))
+    return plan
+
+
+def _figures(figures: PhaseFigures, outcome) -> None:
+    figures.failover_id = outcome.failover_id
+    figures.rpo_records, figures.rpo_seconds = outcome.rpo_records, outcome.rpo_seconds
+    figures.duration_s, figures.rto_promoted_s = outcome.duration_s, outcome.rto_writes_s
 
 
 async def _guarded(traffic: CanaryTraffic, fn) -> None:
@@ -418,27 +413,14 @@ async def _guarded(traffic: CanaryTraffic, fn) -> None:
         traffic.producing = traffic.consuming = False
 
 
-def _unread(traffic: CanaryTraffic) -> set[int]:
-    return set(traffic.acked) - {seq for seq, _, _ in traffic.consumed}
+def _unread(traffic: CanaryTraffic, report: DrillReport) -> set[int]:
+    """Acknowledged and not yet read. In a full drill, of what was acknowledged after the kill
+    only: what the killed region took and never mirrored, the group may rightly never read."""
+    since = report.phases[0].started if report.mode == "full" else 0.0
+    return {seq for seq, (_, when) in traffic.acked.items() if when >= since} - \
+        {seq for seq, _, _ in traffic.consumed}
 
 
 def _reads(figures: PhaseFigures, traffic: CanaryTraffic) -> None:
     first = traffic.first_read_on(figures.target, figures.started)
     figures.rto_reads_s = None if first is None else first - figures.started
-
-
-async def _read_run(client: KafkaClient, run_id: str) -> list[tuple[int, int]]:
-    """(partition, seq) of this drill's records in the canary topic, in log order."""
-    tps = [(CANARY_TOPIC, p) for p in range(CANARY_PARTITIONS)]
-    ends = await Admin(client).list_offsets({tp: "latest" for tp in tps})
-    out: list[tuple[int, int]] = []
-    for tp in tps:
-        end = ends[tp]
-        if isinstance(end, KafkaError):
-            raise end
-        # From 0: below the log start the consumer resets to it.
-        async for record in read_range(client, *tp, 0, end.offset):
-            run, _, seq = (record.value or b"").decode().partition(":")
-            if run == run_id:
-                out.append((record.partition, int(seq)))
-    return out

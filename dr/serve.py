@@ -37,7 +37,8 @@ from core.metrics_http import serve_http
 
 from .config import DrConfig, PairConfig
 from .decision import Decision
-from .drill import Drill, DrillReport
+from .drill import Drill
+from .drill_report import DrillReport
 from .history import History, HistoryError
 from .schedule import drill_trigger
 from .status import pair_status

@@ -583,10 +583,12 @@ def test_dr_serve_and_drill_refuse_bad_input_in_one_line(tmp_path):
         (["serve", "--listen", "nowhere"], "dr serve: --listen: 'nowhere' is not HOST:PORT"),
         (["serve", "--poll-interval", "0"], "dr serve: --poll-interval: 0 is not between 0.1 and 3600 seconds"),
         (["drill", "eu-west", "--rate", "-1"], "dr drill: --rate: -1 is not between 0 and 100000"),
+        (["drill", "eu-west", "--full"], "dr drill: --full: only on a local platform (dr --platform)"),
     ]:
         refused = dr(config, *args, check=False)
         assert refused.returncode == 2 and refused.stderr.startswith(message), (args, refused.stderr)
         assert refused.stderr.count("\n") == 1
+    assert not (tmp_path / "dr-state").exists()         # nothing changed, not even a history made
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()), "drill_schedule": "at noon"}))
     refused = dr(bad, "serve", check=False)

@@ -42,6 +42,11 @@ def dr(state: Path, *args: str) -> tuple[float, str]:
     return started, out.stdout
 
 
+def dr_status(state: Path) -> str:
+    return subprocess.run([sys.executable, "-m", "dr.cli", "--platform", "--state-dir", str(state), "status"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60).stdout
+
+
 def ready(state: Path) -> bool:
     """`dr status` exits 0: the pair could fail over now."""
     return subprocess.run([sys.executable, "-m", "dr.cli", "--platform", "--state-dir", str(state), "status"],
@@ -348,3 +353,56 @@ def test_an_unplanned_failover_under_load_reports_exactly_what_failback_finds_st
         after = read_records(eu, TOPIC)
         for part, recs in before.items():           # never truncated: the old log is a prefix
             assert after[part][:len(recs)] == recs, part
+
+
+def test_a_full_drill_kills_the_region_fails_the_pair_over_and_back_and_accounts_for_every_record(tmp_path):
+    """`dr drill eu-west --full`: every eu-west node is killed, the whole pair (an application's
+    topic with the canary) fails over unplanned, eu-west is started and failed back at once,
+    with no wait for it to settle. The canary clients follow the pair's own decision; the
+    report accounts for every canary record (stranded ones kept, as many as the failback
+    counted); the canary group resumed on us-east from its checkpoint, and on eu-west where it
+    left us-east (its member from before the kill removed)."""
+    topology = without_fixed_ports(DEFAULT_TOPOLOGY, tmp_path / "two-regions.yaml")
+    state = tmp_path / "state"
+    with Platform(state, topology) as p:
+        eu = p.client("eu-west-1")
+        create(eu, TOPIC, rf=3, min_isr=2)
+        deadline = time.monotonic() + 90
+        while not ready(state):
+            assert time.monotonic() < deadline
+            time.sleep(1)
+        out = subprocess.run([sys.executable, "-m", "dr.cli", "--platform", "--state-dir", str(state), "--timeout", "3",
+                              "drill", "eu-west", "--full", "--rate", "300", "--hold", "2"],
+                             cwd=REPO, capture_output=True, text=True, timeout=600)
+        print(out.stdout, out.stderr)
+        assert out.returncode == 0 and "drill PASSED" in out.stdout, out.stdout + out.stderr
+        assert "killing eu-west (regions stop eu-west --kill)" in out.stdout
+        assert "1 group checkpointed" in out.stdout                      # restore-groups, on us-east
+        assert "seaway-canary: removed 1 member left over from the outage of eu-west-1" in out.stdout
+        report = json.loads((state / "dr" / "drills" / "drill-1.json").read_text())
+        assert report["mode"] == "full" and report["passed"] and report["lost"] == 0, report
+        assert report["stranded"] <= report["kept"] == report["stranded_counted"], report
+        assert report["acknowledged"] > 1000, report
+        failover, failback = report["phases"]
+        assert (failover["source"], failover["target"]) == ("eu-west-1", "us-east-1")
+        assert (failback["source"], failback["target"]) == ("us-east-1", "eu-west-1")
+        # What the canary's own clients saw: writes on us-east after the kill, within the bound.
+        assert 0 < failover["rto_writes_s"] < 60 and 0 < failback["rto_writes_s"] < 60, report["phases"]
+
+        history = json.loads(dr(state, "history", "-o", "json")[1])
+        kinds = [(r["kind"], r["source"], r["target"], r["state"]) for r in reversed(history["failovers"])]
+        assert kinds == [("unplanned", "eu-west-1", "us-east-1", "done"),
+                         ("failback", "eu-west-1", "us-east-1", "done"),
+                         ("planned", "us-east-1", "eu-west-1", "done")], kinds
+        [unplanned] = [r for r in history["failovers"] if r["kind"] == "unplanned"]
+        assert unplanned["rpo_exact"] == 1
+        assert [(d["mode"], d["state"]) for d in history["drills"]] == [("full", "passed")]
+        # The whole pair, the application's topic with it, is back in eu-west, every node up.
+        deadline = time.monotonic() + 60
+        while not ready(state):
+            assert time.monotonic() < deadline, dr_status(state)
+            time.sleep(1)
+        status = json.loads(dr(state, "status", "-o", "json")[1])
+        assert status["pairs"][0]["active_region"] == "eu-west", status
+        nodes = p.status()["regions"]["eu-west"]["eu-west-1"]
+        assert nodes["nodes_up"] == nodes["nodes_total"], nodes
