@@ -344,11 +344,11 @@ class MirrorLink:
     async def _discover(self, tg, identity: ProducerIdentity) -> None:
         source_admin, target_admin = Admin(self.source), Admin(self.target)
         topics = await source_admin.list_topics()
-        # A DR pair's two clusters each keep their own `heartbeats` under the same name, so
-        # heartbeats stay home there.
+        # A DR pair's heartbeats are copied too (as `<source>.heartbeats`, never a DR topic:
+        # no roles, never failed over): they are how the surviving region tells that it no
+        # longer hears from the other (dr/autofailover.py).
         wanted = [t for t in topics if should_replicate(
-            t, self.config.source_alias, self.config.target_alias, self.policy, topic_filter=self.filter,
-            heartbeats_replication=not self.config.dr_pair)]
+            t, self.config.source_alias, self.config.target_alias, self.policy, topic_filter=self.filter)]
         if not wanted:
             return
         described = await source_admin.describe_topics(wanted)
@@ -362,7 +362,8 @@ class MirrorLink:
                 continue
             remote = self.policy.format_remote_topic(self.config.source_alias, topic)
             count = len(desc.partitions)
-            if self.config.dr_pair:
+            dr_topic = self.config.dr_pair and not self.policy.is_heartbeats_topic(topic)
+            if dr_topic:
                 source_role, target_role = roles.get(topic, (UNKNOWN_ROLE, UNKNOWN_ROLE))
                 if UNKNOWN_ROLE in (source_role, target_role):
                     continue                # decided at the next look, when both can be read
@@ -373,8 +374,8 @@ class MirrorLink:
                     self._retire(topic)
                     continue
             created = await self._ensure_target_topic(source_admin, target_admin, topic, remote, count,
-                                                      target_topics.get(remote))
-            if self.config.dr_pair and created is False:
+                                                      target_topics.get(remote), replica=dr_topic)
+            if dr_topic and created is False:
                 continue    # someone else made it meanwhile: its role is read at the next look
             newly_copied += [(topic, remote, p) for p in range(count)
                              if (topic, p) not in self.copiers and not self._still_retiring((topic, p))]
@@ -421,7 +422,7 @@ class MirrorLink:
         return copier is not None
 
     async def _ensure_target_topic(self, source_admin: Admin, target_admin: Admin, topic: str,
-                                   remote: str, count: int, existing) -> bool | None:
+                                   remote: str, count: int, existing, *, replica: bool = False) -> bool | None:
         """None if the target topic was there; True if this link created it; False if someone
         else did meanwhile."""
         if existing is not None and not isinstance(existing, KafkaError):
@@ -438,7 +439,7 @@ class MirrorLink:
         entries = found.get(ConfigResource.topic(topic))
         if isinstance(entries, dict):
             configs = copyable(entries)     # the rule topic config syncs keep (mirror/configsync.py)
-        if self.config.dr_pair:
+        if replica:
             configs[REPLICA_OF] = self.config.source_alias
         result = await target_admin.create_topics([NewTopic(remote, count, self.config.replication_factor,
                                                             configs)])

@@ -127,8 +127,11 @@ def test_a_planned_failover_by_hand_copies_every_record_once_each_way(pair):
     time.sleep(1.5)      # anything extra would have arrived by now
     assert values(eu.bootstrap, 390) == expected
     assert values(us.bootstrap, 390) == expected
-    # Each cluster keeps its own heartbeats, neither a replica of the other's.
+    # Each cluster keeps its own heartbeats, neither a replica of the other's, and gets the
+    # other's as `<alias>.heartbeats`, no DR topic either: how the surviving region of an
+    # outage tells that it no longer hears from the other (dr/autofailover.py).
     assert role(eu.bootstrap, "heartbeats") == role(us.bootstrap, "heartbeats") == ""
+    assert role(us.bootstrap, "eu.heartbeats") == role(eu.bootstrap, "us.heartbeats") == ""
 
 
 def test_topic_configs_follow_into_the_replica_and_its_role_survives(pair, tmp_path):
