@@ -393,7 +393,8 @@ async def _history(config: DrConfig, args) -> int:
             exact = " (exact, counted at failback)" if row.get("rpo_exact") else \
                 " (expected)" if row["kind"] == "unplanned" else ""
             figures = f", writes after {row['rto_writes_s']:.2f}s, RPO {row['rpo_records']} records{exact}"
-        drill = f" [drill {row['context']['drill']}]" if row["context"].get("drill") else ""
+        drill = f" [drill {row['context']['drill']}]" if row["context"].get("drill") else \
+            " [automatic]" if row["context"].get("automatic") else ""
         print(f"#{row['id']} {when} {row['kind']} {row['source']} -> {row['target']} (epoch {row['epoch']}): "
               f"{row['state']}{figures}{drill}" + (f" ({row['error']})" if row["error"] else ""))
     for d in drills:

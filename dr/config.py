@@ -102,6 +102,9 @@ class DrConfig(_Strict):
     rpo_target_s: float = Field(default=60.0, gt=0)
     rto_target_s: float = Field(default=300.0, gt=0)
     drill_schedule: str | None = None
+    # Fail over by itself (dr serve) once the active region has been unreachable this long, from
+    # the controller and from its partner (dr/autofailover.py); None: never, people decide.
+    auto_failover_after_s: float | None = Field(default=None, ge=10)
     # The local platform's state directory (`dr --platform` sets it): a full drill asks its
     # supervisor to kill a region and start it again. None for clusters dr does not run.
     platform_dir: str | None = None
@@ -191,4 +194,5 @@ def platform_config(state_dir: Path | None = None) -> DrConfig:
     dr = topology.dr
     return _validated({"state_dir": str(state_dir / "dr"), "regions": list(topology.regions), "pairs": pairs,
                        "rpo_target_s": dr.rpo_target_s, "rto_target_s": dr.rto_target_s,
-                       "drill_schedule": dr.drill_schedule, "platform_dir": str(state_dir)}, str(path))
+                       "drill_schedule": dr.drill_schedule, "auto_failover_after_s": dr.auto_failover_after_s,
+                       "platform_dir": str(state_dir)}, str(path))

@@ -19,7 +19,9 @@ seconds first (`*/30 * * * * *`, for tests). Each run drills the region active f
 (none is skipped and logged); a drill never overlaps a failover: both take the controller lock,
 and a drill that finds it taken is skipped.
 
-Automatic failover is not built: the daemon reports and drills, people decide.
+Automatic failover, with `auto_failover_after_s` set (off by default): the poll that finds the
+active cluster unreachable from here, and unheard by its partner, for that long fails it over
+unplanned (dr/autofailover.py says when exactly, and why both).
 """
 from __future__ import annotations
 
@@ -33,15 +35,20 @@ from typing import Any, Callable
 import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from core.client.errors import KafkaError
 from core.metrics_http import serve_http
 
 from .config import DrConfig, PairConfig
 from .decision import Decision
 from .drill import Drill
 from .drill_report import DrillReport
+from .autofailover import OutageClock, heard_ago, judge
+from .failover import Failover, FailoverError
 from .history import History, HistoryError
+from .observe import PairClients
+from .plan import PlanError, plan_failover, plan_to_dict
 from .schedule import drill_trigger
-from .status import pair_status
+from .status import pair_status, view_of
 
 log = logging.getLogger("seaway.dr.serve")
 
@@ -84,6 +91,11 @@ class DrMetrics:
                                ["pair", "measure"], registry=r)
         self.drill_time = Gauge("seaway_dr_last_drill_timestamp_seconds", "when the last drill started",
                                 ["pair"], registry=r)
+        self.unreachable_for = Gauge("seaway_dr_active_unreachable_seconds",
+                                     "how long the active cluster has not answered the controller's polls (0: it "
+                                     "answers)", ["pair"], registry=r)
+        self.auto_failovers = Counter("seaway_dr_auto_failovers", "automatic failovers, by outcome (done, failed, "
+                                      "skipped: the lock was held)", ["pair", "outcome"], registry=r)
         self.polls = Counter("seaway_dr_polls", "polls of the pairs, by outcome", ["outcome"], registry=r)
         self.drills = Counter("seaway_dr_scheduled_drills", "scheduled drills, by outcome", ["outcome"],
                               registry=r)
@@ -148,6 +160,8 @@ class DrServer:
         self.last_poll_ok: float | None = None
         self.last_poll_error = "no poll yet"
         self.trigger = drill_trigger(config.drill_schedule) if config.drill_schedule else None
+        self.outages = OutageClock()
+        self.verdicts: dict[str, str] = {}      # pair -> the last automatic-failover verdict logged
 
     async def run(self, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
         self.port = serve_http(self.metrics.registry, self.port, self.host, health=self._health,
@@ -191,6 +205,73 @@ class DrServer:
                          "polled_at": time.time(), "next_drill": self.next_drill()}
         self.last_poll_ok = time.monotonic()
         self.metrics.polls.labels("ok").inc()
+        for status in statuses:
+            await self._watch_outage(status, history)
+
+    async def _watch_outage(self, status: dict, history: History) -> None:
+        """Time the active cluster's outage; with auto_failover_after_s, fail it over when
+        dr/autofailover.py's judge says so."""
+        name, active = status["pair"], status["active_cluster"]
+        if active is None:
+            return
+        now = time.time()
+        unreachable_for = self.outages.observe(active, status["clusters"][active]["reachable"], now)
+        self.metrics.unreachable_for.labels(name).set(unreachable_for or 0)
+        after = self.config.auto_failover_after_s
+        if after is None or unreachable_for is None:
+            self.verdicts.pop(name, None)
+            return
+        pair_config = next(p for p in self.config.pairs if p.pair.name == name)
+        partner = pair_config.pair.partner(active)
+        heard = None
+        if unreachable_for >= after and status["clusters"][partner]["reachable"]:
+            try:
+                async with PairClients(pair_config, timeout_s=self.timeout_s) as clients:
+                    if partner in clients.clients:
+                        heard = await heard_ago(clients.clients[partner], active, now)
+            except (KafkaError, OSError, TimeoutError) as exc:
+                log.warning("%s: cannot read %s's heartbeats on %s: %s", name, active, partner, exc)
+        running = history.running(name)
+        verdict = judge(unreachable_for=unreachable_for, partner_reachable=status["clusters"][partner]["reachable"],
+                        heard_ago=heard, after_s=after,
+                        busy=f"failover #{running['id']} is half done" if running else None)
+        if self.verdicts.get(name) != verdict.reason:
+            log.warning("%s: automatic failover %s: %s", name, "now" if verdict.act else "not yet", verdict.reason)
+            self.verdicts[name] = verdict.reason
+        if verdict.act:
+            await self._fail_over(pair_config, active, verdict, unreachable_for, heard)
+
+    async def _fail_over(self, pair_config: PairConfig, active: str, verdict, unreachable_for: float,
+                         heard: float | None) -> None:
+        """`dr failover REGION --force`, marked automatic, with the evidence in its context."""
+        name, region = pair_config.pair.name, pair_config.pair.region_of(active)
+        try:
+            with self.lock():
+                history = History(self.state_dir)
+                async with PairClients(pair_config, timeout_s=self.timeout_s) as clients:
+                    plan = plan_failover(await view_of(clients, history), region, force=True)
+                    if plan.kind != "unplanned" or not plan.ready:
+                        why = "; ".join(f"{c.name}: {c.detail}" for c in plan.failed_checks()) or \
+                            f"{active} answers again"
+                        log.warning("%s: automatic failover of %s not started: %s", name, region, why)
+                        self.metrics.auto_failovers.labels(name, "skipped").inc()
+                        return
+                    failover = Failover(self.config, clients, history, controller=self.controller,
+                                        report=lambda _step, line: log.warning("%s: auto failover: %s", name, line))
+                    outcome = await failover.run(plan, context_extra={"plan": plan_to_dict(plan), "automatic": {
+                        "reason": verdict.reason, "unreachable_for_s": round(unreachable_for, 1),
+                        "partner_heard_ago_s": None if heard is None else round(heard, 1)}})
+        except (FailoverError, PlanError, KafkaError, OSError) as exc:
+            log.error("%s: automatic failover of %s failed: %s", name, region, exc)
+            self.metrics.auto_failovers.labels(name, "failed").inc()
+            return
+        except Exception as exc:  # noqa: BLE001 — the lock held (a person's failover, a drill): not now
+            log.warning("%s: automatic failover of %s not started: %s", name, region, exc)
+            self.metrics.auto_failovers.labels(name, "skipped").inc()
+            return
+        self.metrics.auto_failovers.labels(name, "done").inc()
+        log.warning("%s: automatic failover #%d done: %s active, RPO %d records expected", name,
+                    outcome.failover_id, pair_config.pair.region_of(plan.target), outcome.rpo_records)
 
     async def _scheduled_drill(self, pair_config: PairConfig) -> DrillReport | None:
         """Drill the region active for the pair now; skipped (and logged) when none is, or

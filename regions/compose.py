@@ -335,6 +335,8 @@ class _ComposeDocument:
                             for m in self.topology.dr_pairs()]}
         if dr.drill_schedule:
             config["drill_schedule"] = dr.drill_schedule
+        if dr.auto_failover_after_s is not None:
+            config["auto_failover_after_s"] = dr.auto_failover_after_s
         self.configs["dr"] = {"content": yaml.safe_dump(config, sort_keys=False)}
         self.services["dr"] = {
             "image": IMAGE,

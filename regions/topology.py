@@ -134,6 +134,10 @@ class DrSettings(_Strict):
     drill_schedule: str | None = None        # cron, e.g. "0 3 * * 0"
     rpo_target_s: float = Field(default=60.0, gt=0)
     rto_target_s: float = Field(default=300.0, gt=0)
+    # dr serve fails the active region over by itself once it has been unreachable this long,
+    # from the controller and from the partner region (dr/autofailover.py); None: never (people
+    # decide).
+    auto_failover_after_s: float | None = Field(default=None, ge=10)
 
 
 class Security(_Strict):

@@ -406,3 +406,49 @@ def test_a_full_drill_kills_the_region_fails_the_pair_over_and_back_and_accounts
         assert status["pairs"][0]["active_region"] == "eu-west", status
         nodes = p.status()["regions"]["eu-west"]["eu-west-1"]
         assert nodes["nodes_up"] == nodes["nodes_total"], nodes
+
+
+def test_dr_serve_fails_the_pair_over_by_itself_once_the_controller_and_the_partner_both_lose_the_region(tmp_path):
+    """auto_failover_after_s: 10. The daemon `regions up` runs fails the pair over unplanned
+    once eu-west has answered none of its polls for 10 s and us-east has had no heartbeat from
+    eu-west for as long, records the evidence, and does not act again when eu-west returns."""
+    import urllib.request
+
+    import yaml
+    topology = without_fixed_ports(DEFAULT_TOPOLOGY, tmp_path / "two-regions.yaml")
+    doc = yaml.safe_load(topology.read_text())
+    doc["dr"]["auto_failover_after_s"] = 10
+    topology.write_text(yaml.safe_dump(doc))
+    state = tmp_path / "state"
+    decision = state / "dr" / "active" / f"{PAIR}.json"
+    with Platform(state, topology) as p:
+        create(p.client("eu-west-1"), TOPIC, rf=3, min_isr=2)
+        deadline = time.monotonic() + 90
+        while not ready(state):
+            assert time.monotonic() < deadline, dr_status(state)
+            time.sleep(1)
+        time.sleep(12)      # a healthy pair for longer than the period: nothing happens
+        assert not decision.exists() and json.loads(dr(state, "history", "-o", "json")[1])["failovers"] == []
+        killed_at = time.monotonic()
+        assert subprocess.run([sys.executable, "-m", "regions.cli", "--state-dir", str(state), "stop", "eu-west",
+                               "--kill"], cwd=REPO, capture_output=True, timeout=60).returncode == 0
+        deadline = time.monotonic() + 120
+        while not decision.exists() or json.loads(decision.read_text())["active_region"] != "us-east":
+            assert time.monotonic() < deadline, dr_status(state)
+            time.sleep(0.5)
+        took = time.monotonic() - killed_at
+        print(f"\nus-east active {took:.1f}s after the kill (auto_failover_after_s 10, polls every 5 s)")
+        assert took >= 10, took
+        [row] = json.loads(dr(state, "history", "-o", "json")[1])["failovers"]
+        assert (row["kind"], row["source"], row["target"], row["state"]) == \
+            ("unplanned", "eu-west-1", "us-east-1", "done"), row
+        evidence = row["context"]["automatic"]
+        assert evidence["unreachable_for_s"] >= 10 and evidence["partner_heard_ago_s"] >= 10, evidence
+        assert "[automatic]" in dr(state, "history")[1]
+        metrics = urllib.request.urlopen(p.info["dr"].rstrip("/") + "/metrics", timeout=10).read().decode()
+        assert f'seaway_dr_auto_failovers_total{{outcome="done",pair="{PAIR}"}} 1.0' in metrics, metrics
+        # eu-west back: people fail back; the daemon does not fail over again meanwhile.
+        assert subprocess.run([sys.executable, "-m", "regions.cli", "--state-dir", str(state), "start", "eu-west"],
+                              cwd=REPO, capture_output=True, timeout=120).returncode == 0
+        time.sleep(15)
+        assert len(json.loads(dr(state, "history", "-o", "json")[1])["failovers"]) == 1

@@ -38,6 +38,7 @@ def test_a_good_configuration_names_its_pairs(tmp_path):
     (GOOD.replace("regions: [eu-west, us-east]", "regions: [eu-west]"), "region 'us-east' is not in regions"),
     (GOOD + "    topics: ['(']\n", "invalid regex '('"),
     (GOOD + "drain_timeout_s: 0\n", "drain_timeout_s: Input should be greater than 0"),
+    (GOOD + "auto_failover_after_s: 1\n", "auto_failover_after_s: Input should be greater than or equal to 10"),
     (GOOD + "surprise: 1\n", "surprise: unknown field"),
     ("- a list\n", "a mapping with a `pairs` key"),
     ("pairs: [\n", "not valid YAML"),
