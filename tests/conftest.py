@@ -52,7 +52,7 @@ def tansu_broker_kcat(request, tmp_path_factory):
 # (`--no-loadscope-reorder` keeps this order: xdist would otherwise put the modules with the
 # most tests first).
 LONG_MODULES = ("tests/integration/test_scale_idle.py", "tests/integration/test_regions.py",
-                "tests/integration/test_regions_mirror.py")
+                "tests/integration/test_regions_mirror.py", "tests/integration/test_dr_platform.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
