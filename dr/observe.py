@@ -19,9 +19,11 @@ from dataclasses import dataclass
 import anyio
 
 from core.client import Admin, Consumer, KafkaClient
+from core.client.acl_admin import AclAdmin
 from core.client.admin import ConfigResource
 from core.client.errors import KafkaError
 from core.protocol import messages as m
+from core.protocol.errors import ErrorCode
 from core.protocol.dr import DR_EPOCH, DR_STATE_TOPIC, REPLICA_OF
 from core.protocol.records import iter_batch_headers
 from mirror.policy import IdentityReplicationPolicy, TopicFilter
@@ -29,6 +31,7 @@ from mirror.link import DYNAMIC_TOPIC_CONFIG, NOT_COPIED, read_offset_syncs
 from mirror.records import OffsetSync, decode_checkpoint
 from mirror.translation import OffsetSyncStore
 
+from .access import Access
 from .config import ClusterAccess, PairConfig
 from .groups import EXCLUDED_GROUPS, CheckpointSeen, GroupsView
 from .plan import ClusterView, PairView, PartitionLag
@@ -95,6 +98,7 @@ async def observe_cluster(clients: PairClients, cluster: str) -> ClusterView:
             if has_state:
                 resources.append(ConfigResource.topic(DR_STATE_TOPIC))
             configs = await admin.describe_configs(resources) if resources else {}
+            access = await read_access(clients.clients[cluster])
     except (KafkaError, OSError, TimeoutError) as exc:
         return ClusterView(cluster, False, error=str(exc) or type(exc).__name__)
     topics = {}
@@ -114,7 +118,24 @@ async def observe_cluster(clients: PairClients, cluster: str) -> ClusterView:
     state = configs.get(ConfigResource.topic(DR_STATE_TOPIC)) if has_state else None
     if isinstance(state, dict):
         epoch = max(epoch, dr_epoch(state))
-    return ClusterView(cluster, True, epoch, topics, configs=copied)
+    return ClusterView(cluster, True, epoch, topics, configs=copied, access=access)
+
+
+async def read_access(client: KafkaClient) -> Access:
+    """The cluster's ACL bindings and SCRAM users (dr/access.py); an Access with the error
+    where it refuses to say (not authorized). A cluster without an authorizer has no ACLs."""
+    try:
+        acls = frozenset(await AclAdmin(client).describe_acls())
+    except KafkaError as exc:
+        if exc.code != ErrorCode.SECURITY_DISABLED:
+            return Access(error=f"its ACLs cannot be read: {exc}")
+        acls = frozenset()
+    try:
+        found = await Admin(client).describe_user_scram_credentials()
+    except KafkaError as exc:
+        return Access(error=f"its SCRAM users cannot be read: {exc}")
+    users = {user: frozenset(m.name for m, _ in creds) for user, creds in found.items() if isinstance(creds, list)}
+    return Access(acls, users)
 
 
 def dr_epoch(entries: dict) -> int:

@@ -68,6 +68,7 @@ from typing import Literal
 
 from core.protocol.dr import FENCED, STRANDED_SUFFIX
 
+from .access import Access, access_gaps
 from .groups import GroupsView, describe, group_syncs
 
 # A rough cost of one step (a request or two to each cluster and their commit), for the
@@ -115,6 +116,8 @@ class ClusterView:
     error: str | None = None      # why it did not answer
     # Per DR topic, the configs a link copies (set on the topic, not the DR roles).
     configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Its SCRAM users and ACL bindings (dr/access.py); None: not read.
+    access: Access | None = None
 
 
 @dataclass(frozen=True)
@@ -265,6 +268,8 @@ def plan_failover(view: PairView, region: str, *, force: bool = False, only: set
         checks.append(_topics_check(src, tgt, moving) if planned else _replicas_check(source, tgt, moving))
         if planned:
             checks.append(_configs_check(src, tgt, moving))
+            if src.access is not None and tgt.access is not None:
+                checks.append(_access_check(src, tgt, moving))
             if source in view.groups:
                 checks.append(groups_check(view.groups[source], set(moving), groups,
                                            now=time.time() if now is None else now))
@@ -394,6 +399,23 @@ def _topics_check(src: ClusterView, tgt: ClusterView, moving: list[str]) -> Chec
     if differ:
         return Check("topics", False, f"partition counts differ on {tgt.name}: {', '.join(differ[:5])}")
     return Check("topics", True, f"{count(len(moving), 'DR topic')} on both clusters, same partitions")
+
+
+def _access_check(src: ClusterView, tgt: ClusterView, moving: list[str]) -> Check:
+    """The applications could log in to the target and do there what they do here
+    (dr/access.py). Advisory."""
+    assert src.access is not None and tgt.access is not None
+    try:
+        gaps = access_gaps(src.access, tgt.access, moving)
+    except ValueError as exc:
+        return Check("access", False, f"cannot compare logins and ACLs: {exc}", blocking=False)
+    if gaps:
+        return Check("access", False, f"{tgt.name} lacks {len(gaps)} of {src.name}'s logins and ACLs: "
+                     f"{'; '.join(gaps[:3])}" + ("; ..." if len(gaps) > 3 else ""), blocking=False)
+    if not (src.access.acls or src.access.users):
+        return Check("access", True, f"no ACLs or SCRAM users on {src.name} (security off)", blocking=False)
+    return Check("access", True, f"{tgt.name} has {src.name}'s SCRAM users and the ACLs of what moves",
+                 blocking=False)
 
 
 def _configs_check(src: ClusterView, tgt: ClusterView, moving: list[str]) -> Check:

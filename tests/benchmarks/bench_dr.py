@@ -15,6 +15,8 @@ unplanned failover under a steady load, and the failback after it.
 4. `regions start eu-west`; its log is read (the records only it has are the stranded ones),
    then `dr failback eu-west` is timed, and its stranded-record count (the failover's exact
    RPO) is compared with what the reader found.
+5. `dr drill eu-west --full`: eu-west killed under the canary, the pair failed over unplanned,
+   eu-west started and failed back; its report's RTOs (from the kill) and counts.
 
 The figures go in tests/benchmarks/README.md by hand.
 """
@@ -196,7 +198,17 @@ def measure(state: Path, args) -> int:
     print(f"  the unplanned failover's exact RPO: {count} records "
           f"({'equal to' if count == len(stranded_keys) else 'NOT equal to'} the {len(stranded_keys)} the reader "
           f"found only in eu-west)")
-    return 0 if count == len(stranded_keys) and report["passed"] else 1
+
+    took, out = timed(state, "dr.cli", "--timeout", "3", "drill", "eu-west", "--full")
+    full = json.loads(Path(out.strip().splitlines()[-1].split(" and ")[-1]).read_text())
+    print(f"full drill (eu-west killed, the pair over and back): {'passed' if full['passed'] else 'FAILED'} in "
+          f"{took:.1f} s ({full['acknowledged']} canary records, {full['lost']} lost, {full['stranded']} stranded, "
+          f"{full['kept']} kept, {full['reread']} re-read by the group)")
+    for p in full["phases"]:
+        print(f"  {p['name']}: RPO {p['rpo_records']} records expected, writes accepted after "
+              f"{p['rto_promoted_s']:.2f} s, canary writes after {p['rto_writes_s']:.2f} s, canary reads after "
+              f"{p['rto_reads_s']:.2f} s ({'from the kill' if p['name'] == 'failover' else 'from its start'})")
+    return 0 if count == len(stranded_keys) and report["passed"] and full["passed"] else 1
 
 
 if __name__ == "__main__":

@@ -42,6 +42,16 @@ def dr(state: Path, *args: str) -> tuple[float, str]:
     return started, out.stdout
 
 
+def grant_acl(client: dict, principal: str, topic: str) -> None:
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType,
+                                       ResourceType)
+    admin = AdminClient(client)
+    binding = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, principal, "*", AclOperation.READ,
+                         AclPermissionType.ALLOW)
+    for future in admin.create_acls([binding]).values():
+        future.result(30)
+
+
 def dr_status(state: Path) -> str:
     return subprocess.run([sys.executable, "-m", "dr.cli", "--platform", "--state-dir", str(state), "status"],
                           cwd=REPO, capture_output=True, text=True, timeout=60).stdout
@@ -424,6 +434,19 @@ def test_dr_serve_fails_the_pair_over_by_itself_once_the_controller_and_the_part
     with Platform(state, topology) as p:
         create(p.client("eu-west-1"), TOPIC, rf=3, min_isr=2)
         deadline = time.monotonic() + 90
+        while not ready(state):
+            assert time.monotonic() < deadline, dr_status(state)
+            time.sleep(1)
+        # An application's ACL granted on eu-west only: us-east would refuse it after a failover.
+        grant_acl(p.client("eu-west-1"), "User:alice", TOPIC)
+        deadline = time.monotonic() + 30
+        while "WARN  access: us-east-1 lacks 1 of eu-west-1's logins and ACLs: no ACL User:alice ALLOW READ on " \
+                f"topic {TOPIC}" not in dr_status(state):
+            assert time.monotonic() < deadline, dr_status(state)
+            time.sleep(1)
+        assert not ready(state)
+        grant_acl(p.client("us-east-1"), "User:alice", TOPIC)
+        deadline = time.monotonic() + 30
         while not ready(state):
             assert time.monotonic() < deadline, dr_status(state)
             time.sleep(1)

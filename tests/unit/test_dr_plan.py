@@ -171,3 +171,21 @@ def test_configs_that_drifted_apart_warn_but_do_not_stop_a_failover():
     assert plan.ready and plan.failed_checks() == []
     same = ClusterView(US, True, 0, {"orders": (3, EU)}, configs={"orders": {"retention.ms": "86400000"}})
     assert [c.ok for c in plan_failover(view(eu, same), "eu-west").checks if c.name == "configs"] == [True]
+
+
+def test_logins_and_acls_the_target_lacks_warn_but_do_not_stop_a_failover():
+    from core.client.acl_admin import AclBinding, AclOperation, AclPermission, PatternType, ResourceType
+    from dr.access import Access
+    read = AclBinding(ResourceType.TOPIC, "orders", PatternType.LITERAL, "User:alice", "*", AclOperation.READ,
+                      AclPermission.ALLOW)
+    eu = ClusterView(EU, True, 0, {"orders": (3, "")}, access=Access(frozenset({read}), {"alice": frozenset({"S"})}))
+    us = ClusterView(US, True, 0, {"orders": (3, EU)}, access=Access(frozenset(), {}))
+    plan = plan_failover(view(eu, us), "eu-west")
+    [access] = [c for c in plan.checks if c.name == "access"]
+    assert not access.ok and not access.blocking and plan.ready
+    assert access.detail == (f"{US} lacks 2 of {EU}'s logins and ACLs: user alice has no S credentials; "
+                             f"no ACL User:alice ALLOW READ on topic orders")
+    same = ClusterView(US, True, 0, {"orders": (3, EU)}, access=eu.access)
+    assert [c.ok for c in plan_failover(view(eu, same), "eu-west").checks if c.name == "access"] == [True]
+    # Not read (an older view, or a drill's canary-only view): no check rather than a guess.
+    assert "access" not in [c.name for c in plan_failover(NORMAL, "eu-west").checks]
