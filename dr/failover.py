@@ -395,12 +395,7 @@ class Failover:
             if there is not None and not isinstance(there, KafkaError) and there.members \
                     and there.state not in IDLE_GROUP_STATES:
                 continue        # already consuming there: its offsets are its own
-            current = await target_admin.list_group_offsets(group, list(wanted))
-            forward = {tp: o for tp, o in wanted.items()
-                       if (now := current.get(tp)) is None or isinstance(now, KafkaError) or now.offset < o}
-            if forward:
-                await target_admin.alter_group_offsets(group, forward)
-                moved += 1
+            moved += await _commit_forward(target_admin, group, wanted)
         await self._decide(SERVING)
         still = f"; still consuming on {source} at the deadline: {', '.join(busy)}" if busy else ""
         if busy_there:
@@ -424,12 +419,7 @@ class Failover:
             if await _busy(admin, [group]):
                 busy.append(group)
                 continue
-            current = await admin.list_group_offsets(group, list(offsets))
-            forward = {tp: o for tp, o in offsets.items()
-                       if (now := current.get(tp)) is None or isinstance(now, KafkaError) or now.offset < o}
-            if forward:
-                await admin.alter_group_offsets(group, forward)
-                moved += 1
+            moved += await _commit_forward(admin, group, offsets)
         self.context["groups_restored"] = moved
         note = f"; consuming there already, left alone: {', '.join(busy)}" if busy else ""
         return (f"{count(len(wanted), 'group')} checkpointed, {moved} moved forward on {target}{note}" if wanted
@@ -573,3 +563,14 @@ async def _busy(admin: Admin, groups: list[str]) -> list[str]:
     described = await admin.describe_groups(groups) if groups else {}
     return sorted(g for g, d in described.items()
                   if not isinstance(d, KafkaError) and d.state not in IDLE_GROUP_STATES and d.members)
+
+
+async def _commit_forward(admin: Admin, group: str, offsets: dict[tuple[str, int], int]) -> int:
+    """Commit the offsets the group has not passed yet (never back: what it read past stays
+    read); 1 if any was committed, else 0."""
+    current = await admin.list_group_offsets(group, list(offsets))
+    forward = {tp: o for tp, o in offsets.items()
+               if (now := current.get(tp)) is None or isinstance(now, KafkaError) or now.offset < o}
+    if forward:
+        await admin.alter_group_offsets(group, forward)
+    return 1 if forward else 0
