@@ -818,4 +818,5 @@ def test_admin_removes_members_that_will_never_leave_themselves(node, w):
     result, after = anyio.run(remove, {first})
     assert result[first] is None
     assert result["nobody"].code == E.UNKNOWN_MEMBER_ID
-    assert after.members == [] and after.state == "Empty", after
+    # Empty, or already Dead: this node expires an empty group without offsets within 300 ms.
+    assert after.members == [] and after.state in ("Empty", "Dead"), after
