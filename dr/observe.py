@@ -263,17 +263,24 @@ def backlog_bytes(batches: list[tuple[int, int, int]], copied: int, end: int) ->
     return total + round((end - reached) * total / (reached - first)), True
 
 
+def partitions_by_leader(client: KafkaClient, tps) -> dict[int, list[tuple[str, int]]]:
+    """The partitions grouped by the leader the client's metadata names (leaderless ones left
+    out), for one request per leader."""
+    out: dict[int, list[tuple[str, int]]] = {}
+    for tp in tps:
+        leader = client.leader_for(*tp)
+        if leader is not None:
+            out.setdefault(leader, []).append(tp)
+    return out
+
+
 async def _backlog_batches(client: KafkaClient, behind: dict[tuple[str, int], PartitionPosition]
                            ) -> dict[tuple[str, int], list[tuple[int, int, int]]]:
     """Per partition, the batches (base, next, size) of one fetch at its copied offset, up to
     BYTES_PROBE, read from the leader without decoding a record; a partition that could not be
     read is left out (its bytes are then unknown, not 0)."""
     await client.ensure_topics({t for t, _ in behind})
-    by_leader: dict[int, list[tuple[str, int]]] = {}
-    for tp in behind:
-        leader = client.leader_for(*tp)
-        if leader is not None:
-            by_leader.setdefault(leader, []).append(tp)
+    by_leader = partitions_by_leader(client, behind)
     R = m.FetchRequest
     out: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
     for node, tps in by_leader.items():

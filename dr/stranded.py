@@ -51,6 +51,8 @@ from core.protocol import messages as m
 from core.protocol.dr import STRANDED_ORIGIN_HEADER
 from mirror.translation import Sync
 
+from .observe import partitions_by_leader
+
 READ_IDLE_S = 10.0       # a range that yields nothing this long is cut short (an error)
 CATCH_UP_TIMEOUT_S = 120.0   # a restarted cluster: for its high watermarks to reach its log ends
 
@@ -194,11 +196,7 @@ async def leader_log_ends(client: KafkaClient, tps: list[tuple[str, int]]) -> di
     current epoch answers where that epoch, the newest, ends. A partition without a leader, or
     whose leader did not answer, is left out."""
     await client.refresh_metadata({t for t, _ in tps})
-    by_leader: dict[int, list[tuple[str, int]]] = {}
-    for tp in tps:
-        leader = client.leader_for(*tp)
-        if leader is not None:
-            by_leader.setdefault(leader, []).append(tp)
+    by_leader = partitions_by_leader(client, tps)
     R = m.OffsetForLeaderEpochRequest
     out: dict[tuple[str, int], int] = {}
     for node, owned in by_leader.items():

@@ -34,6 +34,7 @@ with what the active cluster supports.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from core.protocol import messages as m
@@ -76,14 +77,8 @@ class SlotMap:
 
 
 def rewrite_metadata(resp: m.MetadataResponse, slots: SlotMap) -> m.MetadataResponse:
-    brokers = []
-    for b in resp.brokers:
-        slot = slots.slot(b.node_id)
-        if slot >= 0:
-            a = slots.address(slot)
-            brokers.append(m.MetadataResponse.MetadataResponseBroker(node_id=slot, host=a.host, port=a.port,
-                                                                     rack=b.rack))
-    resp.brokers = sorted(brokers, key=lambda b: b.node_id)
+    resp.brokers = [m.MetadataResponse.MetadataResponseBroker(node_id=slot, host=a.host, port=a.port, rack=rack)
+                    for slot, a, rack in _served(((b.node_id, b.rack) for b in resp.brokers), slots)]
     resp.controller_id = slots.slot(resp.controller_id)
     for topic in resp.topics:
         for p in topic.partitions:
@@ -104,14 +99,9 @@ def rewrite_find_coordinator(resp: m.FindCoordinatorResponse, slots: SlotMap) ->
 
 
 def rewrite_describe_cluster(resp: m.DescribeClusterResponse, slots: SlotMap) -> m.DescribeClusterResponse:
-    brokers = []
-    for b in resp.brokers:
-        slot = slots.slot(b.broker_id)
-        if slot >= 0:
-            a = slots.address(slot)
-            brokers.append(m.DescribeClusterResponse.DescribeClusterBroker(broker_id=slot, host=a.host, port=a.port,
-                                                                           rack=b.rack))
-    resp.brokers = sorted(brokers, key=lambda b: b.broker_id)
+    resp.brokers = [m.DescribeClusterResponse.DescribeClusterBroker(broker_id=slot, host=a.host, port=a.port,
+                                                                    rack=rack)
+                    for slot, a, rack in _served(((b.broker_id, b.rack) for b in resp.brokers), slots)]
     resp.controller_id = slots.slot(resp.controller_id)
     return resp
 
@@ -129,6 +119,12 @@ def advertised_versions(cluster: dict[int, tuple[int, int]], gateway: dict[int, 
         if low <= high:
             out[key] = (low, high)
     return out
+
+
+def _served(brokers: Iterable[tuple[int, str | None]], slots: SlotMap) -> list[tuple[int, Address, str | None]]:
+    """(slot, gateway address, rack) of the listed (id, rack) brokers a slot holds, by slot."""
+    return sorted(((slot, slots.address(slot), rack) for broker, rack in brokers if (slot := slots.slot(broker)) >= 0),
+                  key=lambda served: served[0])
 
 
 def _slots(ids: list[int], slots: SlotMap) -> list[int]:
