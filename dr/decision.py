@@ -1,5 +1,5 @@
 """The DR controller's decision for a pair: which region is active, where its clients connect,
-and whether consumers may start there yet. Applications (and, later, the gateway) follow it.
+and whether consumers may start there yet. Applications and gateways (core/gateway) follow it.
 
 It is kept three ways, so that a client finds it whatever is down:
 - a record in the compacted topic `__seaway_dr` of every cluster that answers (key: the pair's
@@ -9,48 +9,28 @@ It is kept three ways, so that a client finds it whatever is down:
   Kafka clients' property files;
 - the JSON API of `dr serve`.
 
+The record's format, and what its phases mean, are in core/protocol/dr.py (the gateway, in
+core/, reads it too):
+
     {"pair": "eu-west-1~us-east-1", "epoch": 4, "active_region": "us-east",
      "active_cluster": "us-east-1", "bootstrap": "127.0.0.1:29092,...",
      "phase": "serving", "decided_at": 1796490518.0, "controller": "host:1234"}
 
-`phase` is `switching` from the moment the new side takes writes until the groups' offsets
-have been carried over, and `serving` after: producers may write to the active side in
-either phase; consumers stop on the old side when the active region changes, and join on
-the new side only once it is `serving`, so they resume exactly where they committed.
 """
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from core.client import Admin, KafkaClient, NewTopic, Producer
 from core.client.errors import KafkaError
-from core.protocol.dr import DR_STATE_TOPIC
+from core.protocol.dr import DR_STATE_TOPIC, SERVING, SWITCHING, Decision
 from core.protocol.errors import ErrorCode
 
-SERVING, SWITCHING = "serving", "switching"
-
-
-@dataclass(frozen=True)
-class Decision:
-    pair: str
-    epoch: int
-    active_region: str
-    active_cluster: str
-    bootstrap: str
-    phase: str
-    decided_at: float
-    controller: str
-
-    def encode(self) -> tuple[bytes, bytes]:
-        return self.pair.encode(), json.dumps(asdict(self), sort_keys=True).encode()
-
-    @classmethod
-    def decode(cls, value: bytes) -> "Decision":
-        data = json.loads(value)
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+__all__ = ["Decision", "SERVING", "SWITCHING", "publish", "write_files", "read_file",
+           "ensure_compacted_topic"]
 
 
 async def ensure_compacted_topic(client: KafkaClient, topic: str) -> None:

@@ -19,7 +19,13 @@ copiers notice the new roles only at their next look (without that, records the 
 copies into the old primary could travel forward again in that window).
 
 A third value, `(fenced)`, is a topic no one may write, not even a mirror: the old primary's
-copy while a planned failover drains the link.
+copy while a planned failover drains the link. That state passes within seconds and the
+records are then welcome on the promoted side, so applications are refused with
+NOT_LEADER_OR_FOLLOWER, which every client retries (after reading Metadata again) until its
+delivery timeout: a client behind the gateway (core/gateway) is moved to the promoted side
+meanwhile and its retry lands there, where a producer that addressed the fenced copy directly
+gets the error only if no one re-points it in time. A mirror is still refused with
+INVALID_TOPIC_EXCEPTION: its copier must stop, not retry.
 
 A DR link copies a topic only into a replica of its own source, and only from a copy that is
 not itself a replica of the link's target (which would send records back where they came
@@ -43,6 +49,11 @@ cluster refuses one below its current epoch, so a controller that lost the race,
 and woke up later, cannot change a role behind the winner's back.
 """
 from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from .errors import ErrorCode
 
 REPLICA_OF = "seaway.replica.of"
 DR_EPOCH = "seaway.dr.epoch"
@@ -86,8 +97,53 @@ def replica_write_refusal(topic: str, replica_of: str, client_id: str | None, dr
             f"cluster, or promote this one (dr failover)")
 
 
+def refusal_error(replica_of: str | None, client_id: str | None) -> ErrorCode:
+    """The error a refused produce gets (see the module's notes): retriable for an application
+    writing a fenced copy, final otherwise."""
+    if replica_of == FENCED and not (client_id or "").startswith(MIRROR_CLIENT_PREFIX):
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    return ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
 def link_copies(source: str, target: str, source_replica_of: str, target_replica_of: str) -> bool:
     """Does the DR link `source` -> `target` copy a topic whose copies have these
     seaway.replica.of values? Only into a replica of its source, and never from a copy that is
     itself a replica of the target."""
     return target_replica_of == source and source_replica_of != target
+
+
+# The DR controller's decision for a pair, the value of its record in `__seaway_dr`; the
+# controller writes it (dr/decision.py), applications and gateways follow it
+# (core/gateway/follower.py):
+#
+#     {"pair": "eu-west-1~us-east-1", "epoch": 4, "active_region": "us-east",
+#      "active_cluster": "us-east-1", "bootstrap": "127.0.0.1:29092,...",
+#      "phase": "serving", "decided_at": 1796490518.0, "controller": "host:1234"}
+#
+# `phase` is `switching` from the moment the new side takes writes until the groups' offsets
+# have been carried over, and `serving` after: producers may write to the active side in
+# either phase; consumers stop on the old side when the active region changes, and join on
+# the new side only once it is `serving`, so they resume exactly where they committed. A
+# reader that sees several records (one per cluster that answered) takes the highest epoch.
+SERVING, SWITCHING = "serving", "switching"
+
+
+@dataclass(frozen=True)
+class Decision:
+    pair: str
+    epoch: int
+    active_region: str
+    active_cluster: str
+    bootstrap: str
+    phase: str
+    decided_at: float
+    controller: str
+
+    def encode(self) -> tuple[bytes, bytes]:
+        return self.pair.encode(), json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> "Decision":
+        """Raises ValueError (or KeyError, TypeError) for a value that is not a decision."""
+        data = json.loads(value)
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})

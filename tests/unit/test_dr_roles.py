@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.protocol.dr import FENCED, link_copies, mirror_client_id, replica_write_refusal
+from core.protocol.dr import FENCED, link_copies, mirror_client_id, refusal_error, replica_write_refusal
+from core.protocol.errors import ErrorCode
 
 EU, US = "eu-west-1", "us-east-1"
 
@@ -43,3 +44,14 @@ def test_who_may_write_a_dr_topic(replica_of, epoch, client_id, allowed):
     assert (refusal is None) is allowed
     if refusal is not None:
         assert refusal.startswith("orders ")
+
+
+@pytest.mark.parametrize("replica_of, client_id, error", [
+    (FENCED, "app", ErrorCode.NOT_LEADER_OR_FOLLOWER),       # passes: retry, and the gateway moves it
+    (FENCED, None, ErrorCode.NOT_LEADER_OR_FOLLOWER),
+    (FENCED, mirror_client_id(EU), ErrorCode.INVALID_TOPIC_EXCEPTION),   # a copier must stop
+    (EU, "app", ErrorCode.INVALID_TOPIC_EXCEPTION),          # a replica: final, as Kafka's internal topics
+    ("", mirror_client_id(EU), ErrorCode.INVALID_TOPIC_EXCEPTION),
+])
+def test_only_a_fenced_copy_refuses_applications_with_a_retriable_error(replica_of, client_id, error):
+    assert refusal_error(replica_of, client_id) == error

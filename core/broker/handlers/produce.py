@@ -30,7 +30,7 @@ import logging
 from typing import cast
 
 from core.protocol import messages as m
-from core.protocol.dr import DR_EPOCH, REPLICA_OF, replica_write_refusal
+from core.protocol.dr import DR_EPOCH, REPLICA_OF, refusal_error, replica_write_refusal
 from core.protocol.errors import ErrorCode
 from core.protocol.errors import DecodeError
 from core.protocol.records import InvalidBatch, Record, decode_batch, scan_batches
@@ -88,21 +88,25 @@ async def _produce_partition(ctx, topic, index: int, records, acks: int = 1, tim
             data, batches = recompress(data, batches, codec, max_decompressed=ctx.broker.config["socket.request.max.bytes"])
         except DecodeError as exc:
             return _error(index, ErrorCode.CORRUPT_MESSAGE, f"cannot recompress: {exc}")
+    refusal_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+
     def admit() -> str | None:
         """A DR replica takes only its mirror's writes (core/protocol/dr.py). Asked with the
         partition's append lock held, of the topic's configs as they are then: a produce
         that waited for the lock while the topic was fenced is refused, not appended after
         the fence."""
+        nonlocal refusal_code
         current = ctx.broker.topics.get(topic.name) or topic
-        return replica_write_refusal(current.name, current.configs.get(REPLICA_OF), ctx.client_id,
-                                     current.configs.get(DR_EPOCH))
+        replica_of = current.configs.get(REPLICA_OF)
+        refusal_code = refusal_error(replica_of, ctx.client_id)
+        return replica_write_refusal(current.name, replica_of, ctx.client_id, current.configs.get(DR_EPOCH))
 
     result = await partition.append(data, batches, ctx.broker.clock(), acks=acks, timeout_ms=timeout_ms,
                                     admit=admit)
     if isinstance(result, ErrorCode):
         return _error(index, result)
     if isinstance(result, Refused):
-        return _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION, result.message)
+        return _error(index, refusal_code, result.message)
     if isinstance(result, Verdict):
         if result.is_duplicate:  # already appended: answer as the first time, append nothing
             return PR(index=index, error_code=0, base_offset=result.base_offset, log_append_time_ms=-1,
