@@ -414,7 +414,7 @@ class QuorumController:
                               version: int) -> ControllerResult:
         """AllocateProducerIds (67): the next block of producer ids for a broker."""
         def generate(w: Working) -> ControllerResult:
-            return ControllerResult(w.records, producer_ids.allocate_producer_ids(w, request))
+            return ControllerResult(w.records, producer_ids.allocate_producer_ids(w, request, self.cluster_id))
         return self._run(m.ApiKey.ALLOCATE_PRODUCER_IDS, request, version, generate)
 
     def alter_user_scram_credentials(self, request: m.AlterUserScramCredentialsRequest,

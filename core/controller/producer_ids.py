@@ -9,6 +9,13 @@ pending image, so two requests in flight never get the same block; a block whose
 commits is simply lost (its ids are never reused: the next block starts after the committed
 ones, and ids need only be unique, not dense).
 
+Where ids begin. Kafka starts every cluster at 0. Seaway starts a fresh cluster at a base of
+its own, `producer_id_base(cluster.id)`: one of 2^20 ranges of 2^32 ids, picked by the
+cluster id's CRC32C. The two clusters of a DR pair then hand out different ids (unless their
+ids collide in 20 bits, one pair in a million), and that is what lets a DR link keep an
+application producer's id on the other cluster (mirror/batches.py): its id there cannot be
+another producer's. A cluster whose log already has a ProducerIdsRecord continues from it.
+
 Checks, in Kafka's order:
 * the broker must be registered with exactly the epoch it sends (ClusterControlManager.
   checkBrokerEpoch): otherwise STALE_BROKER_EPOCH. A fenced broker may allocate; Kafka does not
@@ -19,6 +26,8 @@ The response has no error message field; errors carry only the code (ProducerIdS
 ProducerIdLen stay 0), as Kafka's AllocateProducerIdsRequest.getErrorResponse builds them.
 """
 from __future__ import annotations
+
+from crc32c import crc32c
 
 from core.protocol import messages as m
 from core.protocol.codegen import Message
@@ -31,11 +40,16 @@ PRODUCER_ID_BLOCK_SIZE = 1000   # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZ
 MAX_PRODUCER_ID = 2**63 - 1     # Long.MAX_VALUE
 
 
-def allocate_producer_ids(w: Working,
-                          request: m.AllocateProducerIdsRequest) -> m.AllocateProducerIdsResponse:
+def producer_id_base(cluster_id: str) -> int:
+    """The first producer id of a fresh cluster (see the module's notes)."""
+    return (crc32c(cluster_id.encode()) & (2**20 - 1)) << 32
+
+
+def allocate_producer_ids(w: Working, request: m.AllocateProducerIdsRequest,
+                          cluster_id: str = "") -> m.AllocateProducerIdsResponse:
     """Grant the requesting broker the next block; adds its ProducerIdsRecord to `w`."""
     check_broker_epoch(w, request.broker_id, request.broker_epoch)
-    first = w.image.next_producer_id
+    first = w.image.next_producer_id or producer_id_base(cluster_id)
     if first > MAX_PRODUCER_ID - PRODUCER_ID_BLOCK_SIZE:
         raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
                        "Exhausted all producerIds as the next block's end producerId has "

@@ -15,6 +15,8 @@ from tests.support.controller_harness import CLUSTER, Clock, Harness, new_topic
 
 BLOCK = producer_ids.PRODUCER_ID_BLOCK_SIZE
 LONG_MAX = 2**63 - 1
+BASE = producer_ids.producer_id_base(CLUSTER)
+producer_id_base = producer_ids.producer_id_base
 API = m.API[67]
 
 
@@ -47,15 +49,24 @@ def set_next(h: Harness, next_id: int) -> None:
 # --------------------------------------------------------------------------- blocks
 
 
-def test_the_first_block_starts_at_zero_and_writes_one_record():
+def test_the_first_block_starts_at_the_clusters_base_and_writes_one_record():
     h = Harness()
     h.register(1)        # still fenced: Kafka hands fenced brokers blocks too
     result = allocate(h, 1)
-    assert granted(result) == range(0, BLOCK)
+    assert granted(result) == range(BASE, BASE + BLOCK)
     assert result.records == [m.ProducerIdsRecord(broker_id=1, broker_epoch=h.epochs[1],
-                                                  next_producer_id=BLOCK)]
+                                                  next_producer_id=BASE + BLOCK)]
     assert h.log[-1].message == result.records[0]
-    assert h.ctl.committed_image.next_producer_id == BLOCK
+    assert h.ctl.committed_image.next_producer_id == BASE + BLOCK
+
+
+@pytest.mark.parametrize("cluster", ["q1w2e3r4t5y6u7i8o9p0aa", "MkU3OEVBNTcwNTJENDM2Qk", "eu-west-1", "us-east-1"])
+def test_each_cluster_has_a_range_of_its_own_that_a_lifetime_of_blocks_stays_inside(cluster):
+    base = producer_id_base(cluster)
+    assert base % 2**32 == 0 and 0 < base + 2**32 <= LONG_MAX
+    others = {producer_id_base(c) for c in ["q1w2e3r4t5y6u7i8o9p0aa", "MkU3OEVBNTcwNTJENDM2Qk", "eu-west-1",
+                                            "us-east-1"] if c != cluster}
+    assert base not in others       # a DR pair's two clusters allocate from different ranges
 
 
 @pytest.mark.parametrize("brokers, commit_each", [
@@ -68,7 +79,7 @@ def test_the_first_block_starts_at_zero_and_writes_one_record():
 def test_sequential_blocks_never_overlap_and_replay_into_the_image(brokers, commit_each):
     h = Harness()
     h.add_brokers({1: None, 2: None, 3: None})
-    start = h.image.next_producer_id
+    start = h.image.next_producer_id or BASE
     blocks = [granted(allocate(h, b, commit=commit_each)) for b in brokers]
     h.commit()
     assert [b.start for b in blocks] == [start + i * BLOCK for i in range(len(brokers))]
@@ -100,7 +111,7 @@ def test_handle_dispatches_67():
     h = Harness()
     h.register(1)
     result = h.ctl.handle(67, request(1, h.epochs[1]), 0)
-    assert result.response.producer_id_start == 0 and len(result.records) == 1
+    assert result.response.producer_id_start == BASE and len(result.records) == 1
 
 
 # --------------------------------------------------------------------------- errors
@@ -143,13 +154,13 @@ def _new_incarnation(h: Harness) -> int:
 def test_broker_epoch_checks(setup, broker_id, epoch, code):
     h = Harness()
     h.add_brokers({1: None, 2: None})
-    assert granted(allocate(h, 2)).start == 0
+    assert granted(allocate(h, 2)).start == BASE
     state = setup(h)
     before = h.image
     result = allocate(h, broker_id, epoch=epoch(h, state))
     if code == E.NONE:
-        assert granted(result).start == BLOCK
-        assert h.image.next_producer_id == 2 * BLOCK
+        assert granted(result).start == BASE + BLOCK
+        assert h.image.next_producer_id == BASE + 2 * BLOCK
     else:
         refused(result, code)
         assert h.image == before
