@@ -16,6 +16,17 @@ partition's fetched bytes, `prepare_for_target` walks the batch headers once and
    CRC32C recomputed. Timestamps, timestamp type, compression and the record bytes are
    untouched: a compressed batch is never decompressed.
 
+   With `keep_producers` (a DR pair's links), a batch an idempotent producer wrote keeps that
+   producer's id, epoch and base sequence instead, when they still describe it: it is not
+   transactional (the target never sees the transaction's markers) and was not rebuilt
+   (whose records no longer match the sequences). The target's producer state then follows
+   the application's producer as the source's does, so that after a failover the producer,
+   moved by the gateway, continues its sequences on the target: a retry of a batch the link
+   already copied is answered as a duplicate, and the next batch is in sequence. Producer
+   ids cannot clash there because each cluster of a pair allocates from its own range
+   (core/controller/producer_ids.py). The mirror's own sequence counts only the batches it
+   stamps.
+
 The answer says which bytes to produce, where each output batch came from upstream (for
 offset syncs), the offset the next fetch starts at, and the next producer sequence.
 
@@ -147,6 +158,7 @@ class ForwardedBatch(NamedTuple):
     records_count: int          # records in the output batch (target offsets it will take)
     base_sequence: int          # as written (-1 without a producer)
     reencoded: bool             # rebuilt from its records (compacted or trimmed)
+    kept_producer: bool = False  # written under the source's producer, not the mirror's
 
     @property
     def run(self) -> int:
@@ -218,14 +230,16 @@ class _AbortTracker:
 def prepare_for_target(fetched: bytes | bytearray | memoryview, *, fetch_offset: int,
                        aborted: Iterable[Any] | None = None,
                        last_stable_offset: int | None = None,
-                       producer: tuple[int, int, int] | None = None) -> PreparedBatches:
+                       producer: tuple[int, int, int] | None = None,
+                       keep_producers: bool = False) -> PreparedBatches:
     """Turn one partition's fetched record bytes into batches for the target.
 
     `fetch_offset` is the offset the fetch asked for; `aborted` is the answer's
     aborted_transactions, as (producer_id, first_offset) pairs or objects with those
     attributes; `last_stable_offset` is the answer's (None or negative: unknown);
     `producer` is the mirror's (producer_id, producer_epoch, next_sequence) for the target
-    partition, or None to write batches without a producer id.
+    partition, or None to write batches without a producer id; `keep_producers` keeps an
+    idempotent producer's own fields where they still describe the batch (see above).
     """
     if producer is not None:
         producer = MirrorProducer(*producer)
@@ -277,7 +291,11 @@ def prepare_for_target(fetched: bytes | bytearray | memoryview, *, fetch_offset:
         else:
             out.data += view[info.position:info.position + info.size]
             upstream_base, count, reencoded = info.base_offset, info.records_count, False
-        if producer is not None:
+        kept = keep_producers and not reencoded and info.producer_id >= 0 and not info.is_transactional \
+            and info.base_sequence >= 0
+        if kept:
+            base_sequence = info.base_sequence      # the header already holds the producer's fields
+        elif producer is not None:
             base_sequence = wire_sequence(sequence)
             _PRODUCER.pack_into(out.data, start + PRODUCER_ID_AT, producer.producer_id,
                                 producer.producer_epoch, base_sequence)
@@ -289,7 +307,7 @@ def prepare_for_target(fetched: bytes | bytearray | memoryview, *, fetch_offset:
         size = len(out.data) - start
         _finish(out.data, start, size)
         out.batches.append(ForwardedBatch(start, size, upstream_base, info.last_offset, count,
-                                          base_sequence, reencoded))
+                                          base_sequence, reencoded, kept))
     if producer is not None:
         out.next_sequence = sequence
     return out

@@ -35,6 +35,11 @@ Tasks. The Produce requests in flight run in a task group that lives for one att
 copying, or of handing over): when the attempt fails, leaving it cancels the requests still
 in flight, and their batches are sent again, in order, by the next attempt.
 
+Producers. On a DR pair's links (`keep_producers`) a batch an application's idempotent
+producer wrote keeps that producer's id, epoch and sequence (mirror/batches.py), so the
+target's producer state follows the application's and the gateway can move the producer
+across a failover mid-sequence. The copier's own producer stamps every other batch.
+
 Failures. Transport errors and retriable answers (leadership moved, not enough replicas)
 resend the unacknowledged batches in order with the same sequences after a backoff. If the
 target forgot or fenced the producer (UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -159,7 +164,8 @@ class PartitionCopier:
                  source_topic: str, target_topic: str, partition: int, start_offset: int | None,
                  on_synced: Callable[[int, int, int], Awaitable[None] | None],
                  max_in_flight: int = 5, fetch_max_bytes: int = 1 << 20, fetch_max_wait_ms: int = 500,
-                 produce_timeout_ms: int = 30_000, retry_backoff_ms: int = 200, drain_timeout_s: float = 8.0):
+                 produce_timeout_ms: int = 30_000, retry_backoff_ms: int = 200, drain_timeout_s: float = 8.0,
+                 keep_producers: bool = False):
         if not 1 <= max_in_flight <= 5:
             raise ValueError("max_in_flight must be 1..5 (the target's idempotence tracks 5 batches)")
         self.source, self.target, self.producer = source, target, producer
@@ -169,6 +175,7 @@ class PartitionCopier:
         self.fetch_max_bytes, self.fetch_max_wait_ms = fetch_max_bytes, fetch_max_wait_ms
         self.produce_timeout_ms, self.retry_backoff_ms = produce_timeout_ms, retry_backoff_ms
         self.stats = CopierStats(position=-1 if start_offset is None else start_offset)
+        self.keep_producers = keep_producers
         self._pid, self._epoch, self._next_seq = -1, -1, 0
         self._window: deque[_InFlight] = deque()
         self._downstream_end: int | None = None     # target offset after the last acked batch
@@ -303,7 +310,8 @@ class PartitionCopier:
         records, aborted, lso = answer
         prepared = prepare_for_target(records, fetch_offset=self.stats.position, aborted=aborted,
                                       last_stable_offset=lso,
-                                      producer=(self._pid, self._epoch, self._next_seq))
+                                      producer=(self._pid, self._epoch, self._next_seq),
+                                      keep_producers=self.keep_producers)
         self.stats.skipped_aborted += prepared.skipped_aborted
         self.stats.skipped_control += prepared.skipped_control
         # The whole answer joins the window before anything is sent, with the position and
@@ -489,7 +497,12 @@ class PartitionCopier:
         raise KafkaError(code, f"produce to {self.target_topic}-{self.partition}")
 
     async def _renew_producer(self) -> None:
-        """Re-stamp what is unacknowledged with a new producer id, sequences from 0."""
+        """Re-stamp what is unacknowledged with a new producer id, sequences from 0. A batch
+        that kept its application producer's fields (keep_producers) and was refused by the
+        target's state of that producer is re-stamped too: written under the mirror's
+        producer, it is copied all the same (a batch copied before, re-sent beyond the
+        target's 5-batch window after a restart, is then written twice, within the bound
+        the module's notes give)."""
         self._pid, self._epoch = await self.producer.ensure(stale_id=self._pid)
         seq = 0
         for entry in self._window:

@@ -464,7 +464,8 @@ class MirrorLink:
             self.source, self.target, identity, source_topic=topic, target_topic=remote,
             partition=partition, start_offset=start,
             on_synced=lambda u, d, x, t=topic, p=partition: self._record_sync(t, p, u, d, x),
-            max_in_flight=self.config.max_in_flight, fetch_max_bytes=self.config.fetch_max_bytes)
+            max_in_flight=self.config.max_in_flight, fetch_max_bytes=self.config.fetch_max_bytes,
+            keep_producers=self.config.dr_pair)
         self.copiers[(topic, partition)] = copier
         tg.start_soon(copier.run, name=repr(copier))
 

@@ -235,7 +235,7 @@ def test_rewrite_keeps_records_and_payload(codec, producer, transactional):
     assert (dst.base_timestamp, dst.max_timestamp, dst.last_offset_delta, dst.records_count) == (
         src.base_timestamp, src.max_timestamp, src.last_offset_delta, src.records_count)
     assert dst.crc == crc32c(data[CRC_START:])
-    assert batch == (0, len(source), 100, 104, 5, 0 if producer else -1, False)
+    assert batch == (0, len(source), 100, 104, 5, 0 if producer else -1, False, False)
     (decoded,) = target_batches(out)
     assert [(r.key, r.value, r.headers, r.timestamp, r.timestamp_type) for r in decoded] == [
         (k, v, h, ts, 0) for k, v, h, ts in recs]
@@ -583,3 +583,61 @@ def test_restamp_producer_gives_a_valid_batch_under_the_new_producer():
     assert (info.producer_id, info.producer_epoch, info.base_sequence) == (9, 2, 5)
     records = decode_batch(out, info, verify_crc=True)          # the CRC was recomputed
     assert [(r.key, r.value) for r in records] == [(b"k", b"v"), (b"k2", b"v2")]
+
+
+# --------------------------------------------------------------------------- keep_producers (DR links)
+
+
+def _kept_log() -> tuple[bytearray, list[str]]:
+    """Batches of every kind a DR link meets, and what each should be written under."""
+    parts, expect = bytearray(), []
+    offset = 0
+
+    def add(n, expected, **kw):
+        nonlocal offset
+        parts.extend(build_batch([rec(offset + i) for i in range(n)], base_offset=offset, **kw))
+        expect.append(expected)
+        offset += n
+    add(3, "kept", producer_id=7001, producer_epoch=2, base_sequence=40)       # an idempotent app producer
+    add(2, "mirror")                                                            # no producer
+    add(2, "kept", producer_id=7001, producer_epoch=2, base_sequence=43)
+    add(2, "mirror", producer_id=9000, producer_epoch=0, base_sequence=0, transactional=True)
+    add(1, "kept", producer_id=8123, producer_epoch=0, base_sequence=2**31 - 1)  # at the sequence wrap
+    parts.extend(marker_batch(offset, 9000, commit=True))
+    offset += 1
+    return parts, expect
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_dr_link_keeps_an_idempotent_producers_fields_and_stamps_the_rest(keep):
+    log, expect = _kept_log()
+    out = prepare_for_target(log, fetch_offset=0, producer=MIRROR, keep_producers=keep)
+    headers = [read_batch_header(view) for view in out.views()]
+    assert [b.kept_producer for b in out.batches] == [e == "kept" and keep for e in expect]
+    sources = [h for h in scan_batches(log) if not h.is_control]
+    mirror_seq = 0
+    for batch, dst, src in zip(out.batches, headers, sources):
+        if batch.kept_producer:
+            assert (dst.producer_id, dst.producer_epoch, dst.base_sequence) == \
+                (src.producer_id, src.producer_epoch, src.base_sequence)
+        else:
+            # The mirror's sequence counts only the batches it stamps.
+            assert (dst.producer_id, dst.producer_epoch, dst.base_sequence) == (4242, 3, mirror_seq)
+            mirror_seq += dst.records_count
+        assert not dst.attributes & ATTR_TRANSACTIONAL
+        assert dst.crc == crc32c(bytes(view_of(out, batch))[CRC_START:])
+    assert out.next_sequence == mirror_seq
+    scan_batches(out.data, from_client=True)        # a Kafka target takes every one
+
+
+def test_a_batch_rebuilt_from_a_position_inside_it_cannot_keep_its_producers_sequences():
+    buf = build_batch([rec(10 + i) for i in range(6)], base_offset=10, producer_id=7001, producer_epoch=0,
+                      base_sequence=10)
+    out = prepare_for_target(buf, fetch_offset=13, producer=MIRROR, keep_producers=True)
+    (batch,) = out.batches
+    assert batch.reencoded and not batch.kept_producer
+    assert read_batch_header(out.data).producer_id == 4242
+
+
+def view_of(out: PreparedBatches, batch) -> memoryview:
+    return memoryview(out.data)[batch.position:batch.position + batch.size]
