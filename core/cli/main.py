@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import (acls_cmd, groups_cmd, health_cmd, leaders_cmd, node_cmd, quorum_cmd, reassign_cmd, storage_cmd,
+from . import (acls_cmd, gateway_cmd, groups_cmd, health_cmd, leaders_cmd, node_cmd, quorum_cmd, reassign_cmd, storage_cmd,
                topics_cmd, users_cmd)
 from .common import CliError, UsageError
 
@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     health_cmd.register(sub)
     users_cmd.register(sub)
     acls_cmd.register(sub)
+    gateway_cmd.register(sub)
     return parser
 
 

@@ -45,6 +45,29 @@ from core.protocol.api_keys import ApiKey
 # endpoints; KIP-951, KIP-392).
 GATEWAY_MAX_VERSIONS: dict[int, int] = {ApiKey.PRODUCE: 9, ApiKey.FETCH: 11}
 
+# What a client may ask through the gateway: the client-facing APIs whose requests name no
+# broker (AlterPartitionReassignments and ListPartitionReassignments name replicas by broker
+# id, which a client only knows as slots; DescribeQuorum v2 carries endpoints; the rest are
+# between brokers and controllers). A request for any other API closes the connection, as a
+# broker does for an API it does not serve.
+FORWARDED_APIS = frozenset({
+    ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA, ApiKey.OFFSET_COMMIT,
+    ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT,
+    ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS,
+    ApiKey.SASL_HANDSHAKE, ApiKey.API_VERSIONS, ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS,
+    ApiKey.DELETE_RECORDS, ApiKey.INIT_PRODUCER_ID, ApiKey.OFFSET_FOR_LEADER_EPOCH,
+    ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.DESCRIBE_CONFIGS,
+    ApiKey.ALTER_CONFIGS, ApiKey.SASL_AUTHENTICATE, ApiKey.CREATE_PARTITIONS, ApiKey.DELETE_GROUPS,
+    ApiKey.ELECT_LEADERS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.OFFSET_DELETE,
+    ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+})
+
+
+def gateway_versions() -> dict[int, tuple[int, int]]:
+    """api key -> (min, max) the gateway itself can serve: its codec's, for FORWARDED_APIS."""
+    return {key: (api.min_version, min(api.max_version, GATEWAY_MAX_VERSIONS.get(key, api.max_version)))
+            for key, api in m.API.items() if key in FORWARDED_APIS}
+
 
 @dataclass(frozen=True)
 class Address:
@@ -137,3 +160,13 @@ def _endpoint(broker_id: int, error_code: int, slots: SlotMap) -> tuple[int, str
         return -1, "", -1
     a = slots.address(slot)
     return slot, a.host, a.port
+
+
+def rewrite_api_versions(resp: m.ApiVersionsResponse) -> m.ApiVersionsResponse:
+    """The versions a client may use through the gateway (the cluster's, narrowed by the
+    gateway's); features are the cluster's."""
+    cluster = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+    V = m.ApiVersionsResponse.ApiVersion
+    resp.api_keys = [V(api_key=k, min_version=lo, max_version=hi)
+                     for k, (lo, hi) in sorted(advertised_versions(cluster, gateway_versions()).items())]
+    return resp

@@ -1,0 +1,583 @@
+"""`seaway gateway`'s sockets: client connections on the gateway's slots, each forwarding to
+the brokers its slot stands for, in whichever cluster the DR pair's decision makes active.
+
+Theory of operation
+-------------------
+The gateway listens on one port per slot (core/gateway/endpoints.py). A client connection
+on slot k forwards to broker k of a cluster (the cluster's brokers in id order), over a
+broker connection of its own per cluster, opened when first needed: a connection's
+requests, its SASL exchange included, stay one stream end to end, as if the client spoke to
+the broker. What cluster a request goes to is routing.py's decision, from the view the
+decision record gives (follower.py).
+
+Requests pass through as the bytes the client sent, correlation id and all; a broker
+connection answers in order, so each answer goes to the oldest request waiting on it.
+Only answers that name brokers (Metadata, FindCoordinator, DescribeCluster) and ApiVersions
+are decoded and rewritten, and Produce and Fetch are offered only in versions whose answers
+name none; records are never decoded. Because one client connection may have requests
+waiting on two clusters and on the gateway itself, its answers are queued in request order
+and written as the oldest completes: clients rely on a connection answering in order.
+
+A broker connection that fails under waiting requests closes the client connection, as the
+broker's own failure would: every client retries on a new connection (and re-reads
+Metadata), and an idempotent producer resends with the same sequences. When the gateway
+moves to the other cluster, connections to the cluster it left close once their last
+answer is delivered.
+
+Bad input is answered as a broker answers it: a size prefix over the request limit, a
+request too short for its header, an API the gateway does not forward, or a version it does
+not speak close the connection (ApiVersions at an unknown version gets UNSUPPORTED_VERSION
+and the gateway's versions, KIP-511), and other clients are not affected.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from core.protocol import messages as m
+from core.protocol.api_keys import ApiKey
+from core.protocol.dr import Decision
+from core.protocol.errors import DecodeError, EncodeError, ErrorCode
+from core.protocol.framing import FrameReader, FrameTooLarge
+
+from . import routing
+from .endpoints import (FORWARDED_APIS, Address, SlotMap, gateway_versions, rewrite_api_versions,
+                        rewrite_describe_cluster, rewrite_find_coordinator, rewrite_metadata)
+from .follower import DecisionFollower
+from .metrics import GatewayMetrics
+from .routing import Answer, Forward, HoldJoin, RequestHead, View
+
+log = logging.getLogger("seaway.gateway")
+
+DEFAULT_MAX_REQUEST_BYTES = 104_857_600     # Kafka's socket.request.max.bytes
+MAX_RESPONSE_BYTES = 2**31 - 1               # a frame only grows as its bytes arrive
+HIGH_WATER = 4 * 1024 * 1024                 # buffered bytes at which the other side pauses
+
+Rewrite = Callable[[bytearray], 'bytes | bytearray']
+
+_REWRITES: dict[int, Callable[[Any, SlotMap], Any]] = {
+    ApiKey.METADATA: rewrite_metadata,
+    ApiKey.FIND_COORDINATOR: rewrite_find_coordinator,
+    ApiKey.DESCRIBE_CLUSTER: rewrite_describe_cluster,
+}
+
+
+@dataclass
+class GatewayConfig:
+    pair: str
+    clusters: dict[str, str]            # name -> bootstrap; the first is served until a decision says otherwise
+    host: str = "127.0.0.1"
+    ports: list[int] = field(default_factory=lambda: [0])    # one per slot; 0 picks a free port
+    advertised_host: str | None = None
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    stale_after_s: float = 10.0
+
+
+class Reply:
+    """One client request's answer, in the connection's queue."""
+    __slots__ = ("head", "data")
+
+    def __init__(self, head: RequestHead):
+        self.head = head
+        self.data: bytes | bytearray | None = None
+
+
+@dataclass
+class Held:
+    conn: "ClientConnection"
+    reply: Reply
+    head: RequestHead
+    frame: bytearray
+    body_at: int
+    join: Any
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig, metrics: GatewayMetrics | None = None):
+        if len(config.clusters) != 2:
+            raise ValueError("a gateway serves one DR pair: give its two clusters")
+        self.config = config
+        first, second = config.clusters
+        self.clusters = (first, second)
+        self.metrics = metrics or GatewayMetrics(config.pair)
+        self.view = View(self.clusters[0])
+        self.follower = DecisionFollower(config.pair, config.clusters, self._decided,
+                                         stale_after_s=config.stale_after_s)
+        self.addresses: list[Address] = []
+        self.connections: set[ClientConnection] = set()
+        self.held: list[Held] = []
+        self._slot_maps: dict[str, tuple[tuple[int, ...], SlotMap]] = {}
+        self._move_started: float | None = None
+        self.decision: Decision | None = None
+        self.metrics.serve(self.view.active)
+
+    # ------------------------------------------------------------------ serving
+
+    async def serve(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        loop = asyncio.get_running_loop()
+        servers = []
+        try:
+            for slot, port in enumerate(self.config.ports):
+                servers.append(await loop.create_server(self._protocol_factory(slot), self.config.host, port,
+                                                        reuse_address=True))
+            advertised = self.config.advertised_host or self.config.host
+            self.addresses = [Address(advertised, s.sockets[0].getsockname()[1]) for s in servers]
+            async with anyio.create_task_group() as tg:
+                await tg.start(self.follower.run)
+                tg.start_soon(self._watch_staleness)
+                await self._until_brokers_known()
+                task_status.started(self.addresses)
+                await anyio.sleep_forever()
+        finally:
+            for s in servers:
+                s.close()
+            for conn in list(self.connections):
+                conn.abort()
+
+    def _protocol_factory(self, slot: int) -> Callable[[], "ClientConnection"]:
+        return lambda: ClientConnection(self, slot)
+
+    async def _until_brokers_known(self, timeout_s: float = 30.0) -> None:
+        """Clients are accepted from the start, but the first should not find no broker."""
+        with anyio.move_on_after(timeout_s):
+            while not self.follower.sources[self.view.active].brokers:
+                await anyio.sleep(0.05)
+
+    async def _watch_staleness(self) -> None:
+        while True:
+            self.metrics.decision_stale.set(1 if self.follower.stale else 0)
+            age = self.follower.seconds_since_answer()
+            self.metrics.decision_age.set(age if age != float("inf") else -1)
+            await anyio.sleep(1.0)
+
+    # ------------------------------------------------------------------ the decision
+
+    def _decided(self, decision: Decision) -> None:
+        self.decision = decision
+        new = routing.view_of(decision, self.clusters, self.view)
+        if new != self.view:
+            self.apply(new)
+
+    def apply(self, new: View) -> None:
+        old, self.view = self.view, new
+        self.metrics.epoch.set(new.epoch)
+        self.metrics.moving.set(1 if new.moving else 0)
+        if old.active != new.active:
+            self.metrics.moves.inc()
+            self.metrics.serve(new.active)
+            self._move_started = time.monotonic()
+            log.info("pair %s: moving clients from %s to %s (DR epoch %d%s)", self.config.pair, old.active,
+                     new.active, new.epoch, ", groups follow once it serves" if new.moving else "")
+        keep = {new.active} | ({new.previous} if new.previous else set())
+        for conn in list(self.connections):
+            conn.retire_upstreams(keep)
+        if not new.moving:
+            if self._move_started is not None:
+                self.metrics.move_seconds.observe(time.monotonic() - self._move_started)
+                self._move_started = None
+            held, self.held = self.held, []
+            for h in held:
+                h.conn.release(h)
+            if held:
+                log.info("pair %s: %d waiting consumer(s) join on %s", self.config.pair, len(held), new.active)
+
+    # ------------------------------------------------------------------ brokers
+
+    def slot_map(self, cluster: str) -> SlotMap:
+        ids = tuple(sorted(self.follower.sources[cluster].brokers))
+        cached = self._slot_maps.get(cluster)
+        if cached is None or cached[0] != ids:
+            cached = self._slot_maps[cluster] = (ids, SlotMap(self.addresses, list(ids)))
+        return cached[1]
+
+    def broker_for(self, cluster: str, slot: int) -> tuple[str, int] | None:
+        """The broker slot `slot` forwards to in `cluster` (a slot beyond its brokers: the
+        broker it wraps to, so a stale leader id still reaches a broker that redirects)."""
+        brokers = self.follower.sources[cluster].brokers
+        if not brokers:
+            return None
+        ids = sorted(brokers)
+        return brokers[ids[slot % len(ids)]]
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(self, gateway: Gateway, slot: int):
+        self.gw = gateway
+        self.slot = slot
+        self.reader = FrameReader(gateway.config.max_request_bytes)
+        self.queue: deque[Reply] = deque()
+        self.upstreams: dict[str, Upstream] = {}
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.closed = False
+        self._paused_upstreams = False
+
+    # -------------------------------------------------------------- asyncio.Protocol
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.gw.connections.add(self)
+        self.gw.metrics.connections.inc()
+        self.gw.metrics.connections_total.inc()
+
+    def data_received(self, data: bytes) -> None:
+        self.gw.metrics.bytes_in.inc(len(data))
+        try:
+            frames = self.reader.feed(data)
+        except FrameTooLarge as exc:
+            log.warning("%s: request %s; closing connection", self.peer, exc)
+            self.gw.metrics.request("?", "refused")
+            self.abort()
+            return
+        for frame in frames:
+            if self.closed:
+                return
+            self._request(frame)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._close()
+
+    def pause_writing(self) -> None:
+        self._paused_upstreams = True
+        for up in self.upstreams.values():
+            up.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._paused_upstreams = False
+        for up in self.upstreams.values():
+            up.resume_reading()
+
+    # -------------------------------------------------------------- requests
+
+    def _request(self, frame: bytearray) -> None:
+        head = routing.request_head(frame)
+        if head is None:
+            return self._refuse(f"{len(frame)}-byte frame is too short for a request header")
+        api = m.API.get(head.api_key)
+        if api is None or head.api_key not in FORWARDED_APIS:
+            return self._refuse(f"API key {head.api_key} is not served through the gateway")
+        if not api.supports(head.version) or head.version > gateway_versions()[head.api_key][1]:
+            if head.api_key == ApiKey.API_VERSIONS:
+                return self._answer_now(head, _unsupported_api_versions(head))
+            return self._refuse(f"{api.name} v{head.version} is not supported")
+        view = self.gw.view
+        fetch = None
+        if view.moving and head.api_key in (ApiKey.FETCH, ApiKey.JOIN_GROUP):
+            try:
+                _, fetch, body_at = routing.decode_request(head, frame)
+            except DecodeError as exc:
+                return self._refuse(f"malformed {api.name} v{head.version} request: {exc}")
+        r = routing.route(head.api_key, view, max_wait_ms=getattr(fetch, "max_wait_ms", 0))
+        if isinstance(r, Forward):
+            self.gw.metrics.request(api.name, "forwarded")
+            reply = None if head.api_key == ApiKey.PRODUCE and _acks(head, frame) == 0 else Reply(head)
+            self._forward(r.cluster, frame, reply)
+        elif isinstance(r, Answer):
+            self.gw.metrics.request(api.name, "answered")
+            reply = Reply(head)
+            self.queue.append(reply)
+            if head.api_key == ApiKey.FETCH:
+                loop = asyncio.get_running_loop()
+                loop.call_later(r.delay_s, self._complete, reply, routing.empty_fetch_answer(head, fetch))
+            else:
+                self._complete(reply, routing.rebalance_answer(head))
+        elif isinstance(r, HoldJoin):
+            self.gw.metrics.request(api.name, "held")
+            reply = Reply(head)
+            self.queue.append(reply)
+            leave = routing.leave_request(fetch)
+            if leave is not None:
+                self._send_own(r.leave, ApiKey.LEAVE_GROUP, *leave)
+            self.gw.held.append(Held(self, reply, head, frame, body_at, fetch))
+
+    def release(self, held: Held) -> None:
+        """A JoinGroup held during a move goes to the cluster now served, as a new member's."""
+        if self.closed:
+            return
+        routing.join_as_new_member(held.join)
+        frame = routing.encode_request_body(held.head, held.frame, held.body_at, held.join)
+        self._forward(self.gw.view.active, frame, held.reply, queued=True)
+
+    def _forward(self, cluster: str, frame: bytearray, reply: Reply | None, queued: bool = False) -> None:
+        up = self._upstream(cluster)
+        if up is None:
+            return
+        if reply is not None and not queued:
+            self.queue.append(reply)
+        rewrite = None
+        if reply is not None:
+            head = reply.head
+            if head.api_key == ApiKey.API_VERSIONS:
+                rewrite = _api_versions_rewriter(head)
+            elif head.api_key in _REWRITES:
+                rewrite = _endpoint_rewriter(head, self.gw, cluster)
+        up.send(frame, reply, rewrite)
+
+    def _send_own(self, cluster: str, api_key: int, version: int, body: Any) -> None:
+        """A request of the gateway's own on this connection's broker connection (its answer
+        is read and dropped)."""
+        up = self._upstream(cluster)
+        if up is None:
+            return
+        frame = routing.encode_request(api_key, version, -1, "seaway-gateway", body)
+        up.send(frame, None, None, expect_answer=True)
+
+    def _upstream(self, cluster: str) -> "Upstream | None":
+        up = self.upstreams.get(cluster)
+        if up is None:
+            address = self.gw.broker_for(cluster, self.slot)
+            if address is None:
+                log.warning("%s: no broker of %s is known yet; closing connection", self.peer, cluster)
+                self.gw.metrics.upstream_failures.labels(self.gw.config.pair, cluster).inc()
+                self.abort()
+                return None
+            up = self.upstreams[cluster] = Upstream(self, cluster, *address)
+            if self._paused_upstreams:
+                up.pause_reading()
+        return up
+
+    def retire_upstreams(self, keep: set[str]) -> None:
+        for cluster in [c for c in self.upstreams if c not in keep]:
+            self.upstreams.pop(cluster).retire()
+
+    # -------------------------------------------------------------- answers
+
+    def _answer_now(self, head: RequestHead, data: bytearray) -> None:
+        reply = Reply(head)
+        self.queue.append(reply)
+        self._complete(reply, data)
+
+    def _complete(self, reply: Reply, data: bytes | bytearray) -> None:
+        reply.data = data
+        self.flush()
+
+    def flush(self) -> None:
+        if self.closed or self.transport is None:
+            return
+        queue, write = self.queue, self.transport.write
+        out = 0
+        while queue and queue[0].data is not None:
+            data = queue.popleft().data
+            assert data is not None
+            write(routing.size_prefix(len(data)))
+            write(data)
+            out += len(data) + 4
+        if out:
+            self.gw.metrics.bytes_out.inc(out)
+
+    # -------------------------------------------------------------- closing
+
+    def _refuse(self, why: str) -> None:
+        log.warning("%s: %s; closing connection", self.peer, why)
+        self.gw.metrics.request("?", "refused")
+        self.abort()
+
+    def upstream_failed(self, up: "Upstream", exc: BaseException | None) -> None:
+        log.info("%s: broker %s:%d of %s failed (%s); closing the client's connection", self.peer, up.host,
+                 up.port, up.cluster, exc or "closed")
+        self.gw.metrics.upstream_failures.labels(self.gw.config.pair, up.cluster).inc()
+        self.abort()
+
+    def abort(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.abort()
+        self._close()
+
+    def _close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.gw.connections.discard(self)
+        self.gw.metrics.connections.dec()
+        self.gw.held = [h for h in self.gw.held if h.conn is not self]
+        for up in list(self.upstreams.values()):
+            up.close()
+        self.upstreams.clear()
+
+
+class Upstream(asyncio.Protocol):
+    """A client connection's connection to one broker."""
+
+    def __init__(self, owner: ClientConnection, cluster: str, host: str, port: int):
+        self.owner = owner
+        self.cluster = cluster
+        self.host, self.port = host, port
+        self.reader = FrameReader(MAX_RESPONSE_BYTES)
+        self.waiting: deque[tuple[Reply | None, Rewrite | None]] = deque()
+        self.transport: asyncio.Transport | None = None
+        self.backlog: list[bytes | bytearray] | None = []
+        self.retiring = False
+        self.closed = False
+        self._paused = False
+        self._task = asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.create_connection(lambda: self, self.host, self.port)
+        except OSError as exc:
+            self._failed(exc)
+
+    def send(self, frame: bytes | bytearray, reply: Reply | None, rewrite: Rewrite | None, *,
+             expect_answer: bool | None = None) -> None:
+        if self.closed:
+            self.owner.upstream_failed(self, None)
+            return
+        if reply is not None or expect_answer:
+            self.waiting.append((reply, rewrite))
+        prefix = routing.size_prefix(len(frame))
+        if self.backlog is not None:
+            self.backlog += (prefix, frame)
+        else:
+            assert self.transport is not None
+            self.transport.write(prefix)
+            self.transport.write(frame)
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        if self.closed:
+            transport.abort()
+            return
+        backlog, self.backlog = self.backlog or [], None
+        for chunk in backlog:
+            transport.write(chunk)
+        if self._paused:
+            transport.pause_reading()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.reader.feed(data)
+        except FrameTooLarge as exc:
+            self._failed(exc)
+            return
+        for frame in frames:
+            if not self.waiting:
+                self._failed(RuntimeError("an answer to no request"))
+                return
+            reply, rewrite = self.waiting.popleft()
+            if reply is not None:
+                answer: bytes | bytearray = frame
+                if rewrite is not None:
+                    try:
+                        answer = rewrite(frame)
+                    except (DecodeError, EncodeError) as exc:
+                        # An answer that cannot be rewritten must not reach the client with
+                        # a broker's own address in it.
+                        self._failed(exc)
+                        return
+                reply.data = answer
+        self.owner.flush()
+        if self.retiring and not self.waiting:
+            self.close()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if not self.closed:
+            self._failed(exc)
+
+    def pause_writing(self) -> None:
+        if self.owner.transport is not None:
+            self.owner.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.owner.transport is not None and not self.owner.closed:
+            self.owner.transport.resume_reading()
+
+    def pause_reading(self) -> None:
+        self._paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._paused = False
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+
+    def retire(self) -> None:
+        """No new requests: close once the last answer is delivered."""
+        self.retiring = True
+        if not self.waiting:
+            self.close()
+
+    def _failed(self, exc: BaseException | None) -> None:
+        was_needed = bool(self.waiting) or not self.retiring
+        self.close()
+        if was_needed and not self.owner.closed:
+            self.owner.upstream_failed(self, exc)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.waiting.clear()
+        if self.transport is not None:
+            self.transport.abort()
+        elif not self._task.done():
+            self._task.cancel()
+
+
+# ------------------------------------------------------------------ rewriting answers
+
+
+def _endpoint_rewriter(head: RequestHead, gw: Gateway, cluster: str) -> Rewrite:
+    rewrite = _REWRITES[head.api_key]
+
+    def rewritten(frame: bytearray) -> bytes | bytearray:
+        correlation_id, body = routing.decode_response(head.api_key, head.version, frame)
+        body = rewrite(body, gw.slot_map(cluster))
+        return routing.encode_response(head.api_key, head.version, correlation_id, body)
+    return rewritten
+
+
+def _api_versions_rewriter(head: RequestHead) -> Rewrite:
+    def rewritten(frame: bytearray) -> bytes | bytearray:
+        # Every version starts with the error code after the correlation id; an error answer
+        # (UNSUPPORTED_VERSION comes in v0 whatever was asked) passes as the broker wrote it.
+        if len(frame) < 6 or int.from_bytes(frame[4:6], "big", signed=True) != 0:
+            return frame
+        correlation_id, body = routing.decode_response(head.api_key, head.version, frame)
+        return routing.encode_response(head.api_key, head.version, correlation_id, rewrite_api_versions(body))
+    return rewritten
+
+
+def _unsupported_api_versions(head: RequestHead) -> bytearray:
+    R = m.ApiVersionsResponse
+    keys = [R.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in sorted(gateway_versions().items())]
+    return routing.encode_response(ApiKey.API_VERSIONS, 0, head.correlation_id,
+                                   R(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=keys))
+
+
+def _acks(head: RequestHead, frame: bytearray) -> int:
+    """A Produce request's acks, read without decoding its records (acks=0 gets no answer)."""
+    try:
+        _, at = m.REQUEST_HEADER.decode(m.API[ApiKey.PRODUCE].request_header_version(head.version), frame, whole=False)
+        flexible = m.API[ApiKey.PRODUCE].is_flexible(head.version)
+        # transactional_id: a nullable (compact) string, then acks int16.
+        if flexible:
+            length, at = _uvarint(frame, at)
+            at += max(length - 1, 0)
+        else:
+            length = int.from_bytes(frame[at:at + 2], "big", signed=True)
+            at += 2 + max(length, 0)
+        return int.from_bytes(frame[at:at + 2], "big", signed=True)
+    except (DecodeError, IndexError):
+        return -1
+
+
+def _uvarint(buf: bytearray, at: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        b = buf[at]
+        at += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, at
+        shift += 7

@@ -1,0 +1,77 @@
+#!/usr/bin/env node
+'use strict'
+/*
+ * kafkajs traffic for the gateway tests (tests/integration/test_gateway.py): an idempotent
+ * acks=all producer writing numbered records, and a consumer group reading them, until stdin
+ * closes. One JSON object per line on stdout:
+ *
+ *   {"acked": [partition, "value"]}     a record the producer had acknowledged
+ *   {"consumed": [partition, "value"]}  a record the group delivered
+ *   {"error": "text", "fatal": bool}    an error kafkajs reported (fatal: the client crashed
+ *                                        or gave up, which the tests count as a failure)
+ *   {"done": true}                      after stdin closed and both clients disconnected
+ *
+ * Usage: node gateway_traffic.js BROKERS TOPIC PARTITIONS GROUP PREFIX [RATE]
+ */
+const kafkajs = require('kafkajs')
+const { Kafka, logLevel } = kafkajs
+
+const [brokers, topic, partitionsText, group, prefix, rateText] = process.argv.slice(2)
+const partitions = Number(partitionsText)
+const rate = Number(rateText || 100)
+const emit = (obj) => process.stdout.write(JSON.stringify(obj) + '\n')
+
+const kafka = new Kafka({
+  clientId: 'gateway-traffic',
+  brokers: brokers.split(','),
+  logLevel: logLevel.NOTHING,
+  retry: { retries: 10, initialRetryTime: 100, maxRetryTime: 2000 },
+})
+
+let stopping = false
+process.stdin.on('end', () => { stopping = true })
+process.stdin.resume()
+
+async function produce () {
+  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 })
+  await producer.connect()
+  let i = 0
+  while (!stopping) {
+    const value = `${prefix}${i}`
+    const partition = i % partitions
+    try {
+      await producer.send({ topic, acks: -1, messages: [{ value, partition }] })
+      emit({ acked: [partition, value] })
+      i += 1
+    } catch (e) {
+      emit({ error: `produce ${value}: ${e.message}`, fatal: true })
+      stopping = true
+      break
+    }
+    await new Promise((resolve) => setTimeout(resolve, 1000 / rate))
+  }
+  await producer.disconnect()
+}
+
+async function consume () {
+  const consumer = kafka.consumer({ groupId: group, retry: { retries: 10, initialRetryTime: 100, maxRetryTime: 2000 } })
+  consumer.on(consumer.events.CRASH, (e) => {
+    emit({ error: `consumer crashed: ${e.payload.error.message}`, fatal: !e.payload.restart })
+  })
+  await consumer.connect()
+  await consumer.subscribe({ topic, fromBeginning: true })
+  await consumer.run({
+    eachMessage: async ({ partition, message }) => {
+      emit({ consumed: [partition, message.value.toString()] })
+    },
+  })
+  while (!stopping || !producerDone) await new Promise((resolve) => setTimeout(resolve, 100))
+  // What was produced last still arrives: read on for a while after the producer stops.
+  await new Promise((resolve) => setTimeout(resolve, Number(process.env.DRAIN_MS || 8000)))
+  await consumer.disconnect()
+}
+
+let producerDone = false
+Promise.all([produce().finally(() => { producerDone = true }), consume()])
+  .then(() => { emit({ done: true }); process.exit(0) })
+  .catch((e) => { emit({ error: e.message, fatal: true }); emit({ done: true }); process.exit(1) })

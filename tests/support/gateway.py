@@ -1,0 +1,64 @@
+"""`seaway gateway` as a person starts it, for tests: the process, and the bootstrap address it
+prints."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.support.node import REPO
+
+BOOTSTRAP = re.compile(r"bootstrap\.servers=(\S+)")
+METRICS = re.compile(r"metrics: (http://\S+)/metrics")
+
+
+class GatewayProcess:
+    def __init__(self, log_dir: Path, pair: str, clusters: list[tuple[str, str]], *, listen: str = "127.0.0.1:0",
+                 slots: int = 3, extra: tuple[str, ...] = ()):
+        self.args = [sys.executable, "-m", "core.cli", "gateway", "--pair", pair, "--listen", listen,
+                     "--slots", str(slots), "--metrics-port", "0", *extra]
+        for name, bootstrap in clusters:
+            self.args += ["--cluster", f"{name}={bootstrap}"]
+        self.log_path = log_dir / "gateway.log"
+        self.proc: subprocess.Popen | None = None
+        self.bootstrap = ""
+        self.metrics_url = ""
+
+    def start(self, timeout: float = 60) -> "GatewayProcess":
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args, cwd=REPO, stdout=subprocess.PIPE, stderr=self.log,
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"), text=True)
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"gateway exited ({self.proc.poll()}): {self.log_path.read_text()[-2000:]}")
+            if m := BOOTSTRAP.search(line):
+                self.bootstrap = m.group(1)
+            if m := METRICS.search(line):
+                self.metrics_url = m.group(1)
+                return self
+        raise RuntimeError("gateway did not print its addresses")
+
+    def metrics(self) -> str:
+        import urllib.request
+        with urllib.request.urlopen(self.metrics_url + "/metrics", timeout=10) as r:
+            return r.read().decode()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
