@@ -22,6 +22,7 @@ from core.config.topic import TOPIC_CONFIGS
 from core.controller.common import INTERNAL_TOPICS
 from core.log import Log, LogConfig, cleaner
 from core.protocol.errors import ErrorCode
+from core.protocol.dr import producer_id_range
 from core.raft.storage import METADATA_PARTITION_DIR
 
 from .fetch_session import FetchSessionCache
@@ -158,6 +159,7 @@ class Broker:
             plog.close()
             raise
         partition = Partition(topic, index, plog, producers)
+        partition.own_producer_ids = producer_id_range(self.cluster_id) if self.cluster_id else None
         partition.snapshot_offset = snapshot_offset
         partition.written = self._partition_written
         self._partition_written(partition)   # a first look at each, after opening

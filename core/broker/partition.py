@@ -59,6 +59,7 @@ class Partition:
         self.leader_epoch = 0
         self.is_leader = False   # the metadata image says, through the replica (replication/manager.py)
         self.producers = producers if producers is not None else ProducerState()
+        self.own_producer_ids: range | None = None   # the cluster's own (producer_state.validate)
         self.snapshot_offset = -1  # log end offset of the latest producer snapshot written
         self._cuts = 0             # truncations so far: a snapshot begun before one is void
         self._waiters: set[anyio.Event] = set()
@@ -220,7 +221,7 @@ class Partition:
         if not idempotent:
             return None
         if len(batches) == 1:
-            verdict = self.producers.validate(batches[0])
+            verdict = self.producers.validate(batches[0], self.own_producer_ids)
             return None if verdict.ok else verdict
         # Several batches in one request: each is checked against the state the ones before
         # it would leave, on a copy of just the producers concerned.
@@ -231,7 +232,7 @@ class Partition:
                 staged.producers[pid] = copy.deepcopy(entry)
         offset = self.log.log_end_offset
         for b in batches:
-            verdict = staged.validate(b)
+            verdict = staged.validate(b, self.own_producer_ids)
             if not verdict.ok:
                 return verdict
             staged.update(b, offset)

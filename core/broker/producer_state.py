@@ -24,7 +24,14 @@ Produce path, per batch, as Kafka's UnifiedLog.analyzeAndValidateProducerState d
    - epoch higher: the first sequence must be 0, else OUT_OF_ORDER_SEQUENCE_NUMBER.
    - same epoch: the first sequence must be last seq + 1, where the successor of 2^31-1 is 0,
      else OUT_OF_ORDER_SEQUENCE_NUMBER. A retry older than the 5-batch window is therefore
-     OUT_OF_ORDER_SEQUENCE_NUMBER, not a duplicate (Kafka behaves the same).
+     OUT_OF_ORDER_SEQUENCE_NUMBER, not a duplicate (Kafka behaves the same). Seaway's one
+     departure: a producer whose id is outside the cluster's own range came from the other
+     cluster of a DR pair (its state here was copied by the DR link, core/protocol/dr.py),
+     and a sequence *ahead* of last seq + 1 is accepted for it. The state then ends where the
+     link stopped copying before an unplanned failover, and the gap is the records stranded
+     on the failed cluster, already lost and counted as the failover's RPO; refusing would
+     make the producer fail (the error is fatal to it) or resend them under a new id, as
+     possible duplicates of what is stranded. A sequence behind stays an error.
    - unknown producer id: accepted with any sequence. Since KIP-360 (Kafka 2.5) the broker no
      longer answers UNKNOWN_PRODUCER_ID for this; the state was lost (expiry, retention) and
      the producer is simply re-registered.
@@ -74,6 +81,14 @@ DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration
 def next_sequence(seq: int, delta: int = 1) -> int:
     """`seq + delta` in Kafka's sequence space: non-negative int32, 2^31-1 wraps to 0."""
     return (seq + delta) % (INT32_MAX + 1)
+
+
+def _forward_gap(last_seq: int, first_seq: int) -> bool:
+    """`first_seq` lies ahead of the successor of `last_seq` (within half the sequence space,
+    as a wrapped sequence can be told from an old one), not behind it."""
+    if last_seq < 0:
+        return True
+    return 0 < (first_seq - next_sequence(last_seq)) % (INT32_MAX + 1) < (INT32_MAX + 1) // 2
 
 
 def batch_last_sequence(batch: BatchInfo) -> int:
@@ -196,8 +211,12 @@ class ProducerState:
 
     # ------------------------------------------------------------------ produce path
 
-    def validate(self, batch: BatchInfo) -> Verdict:
-        """The verdict for a client batch before it is appended. Never mutates."""
+    def validate(self, batch: BatchInfo, own_ids: range | None = None) -> Verdict:
+        """The verdict for a client batch before it is appended. Never mutates.
+
+        `own_ids` is the cluster's own producer id range (core/protocol/dr.py): a producer
+        from outside it came from the other cluster of a DR pair, and a forward gap in its
+        sequence is accepted (see the module's notes)."""
         pid = batch.producer_id
         if pid == NO_PRODUCER_ID or pid < 0:
             return _ACCEPT
@@ -226,7 +245,8 @@ class ProducerState:
                                      f"got {first_seq}")
             return _ACCEPT
         expected_after = entry.last_seq       # NO_SEQUENCE (-1) when no batch is cached: needs 0
-        if not in_sequence(expected_after, first_seq):
+        if not in_sequence(expected_after, first_seq) \
+                and not (own_ids is not None and pid not in own_ids and _forward_gap(expected_after, first_seq)):
             return Verdict.error(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                                  f"out of order sequence for producer {pid}: got {first_seq}, "
                                  f"expected {next_sequence(expected_after) if expected_after >= 0 else 0}")

@@ -11,7 +11,7 @@ ones, and ids need only be unique, not dense).
 
 Where ids begin. Kafka starts every cluster at 0. Seaway starts a fresh cluster at a base of
 its own, `producer_id_base(cluster.id)`: one of 2^20 ranges of 2^32 ids, picked by the
-cluster id's CRC32C. The two clusters of a DR pair then hand out different ids (unless their
+cluster id's CRC32C (core/protocol/dr.py's producer_id_range). The two clusters of a DR pair then hand out different ids (unless their
 ids collide in 20 bits, one pair in a million), and that is what lets a DR link keep an
 application producer's id on the other cluster (mirror/batches.py): its id there cannot be
 another producer's. A cluster whose log already has a ProducerIdsRecord continues from it.
@@ -27,9 +27,8 @@ ProducerIdLen stay 0), as Kafka's AllocateProducerIdsRequest.getErrorResponse bu
 """
 from __future__ import annotations
 
-from crc32c import crc32c
-
 from core.protocol import messages as m
+from core.protocol.dr import producer_id_range
 from core.protocol.codegen import Message
 from core.protocol.errors import ErrorCode, KafkaError
 
@@ -42,7 +41,7 @@ MAX_PRODUCER_ID = 2**63 - 1     # Long.MAX_VALUE
 
 def producer_id_base(cluster_id: str) -> int:
     """The first producer id of a fresh cluster (see the module's notes)."""
-    return (crc32c(cluster_id.encode()) & (2**20 - 1)) << 32
+    return producer_id_range(cluster_id).start
 
 
 def allocate_producer_ids(w: Working, request: m.AllocateProducerIdsRequest,

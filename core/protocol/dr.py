@@ -147,3 +147,22 @@ class Decision:
         """Raises ValueError (or KeyError, TypeError) for a value that is not a decision."""
         data = json.loads(value)
         return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+
+# Producer ids. Each cluster allocates producer ids from a range of its own (Kafka starts
+# every cluster at 0): one of 2^20 ranges of 2^32 ids, picked by the CRC32C of its cluster id.
+# A DR link keeps an application producer's id on the batches it copies (mirror/batches.py),
+# so the producer can continue on the other cluster after a failover; the ranges keep that id
+# from being another producer's there. An id outside a cluster's own range therefore belongs
+# to a producer that came from its partner, and the broker accepts a forward gap in its
+# sequence (core/broker/producer_state.py): the records in the gap are the ones an
+# unplanned failover stranded on the partner, already counted as its RPO.
+PRODUCER_ID_RANGE_BITS = 32
+PRODUCER_ID_RANGES = 2**20
+
+
+def producer_id_range(cluster_id: str) -> range:
+    """The producer ids a cluster hands out."""
+    from crc32c import crc32c     # a pure function (the package has no I/O)
+    base = (crc32c(cluster_id.encode()) % PRODUCER_ID_RANGES) << PRODUCER_ID_RANGE_BITS
+    return range(base, base + 2**PRODUCER_ID_RANGE_BITS)

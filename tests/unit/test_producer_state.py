@@ -101,6 +101,36 @@ def test_verdicts(name, history, probe, code, dup_offset):
     assert state.snapshot_bytes() == before, "validate must not mutate"
 
 
+# A DR pair's producers (core/protocol/dr.py): this cluster's own ids are [1000, 2000); a
+# producer outside came from the partner, its state copied by the DR link, and may leave a
+# forward gap (the records stranded by an unplanned failover). Nothing else changes for it.
+OWN = range(1000, 2000)
+FOREIGN_CASES = [
+    ("own producer: a gap is an error", [(1500, 0, 0, 3)], (1500, 0, 4, 1), E.OUT_OF_ORDER_SEQUENCE_NUMBER, None),
+    ("partner's producer: a gap is accepted", [(7, 0, 0, 3)], (7, 0, 9, 1), E.NONE, None),
+    ("partner's producer: in sequence", [(7, 0, 0, 3)], (7, 0, 3, 1), E.NONE, None),
+    ("partner's producer: a retry is still a duplicate", [(7, 0, 0, 3), (7, 0, 3, 2)], (7, 0, 3, 2), E.NONE, 3),
+    ("partner's producer: behind is still an error", [(7, 0, i, 1) for i in range(6)], (7, 0, 0, 1),
+     E.OUT_OF_ORDER_SEQUENCE_NUMBER, None),
+    ("partner's producer: a gap across the wrap", [(7, 0, MAX - 1, 1)], (7, 0, 5, 1), E.NONE, None),
+    ("partner's producer: half the space ahead is behind", [(7, 0, 10, 1)], (7, 0, 10 + 2**30 + 1, 1),
+     E.OUT_OF_ORDER_SEQUENCE_NUMBER, None),
+    ("partner's producer: a stale epoch is still fenced", [(7, 3, 0, 1)], (7, 2, 9, 1), E.INVALID_PRODUCER_EPOCH, None),
+    ("partner's producer: a new epoch still starts at 0", [(7, 0, 0, 1)], (7, 1, 9, 1),
+     E.OUT_OF_ORDER_SEQUENCE_NUMBER, None),
+]
+
+
+@pytest.mark.parametrize("name,history,probe,code,dup_offset", FOREIGN_CASES, ids=[c[0] for c in FOREIGN_CASES])
+def test_a_producer_from_the_dr_partner_may_skip_ahead_and_nothing_else(name, history, probe, code, dup_offset):
+    state, _ = state_from(history)
+    v = state.validate(hdr(*probe), OWN)
+    assert v.code == code, v
+    assert v.is_duplicate == (dup_offset is not None)
+    if dup_offset is not None:
+        assert v.base_offset == dup_offset
+
+
 def test_verdict_constructors():
     v = Verdict.duplicate(7)
     assert v.is_duplicate and v.code == E.NONE and v.base_offset == 7 and not v.ok
