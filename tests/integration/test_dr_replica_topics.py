@@ -142,7 +142,7 @@ def test_a_retry_after_the_fence_is_answered_as_the_duplicate_it_is_and_new_reco
     """The role is checked where the partition appends, after the idempotence check: a batch
     appended before the fence and retried after it (its answer was lost) is answered with its
     offset, as any duplicate is, so the producer does not fail a record that is in the log;
-    a new batch is refused."""
+    a new batch is refused, with NOT_LEADER_OR_FOLLOWER (core/protocol/dr.py)."""
     from core.client.connection import BrokerConnection
     from core.protocol import messages as m
     from core.protocol.records import build_batch
@@ -178,7 +178,8 @@ def test_a_retry_after_the_fence_is_answered_as_the_duplicate_it_is_and_new_reco
 
     retried, new = anyio.run(scenario)
     assert retried == (0, 0)            # the duplicate: its original offset, no error
-    assert new[0] == ErrorCode.INVALID_TOPIC_EXCEPTION and "fenced" in (new[2] or ""), new
+    # Refused with a retriable error: the fence passes, and the retry lands on the promoted side.
+    assert new[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER and "fenced" in (new[2] or ""), new
 
 
 async def _fence(conn, topic: str):
