@@ -26,10 +26,10 @@ from pathlib import Path
 
 from core.client import Admin, KafkaClient, NewTopic, Producer
 from core.client.errors import KafkaError
-from core.protocol.dr import DR_STATE_TOPIC, SERVING, SWITCHING, Decision
+from core.protocol.dr import DR_STATE_TOPIC, DRAINING, SERVING, SWITCHING, Decision
 from core.protocol.errors import ErrorCode
 
-__all__ = ["Decision", "SERVING", "SWITCHING", "publish", "write_files", "read_file",
+__all__ = ["Decision", "DRAINING", "SERVING", "SWITCHING", "publish", "write_files", "read_file",
            "ensure_compacted_topic"]
 
 

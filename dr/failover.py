@@ -30,7 +30,7 @@ from core.protocol.errors import ErrorCode
 from mirror.records import OffsetSync, encode_offset_sync, offset_sync_headers
 
 from .config import DrConfig
-from .decision import SERVING, SWITCHING, Decision, ensure_compacted_topic, publish, write_files
+from .decision import DRAINING, SERVING, SWITCHING, Decision, ensure_compacted_topic, publish, write_files
 from .history import History
 from .observe import POLICY, PairClients, dr_epoch, positions, read_checkpoints, sync_store
 from .plan import Plan, count
@@ -205,6 +205,12 @@ class Failover:
         except (KafkaError, OSError, FailoverError) as exc:
             self.report(failed_step, f"      rolling back failed too: {exc}")
             return False
+        try:
+            # The fence said `draining`: consumers held by gateways join again where they were.
+            await self._decide(SERVING, active=self.plan.source)
+        except (KafkaError, OSError, TimeoutError) as exc:
+            self.report(failed_step, f"      the decision could not say the old side serves again: {exc} "
+                                     f"(gateways release held consumers there after a while)")
         return True
 
     # ------------------------------------------------------------------ steps
@@ -236,7 +242,12 @@ class Failover:
     async def _fence(self) -> str:
         self.context["fenced_at"] = time.time()
         n = await self._set_roles(self.plan.source, FENCED)
-        return f"{count(n, 'topic')} of {self.plan.source} fenced"
+        if self.plan.kind != "planned":
+            return f"{count(n, 'topic')} of {self.plan.source} fenced"
+        # Consumers may leave their groups while the link drains (gateways make them), so
+        # that sync-groups finds the groups idle instead of waiting for their heartbeats.
+        said = await self._decide(DRAINING, active=self.plan.source)
+        return f"{count(n, 'topic')} of {self.plan.source} fenced; {said}"
 
     async def _drain(self) -> str:
         source, target = self.plan.source, self.plan.target
@@ -327,10 +338,11 @@ class Failover:
         phase = SWITCHING if self.plan.kind == "planned" else SERVING
         return await self._decide(phase)
 
-    async def _decide(self, phase: str) -> str:
+    async def _decide(self, phase: str, active: str | None = None) -> str:
         pair = self.plan.pair
-        access = self.config.pair_config(pair).access(self.plan.target)
-        decision = Decision(self.plan.key, self.plan.epoch, pair.region_of(self.plan.target), self.plan.target,
+        active = active or self.plan.target
+        access = self.config.pair_config(pair).access(active)
+        decision = Decision(self.plan.key, self.plan.epoch, pair.region_of(active), active,
                             access.bootstrap, phase, time.time(), self.controller)
         properties = write_files(Path(self.config.state_dir), decision)
         self.context["properties_file"] = str(properties)

@@ -85,7 +85,7 @@ async def _serve(config, metrics_port: int | None) -> None:
 
     def health() -> tuple[bool, str]:
         view, stale = gateway.view, gateway.follower.stale
-        state = f"serving {view.active}" + (f" (moving from {view.previous})" if view.moving else "")
+        state = f"serving {view.active}" + (f" (moving consumers from {view.groups_home})" if view.moving else "")
         if stale:
             return False, f"{state}; the decision could not be read lately"
         return True, state

@@ -20,7 +20,7 @@ import anyio
 
 from core.client import Consumer, KafkaClient
 from core.client.errors import KafkaError
-from core.protocol.dr import DR_STATE_TOPIC, Decision
+from core.protocol.dr import DR_STATE_TOPIC, PHASE_ORDER, Decision
 
 log = logging.getLogger("seaway.gateway")
 
@@ -117,11 +117,11 @@ class DecisionFollower:
             return
         source.decision = decision
         best = self.best
-        if best is None or (decision.epoch, _phase_rank(decision.phase)) > (best.epoch, _phase_rank(best.phase)):
+        if best is None or _rank(decision) > _rank(best):
             self.best = decision
             self.on_change(decision)
 
 
-def _phase_rank(phase: str) -> int:
-    # Within one epoch the controller writes `switching` before `serving`.
-    return 1 if phase == "serving" else 0
+def _rank(decision: Decision) -> tuple[int, int]:
+    # Within one epoch the controller writes draining, switching, serving, in that order.
+    return decision.epoch, PHASE_ORDER.get(decision.phase, -1)

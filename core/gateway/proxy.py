@@ -58,7 +58,7 @@ log = logging.getLogger("seaway.gateway")
 
 DEFAULT_MAX_REQUEST_BYTES = 104_857_600     # Kafka's socket.request.max.bytes
 MAX_RESPONSE_BYTES = 2**31 - 1               # a frame only grows as its bytes arrive
-HIGH_WATER = 4 * 1024 * 1024                 # buffered bytes at which the other side pauses
+DRAINING_MAX_S = 300.0                       # longer than any drain the controller waits for
 
 Rewrite = Callable[[bytearray], 'bytes | bytearray']
 
@@ -132,6 +132,7 @@ class Gateway:
             async with anyio.create_task_group() as tg:
                 await tg.start(self.follower.run)
                 tg.start_soon(self._watch_staleness)
+                tg.start_soon(self._watch_draining)
                 await self._until_brokers_known()
                 task_status.started(self.addresses)
                 await anyio.sleep_forever()
@@ -149,6 +150,19 @@ class Gateway:
         with anyio.move_on_after(timeout_s):
             while not self.follower.sources[self.view.active].brokers:
                 await anyio.sleep(0.05)
+
+    async def _watch_draining(self) -> None:
+        """A controller that fenced the old side and then died, or could not say that it
+        rolled the failover back, would leave consumers held for good: after DRAINING_MAX_S
+        they join where they were (the next decision moves them again)."""
+        while True:
+            await anyio.sleep(1.0)
+            view = self.view
+            if view.draining and self._move_started is not None \
+                    and time.monotonic() - self._move_started > DRAINING_MAX_S:
+                log.warning("pair %s: still draining after %.0fs with no new decision; consumers join on %s again",
+                            self.config.pair, DRAINING_MAX_S, view.active)
+                self.apply(View(view.active, None, view.epoch))
 
     async def _watch_staleness(self) -> None:
         while True:
@@ -169,12 +183,16 @@ class Gateway:
         old, self.view = self.view, new
         self.metrics.epoch.set(new.epoch)
         self.metrics.moving.set(1 if new.moving else 0)
+        if (new.moving and not old.moving or old.active != new.active) and self._move_started is None:
+            self._move_started = time.monotonic()
+        if new.draining and not old.draining:
+            log.info("pair %s: %s is fenced (DR epoch %d): consumers leave their groups there and wait",
+                     self.config.pair, new.active, new.epoch)
         if old.active != new.active:
             self.metrics.moves.inc()
             self.metrics.serve(new.active)
-            self._move_started = time.monotonic()
             log.info("pair %s: moving clients from %s to %s (DR epoch %d%s)", self.config.pair, old.active,
-                     new.active, new.epoch, ", groups follow once it serves" if new.moving else "")
+                     new.active, new.epoch, ", consumers join once it serves" if new.moving else "")
         keep = {new.active} | ({new.previous} if new.previous else set())
         for conn in list(self.connections):
             conn.retire_upstreams(keep)
@@ -320,6 +338,7 @@ class ClientConnection(asyncio.Protocol):
                 rewrite = _api_versions_rewriter(head)
             elif head.api_key in _REWRITES:
                 rewrite = _endpoint_rewriter(head, self.gw, cluster)
+
         up.send(frame, reply, rewrite)
 
     def _send_own(self, cluster: str, api_key: int, version: int, body: Any) -> None:

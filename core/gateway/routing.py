@@ -5,9 +5,11 @@ Theory of operation
 -------------------
 The gateway serves one cluster of a DR pair at a time, the decision's active cluster, and a
 request goes there unchanged. The exception is a move: from the moment the DR controller
-records the new side as active (`switching`, core/protocol/dr.py) until it has carried the
-groups' committed offsets over (`serving`), the two clusters hold different parts of a
-consumer's state, and each request goes where its part lives:
+fences the old side (`draining`, core/protocol/dr.py) until it has carried the groups'
+committed offsets over (`serving`), consumers are moved, and from the moment it records the
+new side as active (`switching`) the two clusters hold different parts of a consumer's
+state, so each request goes where its part lives (while `draining`, "the new side" below
+is still the old one: nothing is writable yet, and producers retry there):
 
     Produce, Metadata, InitProducerId, admin     the new side: writes land there at once
     OffsetCommit, OffsetFetch, LeaveGroup,       the old side: a group's commits are made
@@ -18,7 +20,8 @@ consumer's state, and each request goes where its part lives:
                                                  leaves the old group meanwhile
     Fetch                                        answered here, empty, after its wait
 
-So each consumer, at its next heartbeat, starts a rebalance as after any membership change:
+So each consumer, at its next heartbeat, starts a rebalance as after any membership change
+(the move starts at the fence, so that heartbeat interval passes while the link drains):
 it stops fetching, commits what it consumed (to the old side, where its generation is
 valid) and asks to join again. The gateway takes the member out of the old group with a
 LeaveGroup of its own, so the group empties as its consumers reach that point, which is
@@ -52,7 +55,7 @@ from typing import Any
 from core.protocol import messages as m
 from core.protocol.api_keys import ApiKey
 from core.protocol.codegen import Writer
-from core.protocol.dr import SERVING, SWITCHING, Decision
+from core.protocol.dr import DRAINING, SERVING, SWITCHING, Decision
 from core.protocol.errors import ErrorCode
 
 _SIZE = struct.Struct(">i")
@@ -71,15 +74,22 @@ OLD_SIDE_APIS = frozenset({
 
 @dataclass(frozen=True)
 class View:
-    """What the gateway serves: the active cluster and, during a move, the one the groups are
-    still on."""
+    """What the gateway serves: the active cluster; during a move (`switching`) the one the
+    groups are still on; and whether consumers are held (from `draining` to `serving`)."""
     active: str
     previous: str | None = None
     epoch: int = 0
+    draining: bool = False
 
     @property
     def moving(self) -> bool:
-        return self.previous is not None
+        """Consumers are being moved: told to rejoin, and their joins held."""
+        return self.previous is not None or self.draining
+
+    @property
+    def groups_home(self) -> str:
+        """Where the groups' commits are made and read meanwhile."""
+        return self.previous or self.active
 
 
 def view_of(decision: Decision | None, clusters: tuple[str, str], current: View) -> View:
@@ -87,6 +97,8 @@ def view_of(decision: Decision | None, clusters: tuple[str, str], current: View)
     what is served, changes nothing."""
     if decision is None or decision.active_cluster not in clusters or decision.epoch < current.epoch:
         return current
+    if decision.phase == DRAINING:
+        return View(decision.active_cluster, None, decision.epoch, draining=True)
     if decision.phase == SWITCHING:
         # The groups are on the other cluster of the pair, whatever this gateway served
         # before (it may have started in the middle of the move).
@@ -117,16 +129,16 @@ Route = Forward | Answer | HoldJoin
 
 
 def route(api_key: int, view: View, *, max_wait_ms: int = 0) -> Route:
-    if view.previous is None:
+    if not view.moving:
         return Forward(view.active)
     if api_key in (ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP):
         return Answer()
     if api_key == ApiKey.JOIN_GROUP:
-        return HoldJoin(view.previous)
+        return HoldJoin(view.groups_home)
     if api_key == ApiKey.FETCH:
         return Answer(min(max(max_wait_ms, 0), MOVE_FETCH_WAIT_MS) / 1000)
     if api_key in OLD_SIDE_APIS:
-        return Forward(view.previous)
+        return Forward(view.groups_home)
     return Forward(view.active)
 
 

@@ -120,12 +120,19 @@ def link_copies(source: str, target: str, source_replica_of: str, target_replica
 #      "active_cluster": "us-east-1", "bootstrap": "127.0.0.1:29092,...",
 #      "phase": "serving", "decided_at": 1796490518.0, "controller": "host:1234"}
 #
-# `phase` is `switching` from the moment the new side takes writes until the groups' offsets
-# have been carried over, and `serving` after: producers may write to the active side in
-# either phase; consumers stop on the old side when the active region changes, and join on
-# the new side only once it is `serving`, so they resume exactly where they committed. A
-# reader that sees several records (one per cluster that answered) takes the highest epoch.
-SERVING, SWITCHING = "serving", "switching"
+# `phase`, within one epoch, goes `draining` -> `switching` -> `serving`:
+# - `draining` (a planned failover, from its fence step): the old side is still active but
+#   fenced, and the link drains. Producers' writes there are refused with a retriable error;
+#   consumers may stop and leave their groups now (a gateway makes them commit and rejoin,
+#   and holds their joins), so that the groups are idle by the time the offsets move.
+# - `switching`: the new side takes writes; the groups' offsets are being carried over.
+#   Producers write to the active side; consumers stay stopped.
+# - `serving`: consumers join on the new side and resume exactly where they committed.
+# A failover rolled back during the drain publishes `serving` for the old side at the same
+# epoch. An unplanned failover publishes `serving` at once. A reader that sees several
+# records (one per cluster that answered) takes the highest (epoch, phase) in that order.
+DRAINING, SWITCHING, SERVING = "draining", "switching", "serving"
+PHASE_ORDER = {DRAINING: 0, SWITCHING: 1, SERVING: 2}
 
 
 @dataclass(frozen=True)

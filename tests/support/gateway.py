@@ -16,6 +16,27 @@ BOOTSTRAP = re.compile(r"bootstrap\.servers=(\S+)")
 METRICS = re.compile(r"metrics: (http://\S+)/metrics")
 
 
+def free_ports(n: int) -> int:
+    """The first of n consecutive free ports on 127.0.0.1 (a gateway's slots)."""
+    import random
+    import socket
+    for _ in range(200):
+        base = random.randint(20_000, 60_000)
+        socks = []
+        try:
+            for port in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports")
+
+
 class GatewayProcess:
     def __init__(self, log_dir: Path, pair: str, clusters: list[tuple[str, str]], *, listen: str = "127.0.0.1:0",
                  slots: int = 3, extra: tuple[str, ...] = ()):

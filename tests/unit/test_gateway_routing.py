@@ -9,7 +9,7 @@ from core.gateway.proxy import _acks
 from core.gateway.routing import Answer, Forward, HoldJoin, View, route, view_of
 from core.protocol import messages as m
 from core.protocol.api_keys import ApiKey as K
-from core.protocol.dr import SERVING, SWITCHING, Decision
+from core.protocol.dr import DRAINING, SERVING, SWITCHING, Decision
 from core.protocol.errors import ErrorCode
 
 EU, US = "eu-1", "us-1"
@@ -23,7 +23,10 @@ def decision(active: str, epoch: int, phase: str) -> Decision:
 # What the gateway serves after each decision, from what it served before.
 @pytest.mark.parametrize("before, d, after", [
     (View(EU), None, View(EU)),                                           # nothing decided yet
-    (View(EU), decision(US, 1, SWITCHING), View(US, EU, 1)),              # a planned failover starts
+    (View(EU), decision(EU, 1, DRAINING), View(EU, None, 1, draining=True)),  # a planned failover fences EU
+    (View(EU, None, 1, draining=True), decision(US, 1, SWITCHING), View(US, EU, 1)),  # US takes writes
+    (View(EU, None, 1, draining=True), decision(EU, 1, SERVING), View(EU, None, 1)),  # rolled back
+    (View(EU), decision(US, 1, SWITCHING), View(US, EU, 1)),              # `draining` missed
     (View(US, EU, 1), decision(US, 1, SERVING), View(US, None, 1)),       # ... and ends
     (View(US, EU, 1), decision(US, 1, SWITCHING), View(US, EU, 1)),       # the same record read again
     (View(EU), decision(US, 1, SERVING), View(US, None, 1)),              # unplanned, or `switching` missed
@@ -38,6 +41,7 @@ def test_the_view_a_decision_asks_for(before, d, after):
 
 
 MOVING = View(US, EU, 4)
+DRAINING_EU = View(EU, None, 4, draining=True)
 
 
 @pytest.mark.parametrize("api, view, expected", [
@@ -62,6 +66,13 @@ MOVING = View(US, EU, 4)
     (K.JOIN_GROUP, MOVING, HoldJoin(EU)),
     # ... and fetches answered empty after their wait, capped.
     (K.FETCH, MOVING, Answer(0.5)),
+    # While the old side drains, consumers are moved already; everything else stays there.
+    (K.HEARTBEAT, DRAINING_EU, Answer()),
+    (K.JOIN_GROUP, DRAINING_EU, HoldJoin(EU)),
+    (K.FETCH, DRAINING_EU, Answer(0.5)),
+    (K.OFFSET_COMMIT, DRAINING_EU, Forward(EU)),
+    (K.PRODUCE, DRAINING_EU, Forward(EU)),
+    (K.METADATA, DRAINING_EU, Forward(EU)),
 ])
 def test_where_a_request_goes(api, view, expected):
     assert route(api, view, max_wait_ms=500) == expected
