@@ -23,7 +23,8 @@ from core.protocol.codegen import Writer
 from core.protocol.errors import DecodeError, EncodeError, ErrorCode
 from core.protocol.framing import FrameReader, FrameTooLarge
 
-from core.security.authorizer import ANONYMOUS
+from core.protocol.envelope import decode_address, decode_principal
+from core.security.authorizer import ANONYMOUS, CLUSTER_NAME, Operation, ResourceType
 from core.security.sasl import SaslSession
 from core.security.sasl import State as SaslState
 
@@ -40,6 +41,11 @@ _KEY_VERSION = struct.Struct(">hh")
 RECEIVE_SIZE = 1 << 20
 # A TLS ClientHello starts 0x16 0x03: read as a size prefix, 0x1603xxxx, far over any limit.
 _TLS_HANDSHAKE_RECORD = 0x1603
+
+
+# What an Envelope may not carry: itself, and authentication (the carrying connection's own).
+_NOT_ENVELOPED = frozenset({m.ApiKey.ENVELOPE, m.ApiKey.SASL_HANDSHAKE, m.ApiKey.SASL_AUTHENTICATE,
+                            m.ApiKey.API_VERSIONS})
 
 
 class CloseConnection(Exception):
@@ -194,6 +200,16 @@ class Connection:
             log.warning("%s: %s version %d is not supported (%d-%d); closing connection",
                         self.peer, api.name, version, api.min_version, api.max_version)
             raise CloseConnection
+        header, request = self._decode(frame, api, version)
+        if self.sasl is not None and not self.sasl.authenticated and api_key != m.ApiKey.API_VERSIONS:
+            return self._sasl_step(api_key, version, correlation_id, api, request)
+        if api_key == m.ApiKey.ENVELOPE:
+            return await self._envelope(version, correlation_id, request)
+        return await self._serve(api_key, version, correlation_id, api, header.client_id, request,
+                                 self.principal, self.peer)
+
+    def _decode(self, frame: bytearray, api, version: int):
+        """(header, request); CloseConnection for a request that does not parse."""
         try:
             header, body_at = m.REQUEST_HEADER.decode(api.request_header_version(version), frame, whole=False)
             assert isinstance(header, m.RequestHeader)   # the class of REQUEST_HEADER
@@ -204,13 +220,17 @@ class Connection:
                 log.debug("%s: %s v%d request has %d trailing bytes; ignored as Kafka does",
                           self.peer, api.name, version, len(frame) - end)
         except DecodeError as exc:
-            bad.labels("malformed").inc()
+            self.broker.metrics.bad_requests.labels("malformed").inc()
             log.warning("%s: malformed %s v%d request: %s; closing connection", self.peer, api.name, version, exc)
             raise CloseConnection from None
-        if self.sasl is not None and not self.sasl.authenticated and api_key != m.ApiKey.API_VERSIONS:
-            return self._sasl_step(api_key, version, correlation_id, api, request)
-        ctx = RequestContext(self.broker, self.authorizer, self.listener, self.peer, api_key, version,
-                             correlation_id, header.client_id, principal=self.principal,
+        return header, request
+
+    async def _serve(self, api_key: int, version: int, correlation_id: int, api, client_id, request,
+                     principal: str, peer: str) -> list | None:
+        """Handle a decoded request as `principal` at `peer`: the connection's own, or the
+        client's an Envelope names."""
+        ctx = RequestContext(self.broker, self.authorizer, self.listener, peer, api_key, version,
+                             correlation_id, client_id, principal=principal,
                              controller=self.controller, handlers=self.handlers, audit=self.audit)
         requests, latency = self.broker.metrics.for_api(api.name)
         requests.inc()
@@ -232,6 +252,49 @@ class Connection:
         except EncodeError:
             log.exception("%s: cannot encode %s v%d response", self.peer, api.name, version)
             raise CloseConnection from None
+
+    # ------------------------------------------------------------------ Envelope
+
+    async def _envelope(self, version: int, correlation_id: int, request) -> list:
+        """A request a trusted proxy forwards for a client (handlers/envelope.py has the rules)."""
+        def answer(code: int, data=None) -> list:
+            return encode_response(m.ApiKey.ENVELOPE, version, correlation_id, 1,
+                                   m.EnvelopeResponse(response_data=data, error_code=code))
+        host = self.peer.rsplit(":", 1)[0].strip("[]")
+        if not self.authorizer.authorize(self.principal, Operation.CLUSTER_ACTION, ResourceType.CLUSTER,
+                                         CLUSTER_NAME, host):
+            self.broker.metrics.bad_requests.labels("envelope").inc()
+            log.warning("%s: Envelope from %s, who may not ClusterAction on the cluster; refused",
+                        self.peer, self.principal)
+            return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        try:
+            principal = decode_principal(request.request_principal or b"")
+            peer = f"{decode_address(request.client_host_address)}:0"
+        except DecodeError as exc:
+            log.warning("%s: Envelope with an unreadable principal or address: %s", self.peer, exc)
+            return answer(ErrorCode.PRINCIPAL_DESERIALIZATION_FAILURE)
+        inner = bytearray(request.request_data)
+        if len(inner) < 8:
+            return answer(ErrorCode.INVALID_REQUEST)
+        api_key, inner_version = _KEY_VERSION.unpack_from(inner)
+        (inner_correlation,) = _SIZE.unpack_from(inner, 4)
+        api = m.API.get(api_key)
+        if api is None or api_key not in self.handlers or api_key in _NOT_ENVELOPED or not api.supports(inner_version):
+            log.warning("%s: Envelope around API key %d v%d, which it may not carry", self.peer, api_key,
+                        inner_version)
+            return answer(ErrorCode.INVALID_REQUEST)
+        try:
+            header, inner_request = self._decode(inner, api, inner_version)
+            parts = await self._serve(api_key, inner_version, inner_correlation, api, header.client_id,
+                                      inner_request, principal, peer)
+        except CloseConnection:
+            # What would close a client's own connection must not close the proxy's, which
+            # carries other clients too: the envelope says so instead.
+            return answer(ErrorCode.INVALID_REQUEST)
+        if parts is None:
+            return answer(ErrorCode.NONE)       # acks=0: no answer for the client
+        data = b"".join(parts)[4:]              # the inner frame, without its size prefix
+        return answer(ErrorCode.NONE, data)
 
     # ------------------------------------------------------------------ SASL
 

@@ -3887,6 +3887,20 @@ class ConsumerProtocolSubscription(Message):
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None: ...
 
+class DefaultPrincipalData(Message):
+    type: str
+    name: str
+    token_authenticated: bool
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        type: str = ...,
+        name: str = ...,
+        token_authenticated: bool = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
 class GroupMetadataKey(Message):
     group: str
     unknown_tags: dict[int, bytes] | None

@@ -396,7 +396,7 @@ def test_header_matches_kafka(name):
 
 
 @needs_kafka
-@pytest.mark.parametrize("name", ["ConsumerProtocolSubscription", "ConsumerProtocolAssignment"])
+@pytest.mark.parametrize("name", ["ConsumerProtocolSubscription", "ConsumerProtocolAssignment", "DefaultPrincipalData"])
 def test_consumer_protocol_matches_kafka(name):
     _, structs = dsl.load_all()
     spec = structs[name]

@@ -9,7 +9,7 @@ from core.protocol.api_keys import ApiKey
 
 from . import (api_versions, delete_groups, delete_records, describe_acls, describe_cluster, describe_configs,
                describe_user_scram_credentials,
-               describe_groups, describe_quorum, fetch, find_coordinator, forwarded, heartbeat,
+               describe_groups, describe_quorum, envelope, fetch, find_coordinator, forwarded, heartbeat,
                init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata,
                offset_commit, offset_delete, offset_fetch, offset_for_leader_epoch, produce, sasl, sync_group)
 
@@ -17,7 +17,7 @@ _MODULES = (forwarded, produce, fetch, list_offsets, metadata, api_versions, del
             describe_configs, describe_cluster, describe_quorum, init_producer_id, find_coordinator,
             join_group, sync_group, heartbeat, leave_group, describe_groups, list_groups, delete_groups,
             offset_commit, offset_fetch, offset_delete, offset_for_leader_epoch, sasl,
-            describe_user_scram_credentials, describe_acls)
+            describe_user_scram_credentials, describe_acls, envelope)
 
 
 class DuplicateHandlerError(RuntimeError):
