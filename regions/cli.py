@@ -135,6 +135,7 @@ def cmd_up(args, state_dir: Path) -> int:
     started = time.monotonic()
     try:
         healths = _wait_healthy(layout, proc, args.timeout, log_path)
+        gateways = _wait_gateways(layout, proc, started + args.timeout)
     except BaseException:
         proc.terminate()
         raise
@@ -152,6 +153,11 @@ def cmd_up(args, state_dir: Path) -> int:
             f"http://127.0.0.1:{n.metrics_port}/metrics" for n in c.nodes))
     if layout.dr_url:
         print(f"  DR controller (dr serve): {layout.dr_url} (/metrics, /api/v1/status; `dr status` prints the same)")
+    for g in layout.gateways:
+        print(f"  gateway of {g.spec.pair} in {g.spec.region}: bootstrap {g.bootstrap}   "
+              f"{gateways[g.spec.name]}; metrics {g.metrics_url}")
+    if layout.no_gateways:
+        print(f"  gateways: {layout.no_gateways}")
     if layout.security is not None:
         _print_security(layout)
     if args.detach:
@@ -202,18 +208,19 @@ def _show_status_until_interrupted(proc, state_dir: Path, layout) -> bool:
 
 def _check_ports_free(layout) -> None:
     import socket
-    for n in layout.nodes():
-        for field, port in (("port", n.client_port), ("controller_port", n.controller_port),
-                            ("metrics_port", n.metrics_port)):
-            if port is None:
-                continue
-            with socket.socket() as s:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    s.bind((n.node.host, port))
-                except OSError:
-                    raise CliError(f"{n.key} {field} {port} on {n.node.host} is in use "
-                                   f"(another platform or program?)") from None
+    wanted = [(n.key, field, n.node.host, port) for n in layout.nodes()
+              for field, port in (("port", n.client_port), ("controller_port", n.controller_port),
+                                  ("metrics_port", n.metrics_port)) if port is not None]
+    wanted += [(g.spec.name, field, g.host, port) for g in layout.gateways
+               for field, port in [*(("port", p) for p in g.ports), ("metrics_port", g.metrics_port)]]
+    for owner, field, host, port in wanted:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError:
+                raise CliError(f"{owner} {field} {port} on {host} is in use "
+                               f"(another platform or program?)") from None
 
 
 def _wait_healthy(layout, proc, timeout: float, log_path: Path) -> dict:
@@ -232,6 +239,26 @@ def _wait_healthy(layout, proc, timeout: float, log_path: Path) -> dict:
                              for n, h in healths.items() if not h.healthy)
             raise CliError(f"not healthy within {timeout:g}s ({sick}); node logs are under "
                            f"{layout.state_dir / 'clusters'}")
+        time.sleep(0.3)
+
+
+def _wait_gateways(layout, proc, deadline: float) -> dict[str, str]:
+    """Each gateway's answer to /health once all answer 200 (what it serves); the clients it
+    is printed for may use it at once."""
+    from .health import gateway_health
+    answers: dict[str, tuple[bool, str]] = {}
+    while True:
+        for g in layout.gateways:
+            if not answers.get(g.spec.name, (False, ""))[0]:
+                answers[g.spec.name] = gateway_health(g.metrics_url)
+        if all(ok for ok, _ in answers.values()):
+            return {name: text for name, (_, text) in answers.items()}
+        if proc.poll() is not None:
+            raise CliError(f"the supervisor exited ({proc.returncode}): {_tail(layout.state_dir / 'supervisor.log')}")
+        if time.monotonic() > deadline:
+            sick = "; ".join(f"{name}: {text} (see {layout.state_dir / (name + '.log')})"
+                             for name, (ok, text) in answers.items() if not ok)
+            raise CliError(f"gateways not serving in time: {sick}")
         time.sleep(0.3)
 
 
@@ -286,7 +313,7 @@ def cmd_status(args, state_dir: Path) -> int:
                 nodes_up=sum(v["running"] for v in nodes.values()), nodes_total=len(nodes),
                 nodes=nodes)
         print(json.dumps({"name": status["name"], "regions": regions, "mirror": status.get("mirror"),
-                          "dr": status.get("dr")},
+                          "dr": status.get("dr"), "gateways": status.get("gateways") or []},
                          indent=2))
         return 0
     _print_status(state_dir, layout, status)
@@ -322,6 +349,10 @@ def _print_status(state_dir: Path, layout, status: dict | None = None) -> None:
     if dr is not None:
         print(f"dr serve ({dr['url']}): " + (f"running (pid {dr['pid']})" if dr["running"]
                                             else f"down (exit {dr['exit_code']}; see {dr['log']})"))
+    for g in status.get("gateways") or []:
+        state = (f"running (pid {g['pid']})" if g["running"] else "stopped with its region" if g["held"]
+                 else f"down (exit {g['exit_code']}; see {g['log']})")
+        print(f"gateway of {g['pair']} in {g['region']} ({g['bootstrap']}): {state}")
 
 
 def cmd_stop_start(args, state_dir: Path) -> int:
@@ -338,7 +369,7 @@ def cmd_stop_start(args, state_dir: Path) -> int:
     if reply is None or not reply.get("ok"):
         raise CliError((reply or {}).get("error") or "the supervisor did not answer")
     verb = "stopped" if args.command == "stop" else "started"
-    print(f"{verb} {', '.join(reply['nodes'])}")
+    print(f"{verb} {', '.join(reply['nodes'] + reply.get('gateways', []))}")
     return 0
 
 

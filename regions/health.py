@@ -1,6 +1,7 @@
 """A cluster's health as an operator reads it, asked over the wire like any client would:
 the quorum's leader (DescribeQuorum on a controller listener), the brokers registered and
 unfenced (DescribeCluster), and the under-replicated and offline partitions (Metadata).
+A gateway says itself whether it serves (its /health).
 """
 from __future__ import annotations
 
@@ -118,3 +119,18 @@ async def _every_brokers_view(cluster: ClusterLayout, timeout_ms: int, security)
 def _short(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text[:160]
+
+
+def gateway_health(metrics_url: str, timeout: float = 1.0) -> tuple[bool, str]:
+    """A gateway's own answer on /health, beside its /metrics: (200?, its one line, such as
+    `serving eu-west-1`), or (False, why it did not answer)."""
+    from urllib.error import HTTPError, URLError
+    from urllib.request import urlopen
+    url = metrics_url.removesuffix("/metrics") + "/health"
+    try:
+        with urlopen(url, timeout=timeout) as answer:
+            return True, answer.read().decode(errors="replace").strip()
+    except HTTPError as exc:
+        return False, exc.read().decode(errors="replace").strip() or f"HTTP {exc.code}"
+    except (URLError, OSError) as exc:
+        return False, f"not answering ({_short(getattr(exc, 'reason', exc))})"

@@ -9,7 +9,8 @@ a client in that region that bootstraps from the proxies keeps going through the
 answers with the addresses of the listener a request arrived on, as Kafka does.
 
 Ports the topology leaves out are picked once and kept in `ports.json` in the state
-directory, so a platform keeps its addresses across restarts.
+directory, so a platform keeps its addresses across restarts. The DR pairs' gateways get
+theirs as regions/gateways.py says.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .gateways import GatewaySpec, fixed_gateway_ports, gateway_specs, ports_are_fixed, why_no_gateways
 from .security import PlatformSecurity
 from .topology import Node, Topology
 
@@ -73,6 +75,25 @@ class ProxyLayout:
     upstream_port: int
 
 
+@dataclass(frozen=True)
+class GatewayLayout:
+    """A gateway of a DR pair in one region: it reaches each cluster of the pair as clients in
+    its region do (directly in its region, through the WAN proxies elsewhere)."""
+    spec: GatewaySpec
+    clusters: dict[str, str]        # the pair's clusters, primary first -> bootstrap from the region
+    ports: list[int]                # one per slot, consecutive
+    metrics_port: int
+    host: str = "127.0.0.1"
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{self.host}:{p}" for p in self.ports)
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}/metrics"
+
+
 @dataclass
 class ClusterLayout:
     region: str
@@ -102,6 +123,8 @@ class PlatformLayout:
     mirror_metrics_port: int | None = None     # the mirror process's /metrics, if it has links
     security: PlatformSecurity | None = None   # the topology's `security:` when enabled
     dr_port: int | None = None                 # `dr serve`'s HTTP (metrics, API), if there are DR pairs
+    gateways: list[GatewayLayout] = field(default_factory=list)
+    no_gateways: str | None = None             # why the DR pairs have none (regions/gateways.py)
 
     @property
     def dr_url(self) -> str | None:
@@ -156,11 +179,17 @@ def plan(topology: Topology, state_dir: Path, *, cluster_ids: dict[str, str] | N
     taken = {int(p) for p in ports.values()}
     taken |= {p for _, _, c in topology.clusters() for n in c.nodes
               for p in (n.port, n.controller_port, n.metrics_port) if p is not None}
+    no_gateways = why_no_gateways(topology)
+    fixed_gateways = fixed_gateway_ports(topology) if no_gateways is None and ports_are_fixed(topology) else {}
+    # Picked ports come from the range the fixed gateway ports are in: a port picked before
+    # the gateways had theirs is picked again.
+    reserved = {p for slots, metrics in fixed_gateways.values() for p in (*slots, metrics)}
+    taken |= reserved
 
     def port(key: str, fixed: int | None) -> int:
         if fixed is not None:
             return fixed
-        if key not in ports:
+        if key not in ports or int(ports[key]) in reserved:
             ports[key] = _free_port(taken)
             taken.add(ports[key])
         return int(ports[key])
@@ -198,10 +227,35 @@ def plan(topology: Topology, state_dir: Path, *, cluster_ids: dict[str, str] | N
             n.properties = _properties(n, voters, cluster.config, proxies, security)
     mirror_port = port("mirror/metrics_port", None) if topology.mirrors else None
     dr_port = port("dr/port", None) if topology.dr_pairs() else None
+    layout = PlatformLayout(topology, state_dir, clusters, proxies, mirror_port, security, dr_port,
+                            no_gateways=no_gateways)
+    for spec in gateway_specs(topology) if no_gateways is None else []:
+        if spec.name in fixed_gateways:
+            slots, metrics = fixed_gateways[spec.name]
+        else:
+            slots, metrics = _slot_ports(ports, taken, spec), port(f"{spec.name}/metrics_port", None)
+        reach = {c: layout.wan_bootstrap(c, spec.region) for c in (spec.first, spec.second)}
+        layout.gateways.append(GatewayLayout(spec, reach, slots, metrics))
     state_dir.mkdir(parents=True, exist_ok=True)
     _save_json(state_dir / PORTS_FILE, ports)
     _save_json(state_dir / CLUSTER_IDS_FILE, ids)
-    return PlatformLayout(topology, state_dir, clusters, proxies, mirror_port, security, dr_port)
+    return layout
+
+
+def _slot_ports(ports: dict, taken: set[int], spec: GatewaySpec) -> list[int]:
+    """A gateway's slot ports, which must be consecutive: the ones kept from an earlier start,
+    or a new block (the pair's clusters may have grown since)."""
+    keys = [f"{spec.name}/slot/{k}" for k in range(spec.slots)]
+    kept = [ports.get(key) for key in keys]
+    if all(isinstance(p, int) for p in kept) and kept == list(range(kept[0], kept[0] + spec.slots)):
+        return kept
+    for key in [k for k in ports if k.startswith(f"{spec.name}/slot/")]:
+        taken.discard(int(ports.pop(key)))
+    first = _free_block(taken, spec.slots)
+    for key, p in zip(keys, range(first, first + spec.slots)):
+        ports[key] = p
+        taken.add(p)
+    return list(range(first, first + spec.slots))
 
 
 def _properties(n: NodeLayout, voters: str, cluster_config: dict, proxies: list[ProxyLayout],
@@ -267,6 +321,26 @@ def _free_port(taken: set[int]) -> int:
             p = s.getsockname()[1]
         if p not in taken:
             return p
+
+
+def _free_block(taken: set[int], n: int) -> int:
+    """The first of n consecutive free ports: a free port the system picks and the ones after it
+    (the system hands out ports scattered, so the ones after a free one are usually free)."""
+    for _ in range(200):
+        first = _free_port(taken)
+        block = range(first, first + n)
+        if block[-1] <= 65535 and not taken & set(block) and all(_bindable(p) for p in block[1:]):
+            return first
+    raise RuntimeError(f"no {n} consecutive free ports on 127.0.0.1")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _random_cluster_id() -> str:

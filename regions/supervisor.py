@@ -5,7 +5,8 @@ platform and answers commands on a Unix socket in the state directory.
 
 It formats each node's storage the first time (one cluster id per cluster, kept in the state
 directory), starts every node as `python -m core.cli node` with its log in the node's
-directory, runs the WAN proxies in its own event loop, and then waits for commands:
+directory, runs the WAN proxies in its own event loop, and the platform's services (the
+mirror, `dr serve`, the DR pairs' gateways), and then waits for commands:
 
     {"cmd": "status"}                      -> {"ok": true, "nodes": {"eu-west-1/1": {...}}, ...}
     {"cmd": "stop", "target": T, "kill": false}    T is a REGION, CLUSTER or CLUSTER/ID
@@ -13,8 +14,10 @@ directory, runs the WAN proxies in its own event loop, and then waits for comman
     {"cmd": "down"}
 
 one JSON object per line each way. A node that exits on its own stays down (an outage is
-something to see, not to hide); `start` brings it back. SIGTERM or `down` stops the nodes
-gracefully (each hands its leaderships over), then the proxies, and removes the socket.
+something to see, not to hide); `start` brings it back. A service that exits is started
+again, except a gateway that `stop REGION` stopped with its region's nodes, until `start
+REGION`. SIGTERM or `down` stops the services, then the nodes gracefully (each hands its
+leaderships over), then the proxies, and removes the socket.
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from .control import CONTROL_SOCKET, receive_line
-from .layout import NodeLayout, PlatformLayout, write_properties
+from .layout import GatewayLayout, NodeLayout, PlatformLayout, write_properties
 from .wan import ProxySpec, WanProxy, wan_proxies
 
 log = logging.getLogger("regions.supervisor")
@@ -115,6 +118,7 @@ class ServiceProcess(_Child):
     def __init__(self, name: str, args: list[str], log_path: Path, *, stop_s: float, url: str | None = None):
         self.name, self.args, self.log_path, self.stop_s, self.url = name, args, log_path, stop_s, url
         self.proc = None
+        self.held = False       # stopped on purpose (its region's outage): not started again
 
     def start(self) -> None:
         if self.running:
@@ -122,10 +126,10 @@ class ServiceProcess(_Child):
         self.proc = spawn(self.args, self.log_path)
         log.info("started %s (pid %d)%s", self.name, self.proc.pid, f" on {self.url}" if self.url else "")
 
-    async def stop(self) -> None:
+    async def stop(self, *, kill: bool = False) -> None:
         if not self.running:
             return
-        self.proc.terminate()
+        self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
         if not await _exited(self.proc, self.stop_s):
             self.proc.kill()
             await _exited(self.proc, None)
@@ -150,6 +154,26 @@ def dr_serve_process(state_dir: Path, port: int) -> ServiceProcess:
                           state_dir / DR_LOG, stop_s=10, url=f"http://127.0.0.1:{port}/")
 
 
+class GatewayProcess(ServiceProcess):
+    """`seaway gateway` for one DR pair in one region (regions/gateways.py)."""
+
+    def __init__(self, state_dir: Path, layout: GatewayLayout):
+        spec = layout.spec
+        args = ["core.cli", "gateway", "--pair", spec.pair]
+        for cluster, bootstrap in layout.clusters.items():
+            args += ["--cluster", f"{cluster}={bootstrap}"]
+        args += ["--listen", f"{layout.host}:{layout.ports[0]}", "--slots", str(len(layout.ports)),
+                 "--metrics-port", str(layout.metrics_port)]
+        super().__init__(f"the gateway of {spec.pair} in {spec.region}", args, state_dir / f"{spec.name}.log",
+                         stop_s=10, url=layout.metrics_url)
+        self.layout = layout
+
+    def describe(self) -> dict:
+        spec = self.layout.spec
+        return {**super().describe(), "name": spec.name, "pair": spec.pair, "region": spec.region,
+                "bootstrap": self.layout.bootstrap, "held": self.held}
+
+
 class Supervisor:
     def __init__(self, layout: PlatformLayout, *, topology_path: Path | None = None):
         self.layout = layout
@@ -158,6 +182,7 @@ class Supervisor:
         self.proxies = self._proxies()
         self.mirror = mirror_process(layout.state_dir) if layout.topology.mirrors else None
         self.dr = dr_serve_process(layout.state_dir, layout.dr_port) if layout.dr_port else None
+        self.gateways = [GatewayProcess(layout.state_dir, g) for g in layout.gateways]
         self.done = anyio.Event()
 
     def _proxies(self) -> list[WanProxy]:
@@ -192,6 +217,8 @@ class Supervisor:
                         self.mirror.start()
                 if self.dr is not None:     # it reads platform.json, written above
                     self.dr.start()
+                for gateway in self.gateways:
+                    gateway.start()
                 tg.start_soon(self._watch)
                 tg.start_soon(self._on_signals)
                 tg.start_soon(listener.serve, self._handle)
@@ -206,8 +233,8 @@ class Supervisor:
             for node in self.nodes.values():     # whatever a cancellation left running
                 if node.running:
                     node.proc.kill()
-            for child in (self.mirror, self.dr):
-                if child is not None and child.running:
+            for child in self._services():
+                if child.running:
                     child.proc.kill()
 
     async def _grant_mirror_then_start(self) -> None:
@@ -256,6 +283,11 @@ class Supervisor:
                 "mirror_links": layout.mirror_links(),
                 "mirror_metrics_port": layout.mirror_metrics_port,
                 "dr": layout.dr_url,
+                # where applications bootstrap to ride through failovers; `dr` shows them
+                "gateways": [{"name": g.spec.name, "pair": g.spec.pair, "region": g.spec.region,
+                              "bootstrap": g.bootstrap, "metrics": g.metrics_url, "clusters": g.clusters}
+                             for g in layout.gateways],
+                "no_gateways": layout.no_gateways,
                 "topology": str(self.topology_path) if self.topology_path else None,
                 "security": self._security_summary(),
                 "started_at": time.time()}
@@ -276,10 +308,14 @@ class Supervisor:
         return {"mechanism": security.mechanism, "ca": str(security.ca_path), "admin_user": security.admin_user,
                 "client_properties": {user: str(path) for user, path in files.items()}}
 
+    def _services(self) -> list[ServiceProcess]:
+        """The gateways first: on the way down, applications lose their entry before the
+        processes behind it."""
+        return [*self.gateways, *(s for s in (self.dr, self.mirror) if s is not None)]
+
     async def shutdown(self) -> None:
-        for service in (self.dr, self.mirror):
-            if service is not None:
-                await service.stop()
+        for service in self._services():
+            await service.stop()
         async with anyio.create_task_group() as tg:
             for node in self.nodes.values():
                 tg.start_soon(node.stop)
@@ -288,13 +324,13 @@ class Supervisor:
         log.info("platform %s is down", self.layout.topology.name)
 
     async def _watch(self) -> None:
-        """Log nodes that exit on their own; they stay down until `start`. The mirror and `dr
-        serve` are services, not simulated outages: they are started again."""
+        """Log nodes that exit on their own; they stay down until `start`. The mirror, `dr
+        serve` and the gateways are services, not simulated outages: they are started again."""
         reported: set[str] = set()
         while True:
             # (proc None: not started yet, on a secured platform while its ACLs are made)
-            for service in (self.mirror, self.dr):
-                if service is not None and service.proc is not None and not service.running \
+            for service in self._services():
+                if service.proc is not None and not service.running and not service.held \
                         and not self.done.is_set():
                     log.warning("%s exited with %s; starting it again (see %s)", service.name,
                                 service.proc.returncode, service.log_path)
@@ -337,7 +373,8 @@ class Supervisor:
             return {"ok": True, "name": self.layout.topology.name, "pid": os.getpid(),
                     "nodes": {k: n.describe() for k, n in self.nodes.items()},
                     "mirror": self.mirror.describe() if self.mirror is not None else None,
-                    "dr": self.dr.describe() if self.dr is not None else None}
+                    "dr": self.dr.describe() if self.dr is not None else None,
+                    "gateways": [g.describe() for g in self.gateways]}
         if cmd == "down":
             self.done.set()
             return {"ok": True}
@@ -348,12 +385,21 @@ class Supervisor:
             except KeyError:
                 return {"ok": False, "error": f"target: no region, cluster or CLUSTER/ID named {target!r}"}
             keys = [n.key for n in selected]
+            # A region's outage takes its gateways with it; a cluster's or a node's does not.
+            gateways = [g for g in self.gateways if g.layout.spec.region == target]
+            kill = bool(request.get("kill"))
             if cmd == "stop":
                 async with anyio.create_task_group() as tg:
                     for key in keys:
-                        tg.start_soon(lambda k=key: self.nodes[k].stop(kill=bool(request.get("kill"))))
+                        tg.start_soon(lambda k=key: self.nodes[k].stop(kill=kill))
+                    for gateway in gateways:
+                        gateway.held = True
+                        tg.start_soon(lambda g=gateway: g.stop(kill=kill))
             else:
                 for key in keys:
                     self.nodes[key].start()
-            return {"ok": True, "nodes": keys}
+                for gateway in gateways:
+                    gateway.held = False
+                    gateway.start()
+            return {"ok": True, "nodes": keys, "gateways": [g.layout.spec.name for g in gateways]}
         return {"ok": False, "error": f"cmd: unknown command {cmd!r}"}

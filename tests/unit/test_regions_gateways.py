@@ -1,0 +1,94 @@
+"""Where a platform's gateways go (regions/gateways.py with regions/layout.py), read without
+starting anything: one per region for each DR pair, reaching the pair's clusters as clients in
+its region do, on ports that collide with nothing and stay put."""
+from __future__ import annotations
+
+import json
+
+from regions.gateways import fixed_gateway_ports
+from regions.layout import PORTS_FILE, plan
+from regions.topology import DEFAULT_TOPOLOGY, parse_topology
+
+PAIR = """\
+name: t
+regions:
+  eu:
+    clusters:
+      eu-1:
+        nodes:
+          - {id: 1, roles: [broker, controller], zone: a}
+          - {id: 2, roles: [broker], zone: b}
+  us:
+    clusters:
+      us-1:
+        nodes: [{id: 1, roles: [broker, controller], zone: a}]
+  ap:
+    clusters:
+      ap-1:
+        nodes: [{id: 1, roles: [broker, controller], zone: a}]
+mirrors: [{source: eu-1, target: us-1, policy: identity}, {source: eu-1, target: ap-1}]
+"""
+
+
+def plaintext_default():
+    return parse_topology(DEFAULT_TOPOLOGY.read_text().replace("enabled: true", "enabled: false"))
+
+
+def test_each_region_gets_a_gateway_of_each_pair_that_reaches_it_as_its_clients_do(tmp_path):
+    layout = plan(parse_topology(PAIR), tmp_path)
+    assert [(g.spec.name, g.spec.pair, g.spec.region) for g in layout.gateways] == [
+        ("gateway-eu-eu-1", "eu-1~us-1", "eu"), ("gateway-us-eu-1", "eu-1~us-1", "us"),
+        ("gateway-ap-eu-1", "eu-1~us-1", "ap")]
+    for g in layout.gateways:
+        assert list(g.clusters) == ["eu-1", "us-1"]         # the primary first: served until a decision
+        assert g.clusters == {c: layout.wan_bootstrap(c, g.spec.region) for c in g.clusters}
+        assert len(g.ports) == 2 and g.ports[1] == g.ports[0] + 1     # a slot per broker of the larger cluster
+        assert g.bootstrap == f"127.0.0.1:{g.ports[0]},127.0.0.1:{g.ports[1]}"
+    eu = layout.gateways[0]
+    assert eu.clusters["eu-1"] == layout.clusters["eu-1"].bootstrap     # direct inside its region
+    assert eu.clusters["us-1"] == layout.wan_bootstrap("us-1", "eu") != layout.clusters["us-1"].bootstrap
+    # No port is used twice, and a second start keeps them.
+    used = [p for n in layout.nodes() for p in (n.client_port, n.controller_port, n.metrics_port, *n.wan_ports.values())
+            if p is not None] + [p.listen_port for p in layout.proxies] + [layout.mirror_metrics_port, layout.dr_port]
+    used += [p for g in layout.gateways for p in (*g.ports, g.metrics_port)]
+    assert len(used) == len(set(used))
+    again = plan(parse_topology(PAIR), tmp_path)
+    assert [(g.ports, g.metrics_port) for g in again.gateways] == [(g.ports, g.metrics_port) for g in layout.gateways]
+
+
+def test_kept_slots_that_are_not_consecutive_any_more_are_picked_again(tmp_path):
+    """(A pair's clusters that grew need more slots than were kept.)"""
+    before = plan(parse_topology(PAIR), tmp_path).gateways[0]
+    ports = json.loads((tmp_path / PORTS_FILE).read_text())
+    ports["gateway-eu-eu-1/slot/1"] = before.ports[0] + 7        # no longer consecutive
+    (tmp_path / PORTS_FILE).write_text(json.dumps(ports))
+    after = plan(parse_topology(PAIR), tmp_path).gateways[0]
+    assert after.ports[1] == after.ports[0] + 1
+
+
+def test_fixed_broker_ports_fix_the_gateways_ports_as_compose_publishes_them(tmp_path):
+    layout = plan(plaintext_default(), tmp_path)
+    assert [(g.spec.region, g.bootstrap, g.metrics_port) for g in layout.gateways] == [
+        ("eu-west", "127.0.0.1:39092,127.0.0.1:39093,127.0.0.1:39094", 39190),
+        ("us-east", "127.0.0.1:39192,127.0.0.1:39193,127.0.0.1:39194", 39290)]
+    # A port the platform picked before the gateways had theirs is picked again.
+    ports = json.loads((tmp_path / PORTS_FILE).read_text())
+    ports["mirror/metrics_port"] = 39193
+    (tmp_path / PORTS_FILE).write_text(json.dumps(ports))
+    assert plan(plaintext_default(), tmp_path).mirror_metrics_port not in (39192, 39193, 39194, 39290)
+
+
+def test_a_block_holding_a_port_the_topology_names_is_skipped():
+    text = DEFAULT_TOPOLOGY.read_text().replace("enabled: true", "enabled: false").replace(
+        "metrics_port: 29294", "metrics_port: 39190")
+    ports = fixed_gateway_ports(parse_topology(text))
+    assert ports == {"gateway-eu-west-eu-west-1": ([39192, 39193, 39194], 39290),
+                     "gateway-us-east-eu-west-1": ([39292, 39293, 39294], 39390)}
+
+
+def test_a_secured_platform_gets_no_gateway_and_says_why(tmp_path):
+    layout = plan(parse_topology(PAIR + "security: {enabled: true}\n"), tmp_path)
+    assert layout.gateways == []
+    assert layout.no_gateways == ("no gateway for DR pair eu-1~us-1: the topology is secured and the gateway "
+                                  "reaches brokers in plaintext only, for now")
+    assert plan(parse_topology(PAIR.replace("policy: identity", "policy: default")), tmp_path / "b").no_gateways is None
