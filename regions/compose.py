@@ -28,6 +28,14 @@ the WAN would.
 A mirror link runs in its own container in the target's region, reading the source through the
 WAN and writing the target directly, as `regions up` runs it.
 
+Each DR pair gets a gateway (`seaway gateway`) in every region, `gateway-<region>-<primary>`,
+reaching the pair's clusters as that region's clients do and published on the host at the
+same ports as with `regions up` (regions/gateways.py: 39092.. and metrics at 39190 for the
+first); it listens inside on those port numbers too, so the addresses it advertises,
+127.0.0.1:<port>, are right for clients on the host. The `dr` service's configuration names
+them, so `dr status` shows what each serves. A secured topology gets none yet (the gateway
+reaches brokers in plaintext only); the file's header says so.
+
 A secured topology (`security: enabled`, as the shipped one is) gets the same model as `regions
 up` (regions/security.py), with its secrets made inside the platform on the first `up` by a
 `pki` service and the mirror's ACLs granted by a `mirror-acls` service
@@ -53,6 +61,7 @@ import uuid
 import yaml
 
 from . import compose_security as secure
+from .gateways import fixed_gateway_ports, gateway_specs, why_no_gateways
 from .layout import wan_listener
 from .security import secured_node_properties
 from .topology import Topology, TopologyError, _dotted
@@ -67,6 +76,7 @@ FIRST_WAN_PROXY_PORT = 10000
 MIRROR_METRICS_PORT = 9100
 DR_PORT = 9780              # `dr serve`: /metrics, /health, /api/v1 (published on the host too)
 DR_STATE_DIR = "/var/lib/seaway/dr"     # on the dr-state volume, mounted at the image user's home
+GATEWAY_HOST = "127.0.0.1"              # where the gateways are published, and what they advertise
 PROMETHEUS_PORT = 9090
 IMAGE = "${SEAWAY_IMAGE:-seaway:latest}"
 PROMETHEUS_IMAGE = "${PROMETHEUS_IMAGE:-prom/prometheus:v2.53.1}"
@@ -118,10 +128,14 @@ def compose_file(topology: Topology, *, source: str = "regions/topologies/two-re
         doc.add_mirror(link)
     if topology.dr_pairs():
         doc.add_dr()
+    no_gateways = why_no_gateways(topology)
+    if no_gateways is None:
+        doc.add_gateways()
     doc.add_prometheus()
     doc.add_grafana()
     body = yaml.dump(doc.to_dict(), Dumper=_Dumper, sort_keys=False, width=100, default_flow_style=False)
-    return HEADER.format(source=source, output=output) + body
+    note = f"# {no_gateways}.\n" if no_gateways else ""
+    return HEADER.format(source=source, output=output) + note + body
 
 
 class _ComposeDocument:
@@ -135,7 +149,7 @@ class _ComposeDocument:
         self.volumes: dict = {}
         self.configs: dict = {}
         self.scrape: dict[str, list[dict]] = {"seaway-nodes": [], "seaway-mirror": [], "seaway-wan": [],
-                                              "seaway-dr": []}
+                                              "seaway-dr": [], "seaway-gateway": []}
         # One WAN proxy port per (cluster, broker id, client region), numbered in file order.
         self.wan_ports: dict[tuple[str, int, str], int] = {}
         self.proxies: list[str] = []        # `regions wan --proxy` arguments
@@ -316,6 +330,40 @@ class _ComposeDocument:
         _add_target(self.scrape["seaway-mirror"], f"{service}:{MIRROR_METRICS_PORT}", region=target_region,
                     cluster=m.target)
 
+    def _reach(self, cluster: str, region: str) -> str:
+        """`cluster`'s bootstrap for a client in `region`: its brokers inside their region, the
+        WAN's proxies from elsewhere."""
+        brokers = self.topology.cluster(cluster).brokers
+        if self.topology.region_of(cluster) == region:
+            return ",".join(f"{_host(cluster, n.id)}:{INTERNAL_PORT}" for n in brokers)
+        return ",".join(f"wan:{self.wan_ports[(cluster, n.id, region)]}" for n in brokers)
+
+    def gateways(self) -> list[tuple]:
+        """(spec, slot ports, metrics port) of every gateway; none on a secured topology."""
+        if why_no_gateways(self.topology) is not None:
+            return []
+        ports = fixed_gateway_ports(self.topology)
+        return [(spec, *ports[spec.name]) for spec in gateway_specs(self.topology)]
+
+    def add_gateways(self) -> None:
+        for spec, slots, metrics in self.gateways():
+            command = ["seaway", "gateway", "--pair", spec.pair]
+            for cluster in (spec.first, spec.second):
+                command += ["--cluster", f"{cluster}={self._reach(cluster, spec.region)}"]
+            command += ["--listen", f"0.0.0.0:{slots[0]}", "--slots", str(len(slots)),
+                        "--advertised-host", GATEWAY_HOST, "--metrics-port", str(metrics)]
+            self.services[spec.name] = {
+                "image": IMAGE,
+                "hostname": spec.name,
+                "command": command,
+                "networks": [spec.region],
+                "ports": [f"{GATEWAY_HOST}:{p}:{p}" for p in (*slots, metrics)],
+                "healthcheck": _healthcheck(metrics),
+                "labels": {"io.seaway.role": "gateway", "io.seaway.region": spec.region,
+                           "io.seaway.dr-pair": spec.pair},
+            }
+            _add_target(self.scrape["seaway-gateway"], f"{spec.name}:{metrics}", region=spec.region)
+
     def add_dr(self) -> None:
         """`dr serve`, the DR controller's daemon: on every region's network (it must reach both
         clusters of each pair), its history and decisions on a volume, the API on the host."""
@@ -328,10 +376,18 @@ class _ComposeDocument:
             return access
 
         dr = self.topology.dr
+        def gateways(m) -> dict:
+            # Shown by `dr status` in the dr container: clients on the host bootstrap at the
+            # published ports; dr reads the metrics over the region's network.
+            mine = [{"region": spec.region, "bootstrap": ",".join(f"{GATEWAY_HOST}:{p}" for p in slots),
+                     "metrics": f"http://{spec.name}:{metrics}/metrics"}
+                    for spec, slots, metrics in self.gateways() if spec.first == m.source]
+            return {"gateways": mine} if mine else {}
+
         config = {"state_dir": DR_STATE_DIR, "regions": list(self.topology.regions),
                   "rpo_target_s": dr.rpo_target_s, "rto_target_s": dr.rto_target_s,
                   "pairs": [{"first": side(m.source), "second": side(m.target), "topics": list(m.topics),
-                             **({"exclude": list(m.exclude)} if m.exclude else {})}
+                             **({"exclude": list(m.exclude)} if m.exclude else {}), **gateways(m)}
                             for m in self.topology.dr_pairs()]}
         if dr.drill_schedule:
             config["drill_schedule"] = dr.drill_schedule

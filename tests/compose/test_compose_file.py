@@ -86,6 +86,16 @@ def test_docker_compose_accepts_the_file():
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.skipif(shutil.which("docker") is None, reason="docker is not installed")
+def test_docker_compose_accepts_a_file_with_gateways(tmp_path):
+    plaintext = tmp_path / "plaintext.yaml"
+    plaintext.write_text(DEFAULT_TOPOLOGY.read_text().replace("enabled: true", "enabled: false"))
+    assert regions("compose", str(plaintext), "-o", str(tmp_path / "plaintext.yml")).returncode == 0
+    done = subprocess.run(["docker", "compose", "-f", str(tmp_path / "plaintext.yml"), "config", "--quiet"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_file_holds_every_node_network_volume_link_and_prometheus():
     doc = yaml.safe_load(COMMITTED.read_text())
     topology = load_topology(DEFAULT_TOPOLOGY)
@@ -267,3 +277,49 @@ def test_the_readme_names_what_the_compose_file_publishes():
     assert "docker network disconnect seaway_eu-west seaway-wan-1" in section
     assert "docker network connect --alias wan seaway_eu-west seaway-wan-1" in section
     assert "bash compose/build-image.sh && docker compose -f compose/two-regions.yml up -d --wait" in readme
+
+
+def test_each_region_gets_a_gateway_of_each_dr_pair_when_the_topology_is_plaintext():
+    topology = parse_topology(DEFAULT_TOPOLOGY.read_text().replace("enabled: true", "enabled: false"))
+    text = compose_file(topology)
+    doc = yaml.safe_load(text)
+    services = doc["services"]
+    assert [s for s in services if s.startswith("gateway-")] == ["gateway-eu-west-eu-west-1", "gateway-us-east-eu-west-1"]
+    for name, region, first, metrics, reach in (
+            ("gateway-eu-west-eu-west-1", "eu-west", 39092, 39190,
+             ["eu-west-1=eu-west-1-1:9092,eu-west-1-2:9092,eu-west-1-3:9092", "us-east-1=wan:10003,wan:10004,wan:10005"]),
+            ("gateway-us-east-eu-west-1", "us-east", 39192, 39290,
+             ["eu-west-1=wan:10000,wan:10001,wan:10002", "us-east-1=us-east-1-1:9092,us-east-1-2:9092,us-east-1-3:9092"])):
+        service = services[name]
+        command = service["command"]
+        assert command[:4] == ["seaway", "gateway", "--pair", "eu-west-1~us-east-1"]
+        assert [command[i + 1] for i, arg in enumerate(command) if arg == "--cluster"] == reach   # the primary first
+        assert command[command.index("--listen") + 1] == f"0.0.0.0:{first}"
+        assert command[command.index("--slots") + 1] == "3"
+        assert command[command.index("--advertised-host") + 1] == "127.0.0.1"
+        assert command[command.index("--metrics-port") + 1] == str(metrics)
+        # Published at the same numbers as inside, so that the addresses it advertises work on the host.
+        assert service["ports"] == [f"127.0.0.1:{p}:{p}" for p in (first, first + 1, first + 2, metrics)]
+        assert service["networks"] == [region] and service["image"] == services["wan"]["image"]
+        assert f"/dev/tcp/127.0.0.1/{metrics} " in service["healthcheck"]["test"][-1]
+        assert "GET /health" in service["healthcheck"]["test"][-1]
+    prometheus = yaml.safe_load(doc["configs"]["prometheus"]["content"])
+    jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
+    assert jobs["seaway-gateway"]["static_configs"] == [
+        {"targets": ["gateway-eu-west-eu-west-1:39190"], "labels": {"region": "eu-west"}},
+        {"targets": ["gateway-us-east-eu-west-1:39290"], "labels": {"region": "us-east"}}]
+    # `dr status` in the dr container shows them: the host's bootstrap, the metrics over the network.
+    [pair] = yaml.safe_load(doc["configs"]["dr"]["content"])["pairs"]
+    assert pair["gateways"] == [
+        {"region": "eu-west", "bootstrap": "127.0.0.1:39092,127.0.0.1:39093,127.0.0.1:39094",
+         "metrics": "http://gateway-eu-west-eu-west-1:39190/metrics"},
+        {"region": "us-east", "bootstrap": "127.0.0.1:39192,127.0.0.1:39193,127.0.0.1:39194",
+         "metrics": "http://gateway-us-east-eu-west-1:39290/metrics"}]
+    assert "no gateway" not in text
+
+
+def test_a_secured_topology_gets_no_gateway_and_the_file_says_why():
+    text = COMMITTED.read_text()
+    assert not [s for s in yaml.safe_load(text)["services"] if s.startswith("gateway-")]
+    assert text.splitlines()[3] == ("# no gateway for DR pair eu-west-1~us-east-1: the topology is secured and the "
+                                    "gateway reaches brokers in plaintext only, for now.")
