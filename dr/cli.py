@@ -1,7 +1,8 @@
 """`dr`: the DR controller's commands.
 
     dr status [-o json]                              every DR pair: active region, roles, lag,
-                                                     readiness (exit 0: ready to fail over)
+                                                     readiness (exit 0: ready to fail over), and
+                                                     what its gateways serve
     dr plan failover REGION [--to REGION] [--force]  the steps, checks, expected RPO and RTO;
                                                      changes nothing (exit 0: it could run)
     dr failover REGION [--to REGION] [--force]       carry the plan out, step by step
@@ -39,6 +40,7 @@ import anyio
 
 from .config import DrConfig, DrConfigError, PairConfig, load_config, platform_config
 from .drill import Drill
+from .gateway_probe import describe as describe_gateway
 from .schedule import ScheduleError
 from .serve import DEFAULT_LISTEN, DrServer, parse_listen
 from .status import pair_status, view_of
@@ -340,6 +342,8 @@ def render_status(pairs: list[dict]) -> str:
         for name, c in p["clusters"].items():
             state = f"epoch {c['epoch']}, {len(c['topics'])} DR topics" if c["reachable"] else f"unreachable: {c['error']}"
             lines.append(f"  {name} ({c['region']}): {state}")
+        for gateway in p.get("gateways") or []:
+            lines.append(f"  {describe_gateway(gateway, p.get('active_cluster'))}")
         risk = p["rpo_at_risk"]
         lines.append(f"  RPO at risk: {risk['records']} records, {_bytes(risk['bytes'], risk['bytes_estimated'])}, "
                      f"{risk['seconds']:.1f} s")

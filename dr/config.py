@@ -12,6 +12,8 @@ dr.yaml:
       - first:  {cluster: eu-west-1, region: eu-west, bootstrap: "eu1:9092", properties_file: admin.properties}
         second: {cluster: us-east-1, region: us-east, bootstrap: "us1:9092", properties_file: admin.properties}
         topics: [".*"]                  # the mirror links' topic patterns
+        gateways:                       # optional: the pair's gateways, which `dr status` shows
+          - {region: eu-west, bootstrap: "127.0.0.1:39092,127.0.0.1:39093", metrics: "http://127.0.0.1:39190/metrics"}
 
 The controller needs an admin login on every cluster (it changes topic configs, reads and
 commits group offsets, writes `__seaway_dr`). The platform's is the admin user's properties
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import yaml
@@ -70,11 +73,27 @@ class ClusterAccess(_Strict):
         return security_from_properties(self.properties)
 
 
+class GatewayAccess(_Strict):
+    """A gateway of the pair (`seaway gateway`): where its clients bootstrap, and its /metrics,
+    which says what it serves. Only shown: the controller never needs a gateway."""
+    region: str = Field(min_length=1, max_length=64)
+    bootstrap: str = Field(min_length=1)
+    metrics: str
+
+    @field_validator("metrics")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not re.fullmatch(r"https?://[^\s/]+/\S*", value):
+            raise ValueError(f"{value!r} is not the http:// URL of the gateway's /metrics")
+        return value
+
+
 class PairConfig(_Strict):
     first: ClusterAccess
     second: ClusterAccess
     topics: list[str] = Field(default_factory=lambda: [".*"], min_length=1)
     exclude: list[str] = Field(default_factory=lambda: list(DEFAULT_EXCLUDE))
+    gateways: list[GatewayAccess] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _two_clusters(self):
@@ -122,6 +141,9 @@ class DrConfig(_Strict):
             for side in (p.first, p.second):
                 if side.region not in self.regions:
                     raise ValueError(f"pairs[{i}]: region {side.region!r} is not in regions")
+            for j, gateway in enumerate(p.gateways):
+                if gateway.region not in self.regions:
+                    raise ValueError(f"pairs[{i}].gateways[{j}]: region {gateway.region!r} is not in regions")
         return self
 
     def pair_config(self, pair: DrPair) -> PairConfig:
@@ -162,7 +184,7 @@ def default_platform_dir() -> Path:
 def platform_config(state_dir: Path | None = None) -> DrConfig:
     """The DR configuration of the platform `regions up` runs in `state_dir`: its topology's
     DR pairs (identity links), each cluster's client bootstrap, the admin user's properties,
-    and `<state dir>/dr` for the controller's own state."""
+    the pairs' gateways, and `<state dir>/dr` for the controller's own state."""
     from regions.topology import TopologyError, load_topology
 
     state_dir = Path(state_dir or default_platform_dir())
@@ -173,6 +195,8 @@ def platform_config(state_dir: Path | None = None) -> DrConfig:
         security = info.get("security")
         admin_file = security["client_properties"][security["admin_user"]] if security else None
         clusters = {name: (c["region"], c["bootstrap"]) for name, c in info["clusters"].items()}
+        gateways = [(g["pair"], {"region": g["region"], "bootstrap": g["bootstrap"], "metrics": g["metrics"]})
+                    for g in info.get("gateways") or []]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DrConfigError(f"no running platform in {state_dir} (start one with `regions up`, or give "
                             f"--config dr.yaml): {type(exc).__name__}: {exc}") from None
@@ -189,7 +213,8 @@ def platform_config(state_dir: Path | None = None) -> DrConfig:
         return side
 
     pairs = [{"first": access(m.source), "second": access(m.target), "topics": list(m.topics),
-              **({"exclude": list(m.exclude)} if m.exclude else {})}
+              **({"exclude": list(m.exclude)} if m.exclude else {}),
+              "gateways": [g for pair, g in gateways if pair == f"{m.source}~{m.target}"]}
              for m in topology.dr_pairs()]
     dr = topology.dr
     return _validated({"state_dir": str(state_dir / "dr"), "regions": list(topology.regions), "pairs": pairs,

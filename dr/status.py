@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from .config import PairConfig
+from .gateway_probe import probe_gateways
 from .groups import checkpoint_age, group_syncs
 from .history import History
 from .observe import PairClients, observe
@@ -50,6 +51,7 @@ async def pair_status(pair_config: PairConfig, history: History, *, timeout_s: f
     checks = [c for plan in plans for c in plan.checks]
     groups = [s for seen in view.groups.values()
               for s in group_syncs(seen, now, topics=set(view.active_for(seen.active)))]
+    gateways = await probe_gateways(pair_config.gateways, view.pair.name)
     last = next((f for f in history.failovers() if f["pair"] == view.pair.name), None)
     drill = next((d for d in history.drills() if d["pair"] == view.pair.name), None)
     return {
@@ -85,6 +87,7 @@ async def pair_status(pair_config: PairConfig, history: History, *, timeout_s: f
         "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail, "blocking": c.blocking} for c in checks],
         # Ready: nothing would stop a failover, and nothing advises against one.
         "ready": bool(plans) and all(c.ok for c in checks) and not view.unsettled(),
+        "gateways": gateways,
         "last_failover": None if last is None else {k: last[k] for k in (
             "id", "kind", "state", "source", "target", "started_at", "rto_writes_s", "rpo_records")},
         "last_drill": None if drill is None else {k: drill[k] for k in (

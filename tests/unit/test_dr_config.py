@@ -40,6 +40,10 @@ def test_a_good_configuration_names_its_pairs(tmp_path):
     (GOOD + "drain_timeout_s: 0\n", "drain_timeout_s: Input should be greater than 0"),
     (GOOD + "auto_failover_after_s: 1\n", "auto_failover_after_s: Input should be greater than or equal to 10"),
     (GOOD + "surprise: 1\n", "surprise: unknown field"),
+    (GOOD + "    gateways: [{{region: eu-west, bootstrap: 'g:1', metrics: 'g:2'}}]\n",
+     "pairs.0.gateways.0.metrics: 'g:2' is not the http:// URL of the gateway's /metrics"),
+    (GOOD + "    gateways: [{{region: ap, bootstrap: 'g:1', metrics: 'http://g:2/metrics'}}]\n",
+     "pairs[0].gateways[0]: region 'ap' is not in regions"),
     ("- a list\n", "a mapping with a `pairs` key"),
     ("pairs: [\n", "not valid YAML"),
 ])
@@ -48,6 +52,23 @@ def test_mistakes_get_one_line(tmp_path, text, words):
         load_config(write(tmp_path, text.format(state=tmp_path / "s") if "{state}" in text else text))
     assert words in str(raised.value) and "\n" not in str(raised.value), str(raised.value)
     assert str(raised.value).startswith(str(tmp_path / "dr.yaml"))
+
+
+def test_a_pairs_gateways_are_optional_and_the_platform_names_its_own(tmp_path):
+    assert load_config(write(tmp_path, GOOD.format(state=tmp_path / "s"))).pairs[0].gateways == []
+    topology = tmp_path / "t.yaml"
+    topology.write_text("regions:\n  eu-west: {clusters: {eu-1: {nodes: [{id: 1, roles: [broker, controller], zone: a}]}}}\n"
+                        "  us-east: {clusters: {us-1: {nodes: [{id: 1, roles: [broker, controller], zone: a}]}}}\n"
+                        "mirrors: [{source: eu-1, target: us-1, policy: identity}]\n")
+    gateway = {"name": "gateway-eu-west-eu-1", "pair": "eu-1~us-1", "region": "eu-west", "bootstrap": "127.0.0.1:3",
+               "metrics": "http://127.0.0.1:4/metrics", "clusters": {}}
+    (tmp_path / "platform.json").write_text(json.dumps({
+        "topology": str(topology), "security": None, "gateways": [gateway],
+        "clusters": {"eu-1": {"region": "eu-west", "bootstrap": "127.0.0.1:1"},
+                     "us-1": {"region": "us-east", "bootstrap": "127.0.0.1:2"}}}))
+    [pair] = platform_config(tmp_path).pairs
+    assert [(g.region, g.bootstrap, g.metrics) for g in pair.gateways] == [
+        ("eu-west", "127.0.0.1:3", "http://127.0.0.1:4/metrics")]
 
 
 def test_no_platform_says_how_to_start_one(tmp_path):
