@@ -92,3 +92,12 @@ def test_a_secured_platform_gets_no_gateway_and_says_why(tmp_path):
     assert layout.no_gateways == ("no gateway for DR pair eu-1~us-1: the topology is secured and the gateway "
                                   "reaches brokers in plaintext only, for now")
     assert plan(parse_topology(PAIR.replace("policy: identity", "policy: default")), tmp_path / "b").no_gateways is None
+
+
+def test_the_readme_names_the_gateways_addresses(tmp_path):
+    """A newcomer reads addresses in the README, never in the source: they must agree."""
+    readme = (DEFAULT_TOPOLOGY.parents[2] / "README.md").read_text()
+    for g in plan(plaintext_default(), tmp_path).gateways:
+        assert f"| {g.spec.region} | `{g.bootstrap}` | `{g.metrics_url}` |" in readme
+    no_gateways = plan(parse_topology(DEFAULT_TOPOLOGY.read_text()), tmp_path / "secured").no_gateways
+    assert f"  gateways: {no_gateways}\n" in readme
