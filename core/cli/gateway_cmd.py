@@ -19,7 +19,7 @@ import sys
 
 import anyio
 
-from .common import UsageError
+from .common import UsageError, command_config_security
 
 
 def register(sub) -> None:
@@ -38,6 +38,13 @@ def register(sub) -> None:
     p.add_argument("--advertised-host", metavar="HOST", help="the host clients are told to connect to "
                                                               "(default: --listen's host)")
     p.add_argument("--metrics-port", type=int, metavar="PORT", help="serve /metrics and /health here (0: any)")
+    p.add_argument("--listener-config", metavar="FILE",
+                   help="the gateway's own ports, as a broker listener's properties: ssl.keystore.location "
+                        "(PEM or PKCS12), ssl.client.auth and ssl.truststore.location for TLS, "
+                        "sasl.enabled.mechanisms (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) for clients to log in")
+    p.add_argument("--command-config", metavar="FILE",
+                   help="the gateway's own client properties towards the brokers (security.protocol, ssl.*, "
+                        "sasl.*); with a SASL login the gateway forwards every request as its client's")
     p.add_argument("--max-request-bytes", type=int, default=104_857_600, metavar="N",
                    help="the largest request accepted, as Kafka's socket.request.max.bytes (default 104857600)")
     p.set_defaults(func=_run)
@@ -66,8 +73,44 @@ def _parse(args):
     if args.max_request_bytes < 1024:
         raise UsageError(f"gateway: --max-request-bytes {args.max_request_bytes}: expected at least 1024")
     ports = [first + k if first else 0 for k in range(args.slots)]
+    upstream = command_config_security(args.command_config)
+    listener_ssl, mechanisms = _listener(args.listener_config)
+    if mechanisms and upstream.sasl is None:
+        raise UsageError("gateway: --listener-config sasl.enabled.mechanisms needs --command-config with the "
+                         "gateway's own SASL login (it forwards each request as its client's, in an Envelope)")
     return GatewayConfig(pair=args.pair, clusters=clusters, host=host, ports=ports,
-                         advertised_host=args.advertised_host, max_request_bytes=args.max_request_bytes)
+                         advertised_host=args.advertised_host, max_request_bytes=args.max_request_bytes,
+                         listener_ssl=listener_ssl, sasl_mechanisms=mechanisms, upstream=upstream)
+
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _listener(path: str | None):
+    """(TLS context or None, SASL mechanisms) from --listener-config; a UsageError naming the
+    file and the key when it cannot serve."""
+    if path is None:
+        return None, ()
+    from core.client.tls import TlsError, TlsSettings
+    from core.config import load_properties
+    from core.config.defs import ConfigError
+    from core.security.tls import server_context
+    try:
+        props = dict(load_properties(path))
+        mechanisms = tuple(x.strip().upper() for x in props.pop("sasl.enabled.mechanisms", "").split(",") if x.strip())
+        unknown = [x for x in mechanisms if x not in SASL_MECHANISMS]
+        if unknown:
+            raise UsageError(f"gateway: --listener-config {path}: sasl.enabled.mechanisms: {', '.join(unknown)} "
+                             f"is not one of {', '.join(SASL_MECHANISMS)}")
+        settings = TlsSettings.from_properties({k: v for k, v in props.items() if k.startswith("ssl.")},
+                                               where=f"{path}: ")
+        others = sorted(k for k in props if not k.startswith("ssl."))
+        if others:
+            raise UsageError(f"gateway: --listener-config {path}: {others[0]}: not a listener setting the "
+                             f"gateway knows (ssl.*, sasl.enabled.mechanisms)")
+        return (server_context(settings) if settings.has_keystore else None), mechanisms
+    except (ConfigError, TlsError) as exc:
+        raise UsageError(f"gateway: --listener-config {exc}") from None
 
 
 def _run(args) -> int:

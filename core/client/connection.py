@@ -357,6 +357,20 @@ class BrokerConnection:
             raise ProtocolError(f"malformed response header from {self}: {exc}") from None
         return self._decode(api, version, frame, pos)
 
+    def send_frame(self, build: Callable[[int], list]) -> "asyncio.Future[Any]":
+        """Write the request frame `build(correlation_id)` returns (its parts, size prefix
+        included) and return the future of its answer frame, undecoded (without its size
+        prefix). For a proxy that forwards bytes it does not decode (the gateway); no
+        timeout of its own: the request's sender has one."""
+        if self.closed or self._transport is None:
+            raise self.close_error or KafkaConnectionError(f"{self} is not connected")
+        correlation_id = self._next_correlation_id
+        self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[correlation_id] = fut
+        self._transport.writelines(build(correlation_id))
+        return fut
+
     def _session_started(self, lifetime_ms: int) -> None:
         self._reauth_at = (time.monotonic() + lifetime_ms / 1000 * random.uniform(0.85, 0.95)
                            if lifetime_ms > 0 else None)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
@@ -41,11 +42,16 @@ from typing import Any
 
 import anyio
 
+from core.client import KafkaClient
+from core.client.security import PLAINTEXT, ClientSecurity
+from core.client.tls import certificate_subject
 from core.protocol import messages as m
 from core.protocol.api_keys import ApiKey
+from core.protocol.envelope import encode_address, encode_principal
 from core.protocol.dr import Decision
 from core.protocol.errors import DecodeError, EncodeError, ErrorCode
 from core.protocol.framing import FrameReader, FrameTooLarge
+from core.security.authorizer import ANONYMOUS
 
 from . import routing
 from .endpoints import (FORWARDED_APIS, Address, SlotMap, gateway_versions, rewrite_api_versions,
@@ -53,6 +59,7 @@ from .endpoints import (FORWARDED_APIS, Address, SlotMap, gateway_versions, rewr
 from .follower import DecisionFollower
 from .metrics import GatewayMetrics
 from .routing import Answer, Forward, HoldJoin, RequestHead, View
+from .secure import SaslRelay, SecureUpstream
 
 log = logging.getLogger("seaway.gateway")
 
@@ -78,6 +85,16 @@ class GatewayConfig:
     advertised_host: str | None = None
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     stale_after_s: float = 10.0
+    # Clients: TLS on the gateway's ports, and the SASL mechanisms they may log in with
+    # (relayed to the cluster, secure.py). The gateway's own TLS and login towards brokers:
+    # with a login, every client request goes inside an Envelope naming the client.
+    listener_ssl: ssl.SSLContext | None = None
+    sasl_mechanisms: tuple[str, ...] = ()
+    upstream: ClientSecurity = PLAINTEXT
+
+    @property
+    def envelopes(self) -> bool:
+        return self.upstream.sasl is not None
 
 
 class Reply:
@@ -86,7 +103,7 @@ class Reply:
 
     def __init__(self, head: RequestHead):
         self.head = head
-        self.data: bytes | bytearray | None = None
+        self.data: bytes | bytearray | memoryview | None = None
 
 
 @dataclass
@@ -109,7 +126,10 @@ class Gateway:
         self.metrics = metrics or GatewayMetrics(config.pair)
         self.view = View(self.clusters[0])
         self.follower = DecisionFollower(config.pair, config.clusters, self._decided,
-                                         stale_after_s=config.stale_after_s)
+                                         stale_after_s=config.stale_after_s,
+                                         client_factory=lambda bootstrap: KafkaClient(
+                                             bootstrap, client_id="seaway-gateway", allow_auto_create_topics=False,
+                                             request_timeout_ms=5000, security=config.upstream))
         self.addresses: list[Address] = []
         self.connections: set[ClientConnection] = set()
         self.held: list[Held] = []
@@ -126,7 +146,7 @@ class Gateway:
         try:
             for slot, port in enumerate(self.config.ports):
                 servers.append(await loop.create_server(self._protocol_factory(slot), self.config.host, port,
-                                                        reuse_address=True))
+                                                        reuse_address=True, ssl=self.config.listener_ssl))
             advertised = self.config.advertised_host or self.config.host
             self.addresses = [Address(advertised, s.sockets[0].getsockname()[1]) for s in servers]
             async with anyio.create_task_group() as tg:
@@ -231,11 +251,18 @@ class ClientConnection(asyncio.Protocol):
         self.slot = slot
         self.reader = FrameReader(gateway.config.max_request_bytes)
         self.queue: deque[Reply] = deque()
-        self.upstreams: dict[str, Upstream] = {}
+        self.upstreams: dict[str, Upstream | SecureUpstream] = {}
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.closed = False
         self._paused_upstreams = False
+        # Who the client is: None until it has logged in, where the gateway asks for SASL.
+        self.principal: str | None = None if gateway.config.sasl_mechanisms else ANONYMOUS
+        self.principal_bytes = encode_principal(ANONYMOUS)
+        self.address_bytes = b""
+        self.sasl: SaslRelay | None = None
+        self.sasl_upstream: Upstream | None = None
+        self.close_after_flush = False
 
     # -------------------------------------------------------------- asyncio.Protocol
 
@@ -243,6 +270,14 @@ class ClientConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.address_bytes = encode_address(peer[0]) if peer else b""
+        der = transport.get_extra_info("ssl_object").getpeercert(binary_form=True) \
+            if transport.get_extra_info("ssl_object") is not None else None
+        if der and not self.gw.config.sasl_mechanisms:
+            # mTLS without SASL: the certificate's subject is the principal, as on a broker.
+            self._logged_in(f"User:{certificate_subject(der)}")
+        elif self.principal is not None:
+            self._logged_in(self.principal)
         self.gw.connections.add(self)
         self.gw.metrics.connections.inc()
         self.gw.metrics.connections_total.inc()
@@ -287,6 +322,12 @@ class ClientConnection(asyncio.Protocol):
             if head.api_key == ApiKey.API_VERSIONS:
                 return self._answer_now(head, _unsupported_api_versions(head))
             return self._refuse(f"{api.name} v{head.version} is not supported")
+        if head.api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE) and self.gw.config.sasl_mechanisms:
+            return self._sasl_step(head, frame)
+        if self.principal is None and head.api_key != ApiKey.API_VERSIONS:
+            return self._refuse(f"{api.name} before SASL authentication completed")
+        if self.gw.config.envelopes and head.api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+            return self._refuse("SASL on a gateway port that does not offer it")
         view = self.gw.view
         fetch = None
         if view.moving and head.api_key in (ApiKey.FETCH, ApiKey.JOIN_GROUP):
@@ -316,6 +357,60 @@ class ClientConnection(asyncio.Protocol):
             if leave is not None:
                 self._send_own(r.leave, ApiKey.LEAVE_GROUP, *leave)
             self.gw.held.append(Held(self, reply, head, frame, body_at, fetch))
+
+    # -------------------------------------------------------------- SASL (secure.py)
+
+    def _sasl_step(self, head: RequestHead, frame: bytearray) -> None:
+        """A SaslHandshake or SaslAuthenticate: relayed to a broker of the active cluster."""
+        try:
+            _, request, _ = routing.decode_request(head, frame)
+        except DecodeError as exc:
+            return self._refuse(f"malformed SASL request: {exc}")
+        if head.api_key == ApiKey.SASL_HANDSHAKE:
+            if head.version < 1:
+                return self._refuse("SaslHandshake v0 (unframed tokens) is not relayed; clients use v1")
+            if request.mechanism not in self.gw.config.sasl_mechanisms:
+                self.close_after_flush = True
+                body = m.SaslHandshakeResponse(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                                               mechanisms=list(self.gw.config.sasl_mechanisms))
+                return self._answer_now(head, routing.encode_response(head.api_key, head.version,
+                                                                      head.correlation_id, body))
+            if self.sasl_upstream is not None:
+                self.sasl_upstream.retire()
+            address = self.gw.broker_for(self.gw.view.active, self.slot)
+            if address is None:
+                return self._refuse(f"no broker of {self.gw.view.active} is known to log in with")
+            self.sasl = SaslRelay.for_mechanism(request.mechanism)
+            self.sasl_upstream = Upstream(self, self.gw.view.active, *address,
+                                          ssl_context=self.gw.config.upstream.ssl_context)
+            reply = Reply(head)
+            self.queue.append(reply)
+            self.sasl_upstream.send(frame, reply, None)
+            return None
+        relay, up = self.sasl, self.sasl_upstream
+        if relay is None or up is None:
+            return self._refuse("SaslAuthenticate without a SaslHandshake")
+        relay.note_token(bytes(request.auth_bytes))
+        reply = Reply(head)
+        self.queue.append(reply)
+
+        def inspect(answer: bytearray) -> bytearray:
+            _, body = routing.decode_response(head.api_key, head.version, answer)
+            if relay.note_answer(body.error_code):
+                self._logged_in(f"User:{relay.username}")
+                up.retire()
+            elif relay.failed:
+                log.info("%s: SASL %s login as %s refused by %s", self.peer, relay.mechanism, relay.username,
+                         up.cluster)
+                self.close_after_flush = True
+                up.retire()
+            return answer
+        up.send(frame, reply, inspect)
+        return None
+
+    def _logged_in(self, principal: str) -> None:
+        self.principal = principal
+        self.principal_bytes = encode_principal(principal)
 
     def release(self, held: Held) -> None:
         """A JoinGroup held during a move goes to the cluster now served, as a new member's."""
@@ -350,7 +445,7 @@ class ClientConnection(asyncio.Protocol):
         frame = routing.encode_request(api_key, version, -1, "seaway-gateway", body)
         up.send(frame, None, None, expect_answer=True)
 
-    def _upstream(self, cluster: str) -> "Upstream | None":
+    def _upstream(self, cluster: str) -> "Upstream | SecureUpstream | None":
         up = self.upstreams.get(cluster)
         if up is None:
             address = self.gw.broker_for(cluster, self.slot)
@@ -359,7 +454,11 @@ class ClientConnection(asyncio.Protocol):
                 self.gw.metrics.upstream_failures.labels(self.gw.config.pair, cluster).inc()
                 self.abort()
                 return None
-            up = self.upstreams[cluster] = Upstream(self, cluster, *address)
+            if self.gw.config.envelopes:
+                up = self.upstreams[cluster] = SecureUpstream(self, cluster, *address, self.gw.config.upstream)
+            else:
+                up = self.upstreams[cluster] = Upstream(self, cluster, *address,
+                                                        ssl_context=self.gw.config.upstream.ssl_context)
             if self._paused_upstreams:
                 up.pause_reading()
         return up
@@ -392,6 +491,11 @@ class ClientConnection(asyncio.Protocol):
             out += len(data) + 4
         if out:
             self.gw.metrics.bytes_out.inc(out)
+        if self.close_after_flush and not queue:
+            # After a refused login the broker closes; so does the gateway, once the client
+            # has its answer.
+            self.transport.close()
+            self._close()
 
     # -------------------------------------------------------------- closing
 
@@ -400,7 +504,7 @@ class ClientConnection(asyncio.Protocol):
         self.gw.metrics.request("?", "refused")
         self.abort()
 
-    def upstream_failed(self, up: "Upstream", exc: BaseException | None) -> None:
+    def upstream_failed(self, up: "Upstream | SecureUpstream", exc: BaseException | None) -> None:
         log.info("%s: broker %s:%d of %s failed (%s); closing the client's connection", self.peer, up.host,
                  up.port, up.cluster, exc or "closed")
         self.gw.metrics.upstream_failures.labels(self.gw.config.pair, up.cluster).inc()
@@ -421,13 +525,17 @@ class ClientConnection(asyncio.Protocol):
         for up in list(self.upstreams.values()):
             up.close()
         self.upstreams.clear()
+        if self.sasl_upstream is not None:
+            self.sasl_upstream.close()
 
 
 class Upstream(asyncio.Protocol):
     """A client connection's connection to one broker."""
 
-    def __init__(self, owner: ClientConnection, cluster: str, host: str, port: int):
+    def __init__(self, owner: ClientConnection, cluster: str, host: str, port: int, *,
+                 ssl_context: ssl.SSLContext | None = None):
         self.owner = owner
+        self.ssl_context = ssl_context
         self.cluster = cluster
         self.host, self.port = host, port
         self.reader = FrameReader(MAX_RESPONSE_BYTES)
@@ -442,7 +550,8 @@ class Upstream(asyncio.Protocol):
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            await loop.create_connection(lambda: self, self.host, self.port)
+            await loop.create_connection(lambda: self, self.host, self.port, ssl=self.ssl_context,
+                                         server_hostname=self.host if self.ssl_context else None)
         except OSError as exc:
             self._failed(exc)
 

@@ -1,0 +1,130 @@
+"""The gateway in front of a secured cluster (core/gateway/secure.py): clients log in to the
+gateway as to a broker (SASL PLAIN and SCRAM, relayed to the cluster), and what they may do is
+what their own ACLs allow, never what the gateway's login could. The gateway's principal may
+only send envelopes (ClusterAction) and read the decision record."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic,
+                                   ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
+                                   UserScramCredentialUpsertion)
+
+from tests.support.gateway import GatewayProcess
+from tests.support.node import SeawayNode, free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+        'user_gateway="gateway-secret" user_alice="alice-secret" user_bob="bob-secret";')
+
+
+def allow(rtype, name, principal, op):
+    return AclBinding(rtype, name, ResourcePatternType.LITERAL, principal, "*", op, AclPermissionType.ALLOW)
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("gateway-security")
+    plain, sasl = free_port(), free_port()
+    node = SeawayNode(tmp / "node", {
+        "listeners": f"PLAIN://127.0.0.1:{plain},SASL://127.0.0.1:{sasl}",
+        "listener.security.protocol.map": "PLAIN:PLAINTEXT,SASL:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256", "sasl.jaas.config": JAAS,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS"}, port=plain).start()
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    for f in admin.create_topics([NewTopic(t, 1, 1) for t in ("alices", "secret", "__seaway_dr")]).values():
+        f.result(20)
+    admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"carol-secret")])["carol"].result(20)
+    acls = [allow(ResourceType.BROKER, "kafka-cluster", "User:gateway", AclOperation.CLUSTER_ACTION),
+            allow(ResourceType.TOPIC, "__seaway_dr", "User:gateway", AclOperation.READ),
+            allow(ResourceType.TOPIC, "__seaway_dr", "User:gateway", AclOperation.DESCRIBE)]
+    for who in ("User:alice", "User:carol"):
+        acls += [allow(ResourceType.TOPIC, "alices", who, op) for op in
+                 (AclOperation.WRITE, AclOperation.READ, AclOperation.DESCRIBE)]
+        acls.append(allow(ResourceType.GROUP, "readers", who, AclOperation.READ))
+    for f in admin.create_acls(acls).values():
+        f.result(20)
+    (tmp / "gateway.properties").write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                                            "sasl.username=gateway\nsasl.password=gateway-secret\n")
+    (tmp / "listener.properties").write_text("sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256\n")
+    bootstrap = node.sasl_bootstrap = f"127.0.0.1:{sasl}"
+    # One cluster named twice: security is about the one a request reaches, not the move.
+    gateway = GatewayProcess(tmp, "a~b", [("a", bootstrap), ("b", bootstrap)], slots=1,
+                             extra=("--command-config", str(tmp / "gateway.properties"),
+                                    "--listener-config", str(tmp / "listener.properties"))).start()
+    yield node, gateway
+    gateway.stop()
+    node.stop()
+
+
+def login(user: str, mechanism: str = "PLAIN", password: str | None = None) -> dict:
+    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": mechanism, "sasl.username": user,
+            "sasl.password": password if password is not None else f"{user}-secret"}
+
+
+def produce(bootstrap: str, topic: str, conf: dict) -> str | None:
+    errors: list = []
+    p = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 8000, **conf})
+    p.produce(topic, b"v", on_delivery=lambda err, msg: errors.append(err) if err else None)
+    p.flush(15)
+    return errors[0].name() if errors else None
+
+
+@pytest.mark.parametrize("user, mechanism", [("alice", "PLAIN"), ("carol", "SCRAM-SHA-256")])
+def test_a_client_logs_in_at_the_gateway_and_is_allowed_what_its_own_acls_allow(secured, user, mechanism):
+    node, gateway = secured
+    assert produce(gateway.bootstrap, "alices", login(user, mechanism)) is None
+    # Not "secret": the gateway's own login could not either, and the client's cannot.
+    assert produce(gateway.bootstrap, "secret", login(user, mechanism)) == "TOPIC_AUTHORIZATION_FAILED"
+    c = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "readers", "auto.offset.reset": "earliest",
+                  **login(user, mechanism)})
+    c.subscribe(["alices"])
+    deadline, got = time.monotonic() + 30, None
+    while got is None and time.monotonic() < deadline:
+        msg = c.poll(0.5)
+        if msg is not None and not msg.error():
+            got = msg.value()
+    c.close()
+    assert got == b"v"
+
+
+def test_bob_has_no_acls_and_gets_none_through_the_gateway(secured):
+    node, gateway = secured
+    assert produce(gateway.bootstrap, "alices", login("bob")) == "TOPIC_AUTHORIZATION_FAILED"
+
+
+def login_errors(bootstrap: str, conf: dict) -> set[str]:
+    """The errors a consumer reports (error_cb) while it tries to reach the cluster."""
+    errors: set[str] = set()
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "x", **conf,
+                  "error_cb": lambda err: errors.add(err.name())})
+    try:
+        c.list_topics(timeout=5)
+    except KafkaException:
+        pass
+    c.close()
+    return errors
+
+
+@pytest.mark.parametrize("user, mechanism, password", [("alice", "PLAIN", "wrong"), ("carol", "SCRAM-SHA-256", "wrong"),
+                                                        ("nobody", "PLAIN", "x")])
+def test_bad_credentials_are_refused_as_the_broker_refuses_them(secured, user, mechanism, password):
+    node, gateway = secured
+    through = login_errors(gateway.bootstrap, login(user, mechanism, password))
+    direct = login_errors(node.sasl_bootstrap, login(user, mechanism, password))
+    assert "_AUTHENTICATION" in direct
+    assert "_AUTHENTICATION" in through, through
+
+
+def test_a_client_that_does_not_log_in_gets_nothing(secured):
+    node, gateway = secured
+    c = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "x"})
+    with pytest.raises(KafkaException):
+        c.list_topics(timeout=5)
+    c.close()
+    # ... and the gateway serves others meanwhile.
+    assert produce(gateway.bootstrap, "alices", login("alice")) is None
