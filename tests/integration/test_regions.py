@@ -9,6 +9,7 @@ logs in with the admin properties `regions up` wrote, as a newcomer would.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -80,6 +81,8 @@ def test_two_regions_come_up_serve_clients_and_survive_outages(tmp_path):
         assert "eu-west-1" in p.up_output and "us-east-1" in p.up_output and "bootstrap" in p.up_output
         # Secure by default: `regions up` says how to log in, and nothing gets in without it.
         assert p.info["security"] and f"kcat -F {p.admin_properties}" in p.up_output, p.up_output
+        # The gateway cannot front a secured pair yet: none runs, and `regions up` says so.
+        assert p.info["gateways"] == [] and "gateways: no gateway for DR pair eu-west-1~us-east-1" in p.up_output
         anonymous = AdminClient({"bootstrap.servers": p.bootstrap("eu-west-1"), "socket.timeout.ms": 3000})
         with pytest.raises(KafkaException):
             anonymous.list_topics(timeout=5)
@@ -158,6 +161,73 @@ def test_two_clusters_in_one_region(tmp_path):
         # From ap-south, the orders cluster is behind the WAN (60 ms a leg in this topology).
         wan = round_trip(p.client("orders", from_region="ap-south"), "payments", "from-ap-south", n=5)
         assert min(wan) >= 0.12, wan
+
+
+PAIR = "eu-west-1~us-east-1"
+PLAINTEXT_PAIR = """\
+name: gateways
+regions:
+  eu-west:
+    clusters:
+      eu-west-1:
+        config: {offsets.topic.replication.factor: 1, group.initial.rebalance.delay.ms: 0}
+        nodes: [{id: 1, roles: [broker, controller], zone: eu-west-a}]
+  us-east:
+    clusters:
+      us-east-1:
+        config: {offsets.topic.replication.factor: 1, group.initial.rebalance.delay.ms: 0}
+        nodes: [{id: 1, roles: [broker, controller], zone: us-east-a}]
+wan: {latency_ms: 10}
+mirrors: [{source: eu-west-1, target: us-east-1, policy: identity}]
+"""
+
+
+def dr(state: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dr.cli", "--platform", "--state-dir", str(state), *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_a_plaintext_dr_pair_gets_a_gateway_in_each_region_that_follows_its_failover(tmp_path):
+    topology = tmp_path / "pair.yaml"
+    topology.write_text(PLAINTEXT_PAIR)
+    state = tmp_path / "state"
+    with Platform(state, topology) as p:
+        gateways = {g["region"]: g for g in p.info["gateways"]}
+        assert set(gateways) == {"eu-west", "us-east"} and {g["pair"] for g in gateways.values()} == {PAIR}
+        for region, g in gateways.items():
+            assert f"gateway of {PAIR} in {region}: bootstrap {g['bootstrap']}   serving eu-west-1" in p.up_output
+
+        # Clients bootstrap at their region's gateway: both reach the primary, us-east's across the WAN.
+        create(gateways["eu-west"]["bootstrap"], "orders", rf=1)
+        sent = round_trip({"bootstrap.servers": gateways["eu-west"]["bootstrap"]}, "orders", "via-eu-west", n=10)
+        assert sent and {f"via-eu-west-{i}" for i in range(10)} <= read_values(
+            {"bootstrap.servers": gateways["us-east"]["bootstrap"]}, "orders", {f"via-eu-west-{i}" for i in range(10)})
+
+        # `dr status` lists them serving the active cluster, and after `dr failover` the other.
+        deadline = time.monotonic() + 60
+        while (status := dr(state, "status")).returncode != 0:      # the replica made, the pair ready
+            assert time.monotonic() < deadline, status.stdout
+            time.sleep(1)
+        for region, g in gateways.items():
+            assert f"  gateway {region} {g['bootstrap']}: serving eu-west-1 (no DR decision yet)" in status.stdout
+        assert dr(state, "failover", "eu-west").returncode == 0
+        deadline = time.monotonic() + 15
+        while True:
+            [pair] = json.loads(dr(state, "status", "-o", "json").stdout)["pairs"]
+            if {(g["serving"], g["epoch"]) for g in pair["gateways"]} == {("us-east-1", 1)}:
+                break
+            assert time.monotonic() < deadline, pair["gateways"]
+            time.sleep(0.3)
+        assert [(g["region"], g["reachable"], g["stale"], g["bootstrap"], g["metrics_url"]) for g in pair["gateways"]] == [
+            (r, True, False, gateways[r]["bootstrap"], gateways[r]["metrics"]) for r in ("eu-west", "us-east")]
+        round_trip({"bootstrap.servers": gateways["eu-west"]["bootstrap"]}, "orders", "after-failover", n=5)
+
+        # A region's outage takes its gateway with it; the region's return brings it back.
+        assert "gateway-us-east-eu-west-1" in regions(state, "stop", "us-east", "--kill").stdout
+        held = {g["region"]: g for g in p.status()["gateways"]}["us-east"]
+        assert held["held"] and not held["running"], held
+        assert regions(state, "start", "us-east").returncode == 0
+        assert {g["region"]: g for g in p.status()["gateways"]}["us-east"]["running"]
 
 
 @pytest.mark.parametrize("args, words", [
