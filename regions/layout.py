@@ -250,7 +250,7 @@ def _slot_ports(ports: dict, taken: set[int], spec: GatewaySpec) -> list[int]:
     if all(isinstance(p, int) for p in kept) and kept == list(range(kept[0], kept[0] + spec.slots)):
         return kept
     for key in [k for k in ports if k.startswith(f"{spec.name}/slot/")]:
-        taken.discard(int(ports.pop(key)))
+        del ports[key]
     first = _free_block(taken, spec.slots)
     for key, p in zip(keys, range(first, first + spec.slots)):
         ports[key] = p
