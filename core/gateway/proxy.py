@@ -51,6 +51,7 @@ from core.protocol.envelope import encode_address, encode_principal
 from core.protocol.dr import Decision
 from core.protocol.errors import DecodeError, EncodeError, ErrorCode
 from core.protocol.framing import FrameReader, FrameTooLarge
+from core.protocol.varint import read_uvarint
 from core.security.authorizer import ANONYMOUS
 
 from . import routing
@@ -104,6 +105,16 @@ class Reply:
     def __init__(self, head: RequestHead):
         self.head = head
         self.data: bytes | bytearray | memoryview | None = None
+
+    def fill(self, frame: bytes | bytearray | memoryview, rewrite: "Rewrite | None") -> Exception | None:
+        """Take the broker's answer, rewritten if it names brokers. An answer that cannot be
+        rewritten must not reach the client with a broker's own address in it: then the
+        error, and nothing is taken."""
+        try:
+            self.data = frame if rewrite is None else rewrite(bytearray(frame))
+        except (DecodeError, EncodeError) as exc:
+            return exc
+        return None
 
 
 @dataclass
@@ -592,17 +603,9 @@ class Upstream(asyncio.Protocol):
                 self._failed(RuntimeError("an answer to no request"))
                 return
             reply, rewrite = self.waiting.popleft()
-            if reply is not None:
-                answer: bytes | bytearray = frame
-                if rewrite is not None:
-                    try:
-                        answer = rewrite(frame)
-                    except (DecodeError, EncodeError) as exc:
-                        # An answer that cannot be rewritten must not reach the client with
-                        # a broker's own address in it.
-                        self._failed(exc)
-                        return
-                reply.data = answer
+            if reply is not None and (error := reply.fill(frame, rewrite)) is not None:
+                self._failed(error)
+                return
         self.owner.flush()
         if self.retiring and not self.waiting:
             self.close()
@@ -690,7 +693,7 @@ def _acks(head: RequestHead, frame: bytearray) -> int:
         flexible = m.API[ApiKey.PRODUCE].is_flexible(head.version)
         # transactional_id: a nullable (compact) string, then acks int16.
         if flexible:
-            length, at = _uvarint(frame, at)
+            length, at = read_uvarint(frame, at)
             at += max(length - 1, 0)
         else:
             length = int.from_bytes(frame[at:at + 2], "big", signed=True)
@@ -699,13 +702,3 @@ def _acks(head: RequestHead, frame: bytearray) -> int:
     except (DecodeError, IndexError):
         return -1
 
-
-def _uvarint(buf: bytearray, at: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        b = buf[at]
-        at += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, at
-        shift += 7

@@ -42,7 +42,7 @@ from core.client.connection import BrokerConnection
 from core.client.security import ClientSecurity
 from core.protocol.api_keys import ApiKey
 from core.protocol.envelope import envelope_request_parts, envelope_response_data
-from core.protocol.errors import DecodeError, EncodeError
+from core.protocol.errors import DecodeError
 
 if TYPE_CHECKING:
     from .proxy import ClientConnection, Reply, Rewrite
@@ -150,14 +150,9 @@ class SecureUpstream:
             if data is None:
                 self._failed(RuntimeError("an envelope without the answer the client waits for"))
                 return
-            answer: bytes | bytearray | memoryview = data
-            if rewrite is not None:
-                try:
-                    answer = rewrite(bytearray(data))
-                except (DecodeError, EncodeError) as exc:
-                    self._failed(exc)
-                    return
-            reply.data = answer
+            if (failure := reply.fill(data, rewrite)) is not None:
+                self._failed(failure)
+                return
             self.owner.flush()
         if self.retiring and not self.waiting:
             self.close()

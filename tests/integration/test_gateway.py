@@ -341,6 +341,19 @@ def test_clients_bootstrapped_at_the_gateway_ride_through_a_failover_and_back(pa
     assert json.loads(dr(config, "status", "-o", "json"))["pairs"][0]["active_region"] == "eu-west"
 
 
+def flowing_traffic(eu, gateway) -> "ConfluentTraffic":
+    """`orders` on eu-west, and confluent-kafka traffic through the gateway that has been read
+    back already."""
+    admin = AdminClient({"bootstrap.servers": eu.bootstrap})
+    admin.create_topics([NewTopic("orders", PARTITIONS, 1)])["orders"].result(10)
+    traffic = ConfluentTraffic(gateway.bootstrap, "orders", "billing").start()
+    deadline = time.monotonic() + 60
+    while len(traffic.consumed) < 300:
+        assert time.monotonic() < deadline, traffic.fatal
+        time.sleep(0.2)
+    return traffic
+
+
 def stranded_count(out: str) -> int:
     m = re.search(r"(\d+) stranded records? on eu-1 \(the exact RPO", out)
     assert m, out
@@ -354,14 +367,8 @@ def test_an_unplanned_failover_loses_exactly_the_rpo_dr_reports_and_nothing_else
     the stranded records failback counts (the failover's exact RPO), none is in the log twice,
     consumers skip nothing that survived, and no client error was fatal."""
     eu, us, config, gateway, mirror = pair
-    admin = AdminClient({"bootstrap.servers": eu.bootstrap})
-    admin.create_topics([NewTopic("orders", PARTITIONS, 1)])["orders"].result(10)
-    traffic = ConfluentTraffic(gateway.bootstrap, "orders", "billing").start()
+    traffic = flowing_traffic(eu, gateway)
     try:
-        deadline = time.monotonic() + 60
-        while len(traffic.consumed) < 300:
-            assert time.monotonic() < deadline, traffic.fatal
-            time.sleep(0.2)
         # The link falls behind (its process stopped), so that records are stranded on eu-west.
         os.kill(mirror.pid, signal.SIGSTOP)
         time.sleep(2)
@@ -403,14 +410,8 @@ def test_an_unplanned_failover_loses_exactly_the_rpo_dr_reports_and_nothing_else
 
 def test_a_gateway_killed_and_started_again_under_load_loses_nothing(pair):
     eu, us, config, gateway, mirror = pair
-    admin = AdminClient({"bootstrap.servers": eu.bootstrap})
-    admin.create_topics([NewTopic("orders", PARTITIONS, 1)])["orders"].result(10)
-    traffic = ConfluentTraffic(gateway.bootstrap, "orders", "billing").start()
+    traffic = flowing_traffic(eu, gateway)
     try:
-        deadline = time.monotonic() + 60
-        while len(traffic.consumed) < 300:
-            assert time.monotonic() < deadline, traffic.fatal
-            time.sleep(0.2)
         gateway.kill()
         killed = time.monotonic()
         time.sleep(2)
