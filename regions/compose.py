@@ -33,8 +33,8 @@ reaching the pair's clusters as that region's clients do and published on the ho
 same ports as with `regions up` (regions/gateways.py: 39092.. and metrics at 39190 for the
 first); it listens inside on those port numbers too, so the addresses it advertises,
 127.0.0.1:<port>, are right for clients on the host. The `dr` service's configuration names
-them, so `dr status` shows what each serves. A secured topology gets none yet (the gateway
-reaches brokers in plaintext only); the file's header says so.
+them, so `dr status` shows what each serves. A secured topology gets none yet (nothing makes
+a gateway its login and certificate); the file's header says so.
 
 A secured topology (`security: enabled`, as the shipped one is) gets the same model as `regions
 up` (regions/security.py), with its secrets made inside the platform on the first `up` by a

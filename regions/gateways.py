@@ -12,8 +12,9 @@ k-th gateway (pairs in file order, then regions in file order) has the block of 
 first), skipping any block that holds a port the topology names. Otherwise the launcher picks
 free ports once and keeps them, as it does for nodes.
 
-The gateway reaches brokers in plaintext only, for now: a secured topology (every listener
-needs TLS or SASL there) gets no gateway, and the launcher and the compose file say why.
+A secured topology gets no gateway yet: a gateway fronts a secured pair with a login and a
+certificate of its own (its ACLs, its listener's TLS), which the platform does not make for it
+so far; the launcher and the compose file say so.
 """
 from __future__ import annotations
 
@@ -59,8 +60,8 @@ def why_no_gateways(topology: Topology) -> str | None:
     """Why the topology's DR pairs get no gateway, or None when they get one per region."""
     pairs = [f"{m.source}~{m.target}" for m in topology.dr_pairs()]
     if pairs and topology.security.enabled:
-        return (f"no gateway for DR pair {', '.join(pairs)}: the topology is secured and the gateway "
-                f"reaches brokers in plaintext only, for now")
+        return (f"no gateway for DR pair {', '.join(pairs)}: the topology is secured, and the platform "
+                f"does not give a gateway its login and certificate yet")
     return None
 
 

@@ -321,5 +321,5 @@ def test_each_region_gets_a_gateway_of_each_dr_pair_when_the_topology_is_plainte
 def test_a_secured_topology_gets_no_gateway_and_the_file_says_why():
     text = COMMITTED.read_text()
     assert not [s for s in yaml.safe_load(text)["services"] if s.startswith("gateway-")]
-    assert text.splitlines()[3] == ("# no gateway for DR pair eu-west-1~us-east-1: the topology is secured and the "
-                                    "gateway reaches brokers in plaintext only, for now.")
+    assert text.splitlines()[3] == ("# no gateway for DR pair eu-west-1~us-east-1: the topology is secured, and the "
+                                    "platform does not give a gateway its login and certificate yet.")

@@ -89,8 +89,8 @@ def test_a_block_holding_a_port_the_topology_names_is_skipped():
 def test_a_secured_platform_gets_no_gateway_and_says_why(tmp_path):
     layout = plan(parse_topology(PAIR + "security: {enabled: true}\n"), tmp_path)
     assert layout.gateways == []
-    assert layout.no_gateways == ("no gateway for DR pair eu-1~us-1: the topology is secured and the gateway "
-                                  "reaches brokers in plaintext only, for now")
+    assert layout.no_gateways == ("no gateway for DR pair eu-1~us-1: the topology is secured, and the platform "
+                                  "does not give a gateway its login and certificate yet")
     assert plan(parse_topology(PAIR.replace("policy: identity", "policy: default")), tmp_path / "b").no_gateways is None
 
 
