@@ -36,7 +36,7 @@ import yaml  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from tests.integration.test_gateway import ConfluentTraffic  # noqa: E402
+from tests.support.gateway_traffic import ConfluentTraffic  # noqa: E402
 from tests.support.gateway import GatewayProcess, free_ports  # noqa: E402
 from tests.support.mirror import start_dr_links, stop_mirror  # noqa: E402
 from tests.support.node import SeawayNode  # noqa: E402
