@@ -10,7 +10,7 @@
     regions wan --link ... --proxy ...   the WAN between regions on its own (what compose runs)
     regions pki ...                      a secured compose platform's CA, certificates and
                                          passwords (its `pki` service runs it)
-    regions grant-mirror-acls ...        the mirror user's ACLs (its `mirror-acls` service)
+    regions grant-mirror-acls ...        the mirror's and gateways' ACLs (its `mirror-acls` service)
 
 The platform runs under a supervisor process (regions/supervisor.py) that outlives `regions up
 --detach`; the other commands talk to it through a socket in the state directory
@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     pki.add_argument("--mirror-user", default="mirror")
     pki.add_argument("--node", action="append", default=[], metavar="CLUSTER/ID=HOST[,HOST...]",
                      help="a node certificate and the host names it answers to; repeatable")
+    pki.add_argument("--gateway", action="append", default=[], metavar="NAME=HOST[,HOST...]",
+                     help="a gateway's listener certificate and the host names it answers to; repeatable")
     pki.add_argument("--export", type=Path, default=None,
                      help="also copy the CA and the admin's client properties here (for the host)")
     pki.add_argument("--export-ca", default=None, metavar="PATH",
@@ -97,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     grant.add_argument("--link", action="append", default=[], metavar="SOURCE,TARGET[,POLICY]",
                        help="a mirror link (policy default or identity); repeatable")
     grant.add_argument("--mirror-user", default="mirror")
+    grant.add_argument("--gateway-user", default=None, help="also grant this user a gateway's ACLs")
+    grant.add_argument("--gateway-cluster", action="append", default=[], metavar="NAME",
+                       help="a cluster of a DR pair, where the gateway user gets its ACLs; repeatable")
     grant.add_argument("--timeout", type=float, default=120.0, help="seconds to keep asking (default 120)")
     supervise = sub.add_parser("supervise")   # internal: what `up` runs in the background
     supervise.add_argument("topology", type=Path)
@@ -156,8 +161,6 @@ def cmd_up(args, state_dir: Path) -> int:
     for g in layout.gateways:
         print(f"  gateway of {g.spec.pair} in {g.spec.region}: bootstrap {g.bootstrap}   "
               f"{gateways[g.spec.name]}; metrics {g.metrics_url}")
-    if layout.no_gateways:
-        print(f"  gateways: {layout.no_gateways}")
     if layout.security is not None:
         _print_security(layout)
     if args.detach:
@@ -181,6 +184,10 @@ def _print_security(layout) -> None:
     print(f"  admin client properties: {files[security.admin_user]}")
     print(f"  try: kcat -F {files[security.admin_user]} -b {first.bootstrap} -L")
     print(f"       seaway topics list --command-config {files[security.admin_user]} -b {first.bootstrap}")
+    for g in layout.gateways[:1]:
+        # The gateways take the same logins (relayed to the brokers), with TLS of the same CA.
+        print(f"  through a gateway, with the same client properties (each user logs in as itself): "
+              f"kcat -F {files[security.admin_user]} -b {g.bootstrap} -L")
 
 
 def _show_status_until_interrupted(proc, state_dir: Path, layout) -> bool:
@@ -472,9 +479,10 @@ def cmd_wan(args, state_dir: Path) -> int:
 
 
 def cmd_pki(args, state_dir: Path) -> int:
-    from .compose_security import make_secrets, parse_node
+    from .compose_security import make_secrets, parse_gateway, parse_node
     try:
         nodes = dict(parse_node(text) for text in args.node)
+        gateways = dict(parse_gateway(text) for text in args.gateway)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     owner = None
@@ -487,7 +495,7 @@ def cmd_pki(args, state_dir: Path) -> int:
         raise CliError(f"--export: {args.export} is not a directory")
     for line in make_secrets(args.dir, mechanism=args.mechanism, admin_user=args.admin_user,
                              mirror_user=args.mirror_user, nodes=nodes, export=args.export,
-                             export_ca=args.export_ca, owner=owner):
+                             export_ca=args.export_ca, owner=owner, gateways=gateways):
         print(line)
     return 0
 
@@ -505,16 +513,31 @@ def cmd_grant_mirror_acls(args, state_dir: Path) -> int:
         links = [parse_link(text) for text in args.link]
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    unknown = [c for c in args.gateway_cluster if c not in clusters]
+    if unknown:
+        raise CliError(f"--gateway-cluster: {unknown[0]!r} is not a --cluster")
     try:
         security = security_from_properties(read_properties(args.command_config))
     except (PropertiesFileError, TlsError, SaslSettingsError) as exc:
         raise CliError(f"--command-config: {exc}") from None
+    gateway_login = None
+    if args.gateway_user and args.gateway_cluster:
+        # Its client properties sit beside the admin's (regions pki writes both).
+        path = args.command_config.parent / f"{args.gateway_user}.properties"
+        try:
+            gateway_login = dict(read_properties(path))
+        except PropertiesFileError as exc:
+            raise CliError(f"--gateway-user: {exc}") from None
     try:
         granted = anyio.run(lambda: grant_mirror_acls(mirror_user=args.mirror_user, clusters=clusters, links=links,
-                                                      client_security=security, timeout=args.timeout))
+                                                      client_security=security, timeout=args.timeout,
+                                                      gateway_user=args.gateway_user,
+                                                      gateway_clusters=tuple(args.gateway_cluster),
+                                                      gateway_login=gateway_login))
     except TimeoutError as exc:
         raise CliError(str(exc)) from None
-    print(f"granted {args.mirror_user} {granted} ACLs on {', '.join(clusters)}")
+    users = args.mirror_user + (f" and {args.gateway_user}" if args.gateway_user else "")
+    print(f"granted {users} {granted} ACLs on {', '.join(clusters)}")
     return 0
 
 

@@ -33,8 +33,11 @@ reaching the pair's clusters as that region's clients do and published on the ho
 same ports as with `regions up` (regions/gateways.py: 39092.. and metrics at 39190 for the
 first); it listens inside on those port numbers too, so the addresses it advertises,
 127.0.0.1:<port>, are right for clients on the host. The `dr` service's configuration names
-them, so `dr status` shows what each serves. A secured topology gets none yet (nothing makes
-a gateway its login and certificate); the file's header says so.
+them, so `dr status` shows what each serves. On a secured topology the gateways take TLS (a
+certificate the `pki` service makes for the container's name, localhost and 127.0.0.1) and
+SCRAM, relaying each client's login to the brokers, so clients on the host use the admin's
+exported properties (or their own user's) through them; each gateway logs in to the brokers as
+the `seaway-gateway` user, whose ACLs the `mirror-acls` service grants.
 
 A secured topology (`security: enabled`, as the shipped one is) gets the same model as `regions
 up` (regions/security.py), with its secrets made inside the platform on the first `up` by a
@@ -61,9 +64,9 @@ import uuid
 import yaml
 
 from . import compose_security as secure
-from .gateways import fixed_gateway_ports, gateway_specs, why_no_gateways
+from .gateways import fixed_gateway_ports, gateway_specs
 from .layout import wan_listener
-from .security import secured_node_properties
+from .security import GATEWAY_USER, gateway_listener_properties, secured_node_properties
 from .topology import Topology, TopologyError, _dotted
 
 REPLICATION_PORT = 9091
@@ -128,14 +131,11 @@ def compose_file(topology: Topology, *, source: str = "regions/topologies/two-re
         doc.add_mirror(link)
     if topology.dr_pairs():
         doc.add_dr()
-    no_gateways = why_no_gateways(topology)
-    if no_gateways is None:
-        doc.add_gateways()
+    doc.add_gateways()
     doc.add_prometheus()
     doc.add_grafana()
     body = yaml.dump(doc.to_dict(), Dumper=_Dumper, sort_keys=False, width=100, default_flow_style=False)
-    note = f"# {no_gateways}.\n" if no_gateways else ""
-    return HEADER.format(source=source, output=output) + note + body
+    return HEADER.format(source=source, output=output) + body
 
 
 class _ComposeDocument:
@@ -244,6 +244,9 @@ class _ComposeDocument:
                 # The names a node is reached by: its container, the WAN container (clients of
                 # other regions), and the host's address its EXTERNAL listener is published at.
                 command += ["--node", f"{name}/{node.id}={_host(name, node.id)},wan,{node.host}"]
+        for spec, _, _ in self.gateways():
+            # Its container's name (inside the region's network) and where it is published.
+            command += ["--gateway", f"{spec.name}={spec.name},{GATEWAY_HOST}"]
         self.volumes["pki"] = None
         self.services["pki"] = {
             "image": IMAGE,
@@ -270,6 +273,11 @@ class _ComposeDocument:
                 waits_for[_host(name, n.id)] = {"condition": "service_started"}
         for m in self.topology.mirror_runs():
             command += ["--link", f"{m.source},{m.target},{m.policy}"]
+        paired = list(dict.fromkeys(c for spec, _, _ in self.gateways() for c in (spec.first, spec.second)))
+        if paired:
+            command += ["--gateway-user", GATEWAY_USER]
+            for name in paired:
+                command += ["--gateway-cluster", name]
         self.services["mirror-acls"] = {
             "image": IMAGE,
             "command": command,
@@ -339,9 +347,7 @@ class _ComposeDocument:
         return ",".join(f"wan:{self.wan_ports[(cluster, n.id, region)]}" for n in brokers)
 
     def gateways(self) -> list[tuple]:
-        """(spec, slot ports, metrics port) of every gateway; none on a secured topology."""
-        if why_no_gateways(self.topology) is not None:
-            return []
+        """(spec, slot ports, metrics port) of every gateway."""
         ports = fixed_gateway_ports(self.topology)
         return [(spec, *ports[spec.name]) for spec in gateway_specs(self.topology)]
 
@@ -352,7 +358,7 @@ class _ComposeDocument:
                 command += ["--cluster", f"{cluster}={self._reach(cluster, spec.region)}"]
             command += ["--listen", f"0.0.0.0:{slots[0]}", "--slots", str(len(slots)),
                         "--advertised-host", GATEWAY_HOST, "--metrics-port", str(metrics)]
-            self.services[spec.name] = {
+            service = self.services[spec.name] = {
                 "image": IMAGE,
                 "hostname": spec.name,
                 "command": command,
@@ -362,6 +368,18 @@ class _ComposeDocument:
                 "labels": {"io.seaway.role": "gateway", "io.seaway.region": spec.region,
                            "io.seaway.dr-pair": spec.pair},
             }
+            if self.security is not None:
+                # TLS with its own certificate, SCRAM relayed to the brokers, and its own login
+                # (its password stays on the pki volume); started once its ACLs are in place.
+                listener = f"/etc/seaway/{spec.name}-listener.properties"
+                props = gateway_listener_properties(keystore=secure.gateway_keystore_path(spec.name),
+                                                    mechanism=self.security.mechanism)
+                self.configs[f"{spec.name}-listener"] = {"content": "".join(f"{k}={v}\n" for k, v in props.items())}
+                command += ["--listener-config", listener,
+                            "--command-config", secure.client_properties_path(GATEWAY_USER)]
+                service["configs"] = [{"source": f"{spec.name}-listener", "target": listener}]
+                service["volumes"] = [f"pki:{secure.SECRETS_MOUNT}:ro"]
+                service["depends_on"] = {"mirror-acls": {"condition": "service_completed_successfully"}}
             _add_target(self.scrape["seaway-gateway"], f"{spec.name}:{metrics}", region=spec.region)
 
     def add_dr(self) -> None:

@@ -12,9 +12,12 @@ k-th gateway (pairs in file order, then regions in file order) has the block of 
 first), skipping any block that holds a port the topology names. Otherwise the launcher picks
 free ports once and keeps them, as it does for nodes.
 
-A secured topology gets no gateway yet: a gateway fronts a secured pair with a login and a
-certificate of its own (its ACLs, its listener's TLS), which the platform does not make for it
-so far; the launcher and the compose file say so.
+On a secured topology a gateway's ports take TLS and SCRAM as the brokers' client listeners
+do, with a certificate of its own from the platform CA (for 127.0.0.1, localhost and its
+compose service name), so clients use the platform's client properties through it unchanged:
+their logins are relayed to the brokers, and their requests reach the brokers in Envelopes
+(KIP-590) that the gateway sends as the platform's `seaway-gateway` user, whose only ACLs are
+ClusterAction and reading `__seaway_dr` (regions/security.py).
 """
 from __future__ import annotations
 
@@ -54,15 +57,6 @@ def gateway_specs(topology: Topology) -> list[GatewaySpec]:
         for region in topology.regions:
             specs.append(GatewaySpec(link.source, link.target, region, slots))
     return specs
-
-
-def why_no_gateways(topology: Topology) -> str | None:
-    """Why the topology's DR pairs get no gateway, or None when they get one per region."""
-    pairs = [f"{m.source}~{m.target}" for m in topology.dr_pairs()]
-    if pairs and topology.security.enabled:
-        return (f"no gateway for DR pair {', '.join(pairs)}: the topology is secured, and the platform "
-                f"does not give a gateway its login and certificate yet")
-    return None
 
 
 def ports_are_fixed(topology: Topology) -> bool:

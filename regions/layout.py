@@ -20,12 +20,13 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .gateways import GatewaySpec, fixed_gateway_ports, gateway_specs, ports_are_fixed, why_no_gateways
-from .security import PlatformSecurity
+from .gateways import GatewaySpec, fixed_gateway_ports, gateway_specs, ports_are_fixed
+from .security import CLIENTS_DIR, PlatformSecurity, gateway_listener_properties
 from .topology import Node, Topology
 
 PORTS_FILE = "ports.json"
 CLUSTER_IDS_FILE = "cluster-ids.json"
+GATEWAYS_DIR = "gateways"       # a secured platform's gateways' listener properties
 
 
 def wan_listener(region: str) -> str:
@@ -84,6 +85,10 @@ class GatewayLayout:
     ports: list[int]                # one per slot, consecutive
     metrics_port: int
     host: str = "127.0.0.1"
+    # Secured platforms: its listener's TLS and SASL, and its own login to the brokers
+    # (`seaway gateway --listener-config/--command-config`); the supervisor writes them.
+    listener_config: Path | None = None
+    command_config: Path | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -124,7 +129,6 @@ class PlatformLayout:
     security: PlatformSecurity | None = None   # the topology's `security:` when enabled
     dr_port: int | None = None                 # `dr serve`'s HTTP (metrics, API), if there are DR pairs
     gateways: list[GatewayLayout] = field(default_factory=list)
-    no_gateways: str | None = None             # why the DR pairs have none (regions/gateways.py)
 
     @property
     def dr_url(self) -> str | None:
@@ -179,8 +183,7 @@ def plan(topology: Topology, state_dir: Path, *, cluster_ids: dict[str, str] | N
     taken = {int(p) for p in ports.values()}
     taken |= {p for _, _, c in topology.clusters() for n in c.nodes
               for p in (n.port, n.controller_port, n.metrics_port) if p is not None}
-    no_gateways = why_no_gateways(topology)
-    fixed_gateways = fixed_gateway_ports(topology) if no_gateways is None and ports_are_fixed(topology) else {}
+    fixed_gateways = fixed_gateway_ports(topology) if ports_are_fixed(topology) else {}
     # Picked ports come from the range the fixed gateway ports are in: a port picked before
     # the gateways had theirs is picked again.
     reserved = {p for slots, metrics in fixed_gateways.values() for p in (*slots, metrics)}
@@ -227,15 +230,17 @@ def plan(topology: Topology, state_dir: Path, *, cluster_ids: dict[str, str] | N
             n.properties = _properties(n, voters, cluster.config, proxies, security)
     mirror_port = port("mirror/metrics_port", None) if topology.mirrors else None
     dr_port = port("dr/port", None) if topology.dr_pairs() else None
-    layout = PlatformLayout(topology, state_dir, clusters, proxies, mirror_port, security, dr_port,
-                            no_gateways=no_gateways)
-    for spec in gateway_specs(topology) if no_gateways is None else []:
+    layout = PlatformLayout(topology, state_dir, clusters, proxies, mirror_port, security, dr_port)
+    for spec in gateway_specs(topology):
         if spec.name in fixed_gateways:
             slots, metrics = fixed_gateways[spec.name]
         else:
             slots, metrics = _slot_ports(ports, taken, spec), port(f"{spec.name}/metrics_port", None)
         reach = {c: layout.wan_bootstrap(c, spec.region) for c in (spec.first, spec.second)}
-        layout.gateways.append(GatewayLayout(spec, reach, slots, metrics))
+        secured = {} if security is None else {
+            "listener_config": state_dir / GATEWAYS_DIR / f"{spec.name}.listener.properties",
+            "command_config": state_dir / CLIENTS_DIR / f"{security.gateway_user}.properties"}
+        layout.gateways.append(GatewayLayout(spec, reach, slots, metrics, **secured))
     state_dir.mkdir(parents=True, exist_ok=True)
     _save_json(state_dir / PORTS_FILE, ports)
     _save_json(state_dir / CLUSTER_IDS_FILE, ids)
@@ -312,6 +317,17 @@ def write_properties(n: NodeLayout) -> None:
     n.directory.mkdir(parents=True, exist_ok=True)
     text = "".join(f"{k}={v}\n" for k, v in n.properties.items())
     n.config_path.write_text("# written by `regions up` from the topology; edits are overwritten\n" + text)
+
+
+def write_gateway_listener(g: GatewayLayout, security: PlatformSecurity) -> None:
+    """A secured platform's gateway listener properties: TLS with a certificate of the
+    platform CA for the gateway's host, and the platform's SCRAM mechanism."""
+    assert g.listener_config is not None
+    identity = security.gateway_identity(g.spec.name, (g.host,))
+    props = gateway_listener_properties(keystore=str(identity.keystore), mechanism=security.mechanism)
+    g.listener_config.parent.mkdir(parents=True, exist_ok=True)
+    g.listener_config.write_text("# written by `regions up`; edits are overwritten\n"
+                                 + "".join(f"{k}={v}\n" for k, v in props.items()))
 
 
 def _free_port(taken: set[int]) -> int:

@@ -10,6 +10,11 @@ a certificate's subject to that name (`ssl.principal.mapping.rules`), so:
     node certificate  CN=node.<cluster>   ->  User:node.<cluster>   a super user of its cluster
     admin certificate CN=<admin user>     ->  User:<admin user>     a super user of every cluster
     mirror            SCRAM <mirror user> ->  User:<mirror user>    the ACLs its links need
+    gateways          SCRAM seaway-gateway ->  User:seaway-gateway  ClusterAction (to forward each
+                                                                    client's request as the client's,
+                                                                    in an Envelope) and reading
+                                                                    `__seaway_dr`, on the DR pairs'
+                                                                    clusters; nothing else
 
 Each broker has four kinds of listener:
 
@@ -23,7 +28,11 @@ Node-to-node connections prove themselves with the node certificate; a node of a
 cluster, with a certificate of the same CA, is a principal nobody granted anything. ACLs are
 on (`allow.everyone.if.no.acl.found=false`), so everything else is denied until granted.
 
-SCRAM credentials for the admin and mirror users are written into each cluster's metadata log
+A gateway (regions/gateways.py) listens with TLS (a certificate of its own, for the host its
+clients connect to) and SCRAM, relaying each client's login to the brokers, so clients use the
+same client properties through it as directly; it keeps no client's password.
+
+SCRAM credentials for the admin, mirror and gateway users are written into each cluster's metadata log
 when its storage is formatted (`storage format --add-scram`), so they work from the first
 start. Passwords are made once and kept in `secrets.json` (mode 0600); client property files
 for the admin user, usable by `seaway --command-config`, kcat's `-F` and librdkafka clients,
@@ -42,6 +51,8 @@ from pathlib import Path
 from core.security.ca import CertificateAuthority
 
 SECRETS_FILE = "secrets.json"
+GATEWAY_USER = "seaway-gateway"
+DR_TOPIC = "__seaway_dr"        # the DR controller's decision record (dr/), which gateways follow
 PKI_DIR = "pki"
 CLIENTS_DIR = "clients"
 ACL_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -70,10 +81,12 @@ class PlatformSecurity:
     """The CA, certificates and passwords of one platform's state directory; made on first
     use, kept after (a platform keeps its identities across restarts)."""
 
-    def __init__(self, state_dir: Path, *, admin_user: str, mirror_user: str, mechanism: str):
+    def __init__(self, state_dir: Path, *, admin_user: str, mirror_user: str, mechanism: str,
+                 gateway_user: str = GATEWAY_USER):
         self.state_dir = Path(state_dir)
         self.admin_user = admin_user
         self.mirror_user = mirror_user
+        self.gateway_user = gateway_user
         self.mechanism = mechanism
         self.pki_dir = self.state_dir / PKI_DIR
         self._ca: CertificateAuthority | None = None
@@ -135,11 +148,20 @@ class PlatformSecurity:
         return self.identity(node_identity_name(cluster, node_id), f"node.{cluster}",
                              tuple(dict.fromkeys((host, *also, "localhost", "127.0.0.1"))))
 
+    def gateway_identity(self, name: str, hosts: tuple[str, ...]) -> Identity:
+        """The certificate of the gateway `name`'s listener, for the hosts its clients connect to."""
+        return self.identity(name, name, tuple(dict.fromkeys((*hosts, "localhost", "127.0.0.1"))))
+
+    @property
+    def users(self) -> tuple[str, ...]:
+        """The platform's own users: each has a SCRAM credential from a cluster's first start."""
+        return (self.admin_user, self.mirror_user, self.gateway_user)
+
     def scram_arguments(self) -> list[str]:
         """`storage format` arguments that put the platform users' credentials in a new
         cluster's metadata log."""
         out = []
-        for user in (self.admin_user, self.mirror_user):
+        for user in self.users:
             out += ["--add-scram", f"{self.mechanism}=[name={user},password={self.password(user)}]"]
         return out
 
@@ -150,9 +172,9 @@ class PlatformSecurity:
                 "sasl.password": self.password(user), "ssl.ca.location": str(self.ca_path)}
 
     def write_client_files(self) -> dict[str, Path]:
-        """clients/<user>.properties for the admin and mirror users; {user: path}."""
+        """clients/<user>.properties for the platform's users; {user: path}."""
         out = {}
-        for user in (self.admin_user, self.mirror_user):
+        for user in self.users:
             path = self.state_dir / CLIENTS_DIR / f"{user}.properties"
             props = self.client_properties(user)
             text = "".join(f"{k}={v}\n" for k, v in props.items())
@@ -178,6 +200,10 @@ class PlatformSecurity:
     def mirror_acls(self, cluster: str, links: list) -> list:
         """The ACLs the mirror user needs on `cluster` (see mirror_acls)."""
         return mirror_acls(self.mirror_user, cluster, links)
+
+    def gateway_acls(self) -> list:
+        """The ACLs the gateway user needs on each cluster of a DR pair (see gateway_acls)."""
+        return gateway_acls(self.gateway_user)
 
     def node_properties(self, *, cluster: str, node_id: int, host: str, is_controller: bool) -> dict[str, str]:
         """What every node of a secured cluster gets, besides its listeners."""
@@ -222,6 +248,24 @@ def mirror_acls(mirror_user: str, cluster: str, links: list) -> list:
             grant(C, "kafka-cluster", LIT, Op.DESCRIBE)
     return list(dict.fromkeys(out))
 
+def gateway_acls(gateway_user: str) -> list:
+    """What a gateway's own login needs on a cluster of its DR pair, and nothing more:
+    ClusterAction on the cluster, to send the Envelopes that carry its clients' requests (each
+    authorized as its client), and Read and Describe on the decision record it follows."""
+    from core.client.acl_admin import AclBinding, AclOperation as Op, AclPermission, PatternType, ResourceType
+    principal = f"User:{gateway_user}"
+    return [AclBinding(rtype, name, PatternType.LITERAL, principal, "*", op, AclPermission.ALLOW)
+            for rtype, name, op in ((ResourceType.CLUSTER, "kafka-cluster", Op.CLUSTER_ACTION),
+                                    (ResourceType.TOPIC, DR_TOPIC, Op.READ),
+                                    (ResourceType.TOPIC, DR_TOPIC, Op.DESCRIBE))]
+
+
+def gateway_listener_properties(*, keystore: str, mechanism: str) -> dict[str, str]:
+    """A secured platform's gateway listener (`seaway gateway --listener-config`): TLS with
+    its own certificate, and the platform's SCRAM mechanism, relayed to the brokers."""
+    return {"ssl.keystore.type": "PEM", "ssl.keystore.location": keystore, "sasl.enabled.mechanisms": mechanism}
+
+
 async def grant_until_created(name: str, bootstrap: str, bindings: list, client_security, *, log,
                              deadline: float | None = None) -> None:
     """Create `bindings` on the cluster `name`, asking again every second while it is still
@@ -246,6 +290,34 @@ async def grant_until_created(name: str, bootstrap: str, bindings: list, client_
         log.info("ACLs on %s not created yet: %s", name, problem)
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"ACLs on {name} not created: {problem}")
+        await anyio.sleep(1.0)
+
+
+async def ensure_scram_user(name: str, bootstrap: str, user: str, password: str, mechanism: str, client_security,
+                            *, log) -> None:
+    """Give `user` its SCRAM credential on the cluster `name` if it has none for `mechanism`:
+    a cluster formatted before the platform had that user (the gateway's, on a platform made
+    by an older Seaway) gets it now. Asks again every second while the cluster is starting."""
+    import anyio
+
+    from core.client.client import KafkaClient
+    from core.client.user_admin import ScramMechanism, ScramUpsertion, UserAdmin
+    wanted = ScramMechanism.parse(mechanism)
+    while True:
+        try:
+            async with KafkaClient(bootstrap, client_id="regions-users", security=client_security) as client:
+                admin = UserAdmin(client, timeout_ms=10_000)
+                known = (await admin.describe_user_scram_credentials([user])).get(user)
+                if isinstance(known, list) and any(m == wanted for m, _ in known):
+                    return
+                error = (await admin.alter_user_scram_credentials([ScramUpsertion(user, wanted, password)]))[user]
+            if error is None:
+                log.info("SCRAM credential of %s created on %s", user, name)
+                return
+            problem: object = error
+        except Exception as exc:   # noqa: BLE001 — a cluster still starting; ask again
+            problem = exc
+        log.info("SCRAM credential of %s on %s not created yet: %s", user, name, problem)
         await anyio.sleep(1.0)
 
 

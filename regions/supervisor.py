@@ -34,7 +34,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from .control import CONTROL_SOCKET, receive_line
-from .layout import GatewayLayout, NodeLayout, PlatformLayout, write_properties
+from .layout import GatewayLayout, NodeLayout, PlatformLayout, write_gateway_listener, write_properties
 from .wan import ProxySpec, WanProxy, wan_proxies
 
 log = logging.getLogger("regions.supervisor")
@@ -164,6 +164,8 @@ class GatewayProcess(ServiceProcess):
             args += ["--cluster", f"{cluster}={bootstrap}"]
         args += ["--listen", f"{layout.host}:{layout.ports[0]}", "--slots", str(len(layout.ports)),
                  "--metrics-port", str(layout.metrics_port)]
+        if layout.listener_config is not None and layout.command_config is not None:
+            args += ["--listener-config", str(layout.listener_config), "--command-config", str(layout.command_config)]
         super().__init__(f"the gateway of {spec.pair} in {spec.region}", args, state_dir / f"{spec.name}.log",
                          stop_s=10, url=layout.metrics_url)
         self.layout = layout
@@ -210,15 +212,15 @@ class Supervisor:
                 for node in self.nodes.values():
                     node.start()
                 self.write_platform_file()
-                if self.mirror is not None:
-                    if self.layout.security is not None:
-                        tg.start_soon(self._grant_mirror_then_start)
-                    else:
-                        self.mirror.start()
+                for gateway in self.gateways if self.layout.security is not None else []:
+                    write_gateway_listener(gateway.layout, self.layout.security)
                 if self.dr is not None:     # it reads platform.json, written above
                     self.dr.start()
-                for gateway in self.gateways:
-                    gateway.start()
+                if self.layout.security is not None:
+                    tg.start_soon(self._grant_then_start)
+                else:
+                    for service in self._granted():
+                        service.start()
                 tg.start_soon(self._watch)
                 tg.start_soon(self._on_signals)
                 tg.start_soon(listener.serve, self._handle)
@@ -237,18 +239,31 @@ class Supervisor:
                 if child.running:
                     child.proc.kill()
 
-    async def _grant_mirror_then_start(self) -> None:
-        """On a secured platform the mirror may do only what its ACLs allow, so they are in
-        place before it starts: the admin user creates them on each cluster as soon as it
-        answers."""
-        from .security import grant_until_created
+    def _granted(self) -> list[ServiceProcess]:
+        """The services that act only as their ACLs allow: the mirror and the gateways."""
+        return [*([self.mirror] if self.mirror is not None else []), *self.gateways]
+
+    async def _grant_then_start(self) -> None:
+        """On a secured platform the mirror and the gateways may do only what their ACLs
+        allow, so these are in place before they start: the admin user creates them on each
+        cluster as soon as it answers (the gateways' on the DR pairs' clusters)."""
+        from .security import ensure_scram_user, grant_until_created
         security = self.layout.security
-        assert security is not None and self.mirror is not None
+        assert security is not None
+        paired = {c for g in self.layout.gateways for c in g.clusters}
         for name, cluster in self.layout.clusters.items():
-            wanted = security.mirror_acls(name, self.layout.topology.mirror_runs())
+            wanted = security.mirror_acls(name, self.layout.topology.mirror_runs()) if self.mirror else []
+            if name in paired:
+                wanted += security.gateway_acls()
             if wanted:
                 await grant_until_created(name, cluster.bootstrap, wanted, security.admin_security(), log=log)
-        self.mirror.start()
+            if name in paired:
+                await ensure_scram_user(name, cluster.bootstrap, security.gateway_user,
+                                        security.password(security.gateway_user), security.mechanism,
+                                        security.admin_security(), log=log)
+        for service in self._granted():
+            if not service.held:
+                service.start()
 
     def format_storage(self) -> None:
         for node in self.layout.nodes():
@@ -285,9 +300,9 @@ class Supervisor:
                 "dr": layout.dr_url,
                 # where applications bootstrap to ride through failovers; `dr` shows them
                 "gateways": [{"name": g.spec.name, "pair": g.spec.pair, "region": g.spec.region,
-                              "bootstrap": g.bootstrap, "metrics": g.metrics_url, "clusters": g.clusters}
+                              "bootstrap": g.bootstrap, "metrics": g.metrics_url, "clusters": g.clusters,
+                              **({"listener_config": str(g.listener_config)} if g.listener_config else {})}
                              for g in layout.gateways],
-                "no_gateways": layout.no_gateways,
                 "topology": str(self.topology_path) if self.topology_path else None,
                 "security": self._security_summary(),
                 "started_at": time.time()}

@@ -318,8 +318,25 @@ def test_each_region_gets_a_gateway_of_each_dr_pair_when_the_topology_is_plainte
     assert "no gateway" not in text
 
 
-def test_a_secured_topology_gets_no_gateway_and_the_file_says_why():
-    text = COMMITTED.read_text()
-    assert not [s for s in yaml.safe_load(text)["services"] if s.startswith("gateway-")]
-    assert text.splitlines()[3] == ("# no gateway for DR pair eu-west-1~us-east-1: the topology is secured, and the "
-                                    "platform does not give a gateway its login and certificate yet.")
+def test_a_secured_topologys_gateways_take_tls_and_their_own_login_granted_before_they_start():
+    doc = yaml.safe_load(COMMITTED.read_text())
+    services = doc["services"]
+    gateways = [s for s in services if s.startswith("gateway-")]
+    assert gateways == ["gateway-eu-west-eu-west-1", "gateway-us-east-eu-west-1"]
+    pki = services["pki"]["command"]
+    grant = services["mirror-acls"]["command"]
+    assert grant[grant.index("--gateway-user") + 1] == "seaway-gateway"
+    assert [grant[i + 1] for i, a in enumerate(grant) if a == "--gateway-cluster"] == ["eu-west-1", "us-east-1"]
+    for name in gateways:
+        service, command = services[name], services[name]["command"]
+        # Its certificate names its container and where it is published (127.0.0.1).
+        assert f"{name}={name},127.0.0.1" in [pki[i + 1] for i, a in enumerate(pki) if a == "--gateway"]
+        listener = command[command.index("--listener-config") + 1]
+        assert service["configs"] == [{"source": f"{name}-listener", "target": listener}]
+        props = dict(line.split("=", 1) for line in doc["configs"][f"{name}-listener"]["content"].splitlines())
+        assert props == {"ssl.keystore.type": "PEM", "ssl.keystore.location": f"/etc/seaway/secure/pki/{name}.pem",
+                         "sasl.enabled.mechanisms": "SCRAM-SHA-512"}
+        assert command[command.index("--command-config") + 1] == "/etc/seaway/secure/clients/seaway-gateway.properties"
+        assert service["volumes"] == ["pki:/etc/seaway/secure:ro"]
+        assert service["depends_on"] == {"mirror-acls": {"condition": "service_completed_successfully"}}
+    assert "no gateway" not in COMMITTED.read_text()

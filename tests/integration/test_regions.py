@@ -5,7 +5,8 @@ WAN proxies.
 The shipped default topology is used with its fixed ports removed (the launcher then picks
 free ones), so the test checks the default's shape without depending on ports 19092-29294. It
 is secured (TLS and SCRAM on client listeners, mTLS between nodes, ACLs), so every client here
-logs in with the admin properties `regions up` wrote, as a newcomer would.
+logs in with the admin properties `regions up` wrote, as a newcomer would, directly or through
+the DR pair's gateway.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
 from regions.topology import DEFAULT_TOPOLOGY
 from tests.support.node import REPO
@@ -81,8 +82,9 @@ def test_two_regions_come_up_serve_clients_and_survive_outages(tmp_path):
         assert "eu-west-1" in p.up_output and "us-east-1" in p.up_output and "bootstrap" in p.up_output
         # Secure by default: `regions up` says how to log in, and nothing gets in without it.
         assert p.info["security"] and f"kcat -F {p.admin_properties}" in p.up_output, p.up_output
-        # The gateway cannot front a secured pair yet: none runs, and `regions up` says so.
-        assert p.info["gateways"] == [] and "gateways: no gateway for DR pair eu-west-1~us-east-1" in p.up_output
+        gateways = {g["region"]: g for g in p.info["gateways"]}
+        assert set(gateways) == {"eu-west", "us-east"}, p.info["gateways"]
+        assert f"kcat -F {p.admin_properties} -b {gateways['eu-west']['bootstrap']} -L" in p.up_output
         anonymous = AdminClient({"bootstrap.servers": p.bootstrap("eu-west-1"), "socket.timeout.ms": 3000})
         with pytest.raises(KafkaException):
             anonymous.list_topics(timeout=5)
@@ -101,6 +103,20 @@ def test_two_regions_come_up_serve_clients_and_survive_outages(tmp_path):
         for cluster, topic in (("eu-west-1", "orders"), ("us-east-1", "invoices")):
             create(p.client(cluster), topic, rf=3, min_isr=2)
             local[cluster] = round_trip(p.client(cluster), topic, f"{cluster}-local")
+        # The DR pair's gateway takes the platform's client properties as they are: the admin
+        # logs in through it as itself (TLS of the platform CA, SCRAM relayed to the brokers)...
+        via_gateway = {**p.client("eu-west-1"), "bootstrap.servers": gateways["eu-west"]["bootstrap"]}
+        round_trip(via_gateway, "orders", "via-gateway", n=5)
+        # ... and a user with no ACLs gets nothing through it: the broker authorizes the client.
+        admin = AdminClient(p.client("eu-west-1"))
+        admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            "bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"bob-secret")])["bob"].result(20)
+        errors: list = []
+        bob = Producer({**via_gateway, "sasl.username": "bob", "sasl.password": "bob-secret",
+                        "message.timeout.ms": 10000})
+        bob.produce("orders", b"x", on_delivery=lambda err, msg: errors.append(err))
+        bob.flush(20)
+        assert errors and errors[0] is not None and errors[0].name() == "TOPIC_AUTHORIZATION_FAILED", errors
         wan = round_trip(p.client("eu-west-1", from_region="us-east"), "orders", "from-us-east", n=10)
         assert min(wan) >= 0.08, wan          # at least one round trip of 2 x 40 ms
         median = lambda xs: sorted(xs)[len(xs) // 2]   # noqa: E731

@@ -20,14 +20,24 @@ from regions import compose_security as secure
 from tests.support.node import REPO
 
 NODES = {("eu-west-1", 1): ("eu-west-1-1", "wan", "127.0.0.1"), ("us-east-1", 2): ("us-east-1-2", "wan", "127.0.0.1")}
+GATEWAYS = {"gateway-eu-west-eu-west-1": ("gateway-eu-west-eu-west-1", "127.0.0.1")}
 
 
 def make(tmp_path: Path) -> tuple[Path, Path, list[str]]:
     volume, export = tmp_path / "volume", tmp_path / "export"
     export.mkdir(exist_ok=True)
     said = secure.make_secrets(volume, mechanism="SCRAM-SHA-256", admin_user="root-admin", mirror_user="copier",
-                               nodes=NODES, export=export, export_ca="/home/me/seaway/compose/secrets/ca.crt")
+                               nodes=NODES, export=export, export_ca="/home/me/seaway/compose/secrets/ca.crt",
+                               gateways=GATEWAYS)
     return volume, export, said
+
+
+def names_in(keystore: Path) -> tuple[x509.Certificate, set[str], set[str]]:
+    """The certificate in a PEM keystore, and its DNS and IP names."""
+    cert = x509.load_pem_x509_certificate(keystore.read_bytes().split(b"-----END PRIVATE KEY-----")[1])
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return (cert, set(names.get_values_for_type(x509.DNSName)),
+            {str(ip) for ip in names.get_values_for_type(x509.IPAddress)})
 
 
 def test_every_file_the_compose_file_names_is_made(tmp_path):
@@ -36,18 +46,22 @@ def test_every_file_the_compose_file_names_is_made(tmp_path):
     for (cluster, node_id), hosts in NODES.items():
         keystore = Path(secure.keystore_path(cluster, node_id, mount))
         assert oct(keystore.stat().st_mode & 0o777) == "0o600"
-        cert = x509.load_pem_x509_certificate(keystore.read_bytes().split(b"-----END PRIVATE KEY-----")[1])
-        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        dns = set(names.get_values_for_type(x509.DNSName))
-        ips = {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
+        cert, dns, ips = names_in(keystore)
         assert {hosts[0], "wan", "localhost"} <= dns and "127.0.0.1" in ips
         assert cert.subject.rfc4514_string().startswith(f"CN=node.{cluster}")
+    # A gateway's listener certificate: its container's name, and 127.0.0.1 where it is published.
+    for name, hosts in GATEWAYS.items():
+        _, dns, ips = names_in(Path(secure.gateway_keystore_path(name, mount)))
+        assert {name, "localhost"} <= dns and "127.0.0.1" in ips
     assert Path(secure.ca_path(mount)).exists()
     mirror = parse_properties(Path(secure.client_properties_path("copier", mount)).read_text())
     assert mirror["sasl.username"] == "copier" and mirror["ssl.ca.location"] == secure.ca_path(mount)
+    gateway = parse_properties(Path(secure.client_properties_path("seaway-gateway", mount)).read_text())
+    assert gateway["sasl.username"] == "seaway-gateway" and gateway["security.protocol"] == "SASL_SSL"
     # The specs each node's first start reads (`seaway node --add-scram-file`).
     records = read_add_scram_file(secure.scram_file_path(mount))
-    assert sorted(r.name for r in records) == ["copier", "root-admin"] and {r.mechanism for r in records} == {1}
+    assert sorted(r.name for r in records) == ["copier", "root-admin", "seaway-gateway"]
+    assert {r.mechanism for r in records} == {1}
     # The host's copies: the admin's properties name the CA where the host sees it.
     admin = parse_properties((export / "root-admin.properties").read_text())
     assert admin["ssl.ca.location"] == "/home/me/seaway/compose/secrets/ca.crt"
@@ -94,6 +108,9 @@ def test_a_missing_properties_file_is_one_line(tmp_path):
     (["grant-mirror-acls", "--command-config", "{d}/none", "--cluster", "a=h:1"], "--command-config: cannot read {d}/none: No such file or directory"),
     (["grant-mirror-acls", "--command-config", "{d}/none", "--cluster", "a"], "--cluster: 'a' is not NAME=HOST:PORT[,HOST:PORT...]"),
     (["grant-mirror-acls", "--command-config", "{d}/none", "--link", "a,b,mirror"], "--link: 'a,b,mirror' is not SOURCE,TARGET[,default|identity]"),
+    (["pki", "--dir", "{d}", "--gateway", "gw"], "--gateway: 'gw' is not NAME=HOST[,HOST...]"),
+    (["grant-mirror-acls", "--command-config", "{d}/none", "--cluster", "a=h:1", "--gateway-cluster", "b"],
+     "--gateway-cluster: 'b' is not a --cluster"),
 ])
 def test_bad_arguments_are_one_line(tmp_path, args, message):
     args = [a.format(d=tmp_path) for a in args]

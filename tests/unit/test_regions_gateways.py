@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from cryptography import x509
+
 from regions.gateways import fixed_gateway_ports
 from regions.layout import PORTS_FILE, plan
 from regions.topology import DEFAULT_TOPOLOGY, parse_topology
@@ -86,12 +88,39 @@ def test_a_block_holding_a_port_the_topology_names_is_skipped():
                      "gateway-us-east-eu-west-1": ([39292, 39293, 39294], 39390)}
 
 
-def test_a_secured_platform_gets_no_gateway_and_says_why(tmp_path):
+def test_a_secured_platforms_gateways_get_tls_a_login_of_their_own_and_only_its_acls(tmp_path):
+    from core.client.acl_admin import AclOperation, ResourceType
+    from core.client.properties import parse_properties
+    from regions.layout import write_gateway_listener
+    from regions.supervisor import GatewayProcess
     layout = plan(parse_topology(PAIR + "security: {enabled: true}\n"), tmp_path)
-    assert layout.gateways == []
-    assert layout.no_gateways == ("no gateway for DR pair eu-1~us-1: the topology is secured, and the platform "
-                                  "does not give a gateway its login and certificate yet")
-    assert plan(parse_topology(PAIR.replace("policy: identity", "policy: default")), tmp_path / "b").no_gateways is None
+    security = layout.security
+    assert [g.spec.name for g in layout.gateways] == ["gateway-eu-eu-1", "gateway-us-eu-1", "gateway-ap-eu-1"]
+    g = layout.gateways[0]
+    write_gateway_listener(g, security)
+    listener = parse_properties(g.listener_config.read_text())
+    assert listener == {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(tmp_path / "pki" / f"{g.spec.name}.pem"),
+                        "sasl.enabled.mechanisms": security.mechanism}
+    cert = x509.load_pem_x509_certificate((tmp_path / "pki" / f"{g.spec.name}.crt").read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "127.0.0.1" in {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
+    # Its own login is the platform's gateway user, whose properties sit beside the others'.
+    security.write_client_files()
+    own = parse_properties(g.command_config.read_text())
+    assert own["sasl.username"] == "seaway-gateway" == security.gateway_user
+    assert own["sasl.password"] == json.loads((tmp_path / "secrets.json").read_text())["seaway-gateway"]
+    assert any("name=seaway-gateway," in a for a in security.scram_arguments())
+    args = GatewayProcess(tmp_path, g).args
+    assert args[args.index("--listener-config") + 1] == str(g.listener_config)
+    assert args[args.index("--command-config") + 1] == str(g.command_config)
+    # Exactly: envelopes (ClusterAction) and following the decision record.
+    assert sorted((b.resource_type, b.name, b.operation, b.principal) for b in security.gateway_acls()) == sorted([
+        (ResourceType.CLUSTER, "kafka-cluster", AclOperation.CLUSTER_ACTION, "User:seaway-gateway"),
+        (ResourceType.TOPIC, "__seaway_dr", AclOperation.READ, "User:seaway-gateway"),
+        (ResourceType.TOPIC, "__seaway_dr", AclOperation.DESCRIBE, "User:seaway-gateway")])
+    # A plaintext platform's gateways take neither file.
+    plain = plan(parse_topology(PAIR), tmp_path / "plain").gateways[0]
+    assert plain.listener_config is None and "--listener-config" not in GatewayProcess(tmp_path, plain).args
 
 
 def test_the_readme_names_the_gateways_addresses(tmp_path):
@@ -99,5 +128,9 @@ def test_the_readme_names_the_gateways_addresses(tmp_path):
     readme = (DEFAULT_TOPOLOGY.parents[2] / "README.md").read_text()
     for g in plan(plaintext_default(), tmp_path).gateways:
         assert f"| {g.spec.region} | `{g.bootstrap}` | `{g.metrics_url}` |" in readme
-    no_gateways = plan(parse_topology(DEFAULT_TOPOLOGY.read_text()), tmp_path / "secured").no_gateways
-    assert f"  gateways: {no_gateways}\n" in readme
+    # The shipped (secured) default gets the same gateways, and the README says how to log in.
+    secured = plan(parse_topology(DEFAULT_TOPOLOGY.read_text()), tmp_path / "secured")
+    assert [g.bootstrap for g in secured.gateways] == [g.bootstrap for g in plan(plaintext_default(), tmp_path).gateways]
+    regions = readme[readme.index("## Regions"):readme.index("## Containers")]
+    assert "clients/admin.properties" in regions and "clients/seaway-gateway.properties" in regions
+    assert "gets none yet" not in regions and "no gateway" not in regions
