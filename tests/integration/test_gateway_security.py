@@ -12,6 +12,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
                                    ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
                                    UserScramCredentialUpsertion)
 
+from core.security.ca import CertificateAuthority
 from tests.support.gateway import GatewayProcess
 from tests.support.node import SeawayNode, free_port
 
@@ -56,7 +57,20 @@ def secured(tmp_path_factory):
     gateway = GatewayProcess(tmp, "a~b", [("a", bootstrap), ("b", bootstrap)], slots=1,
                              extra=("--command-config", str(tmp / "gateway.properties"),
                                     "--listener-config", str(tmp / "listener.properties"))).start()
+    # The same gateway over TLS, with a certificate from a CA the clients trust.
+    ca = CertificateAuthority(tmp / "ca")
+    issued = ca.issue("gateway")
+    (tmp / "gateway.pem").write_bytes(issued.key.read_bytes() + issued.cert.read_bytes())
+    (tmp / "tls-listener.properties").write_text(f"ssl.keystore.location={tmp / 'gateway.pem'}\n"
+                                                 "ssl.keystore.type=PEM\nsasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256\n")
+    (tmp / "tls").mkdir()
+    tls_gateway = GatewayProcess(tmp / "tls", "a~b", [("a", bootstrap), ("b", bootstrap)], slots=1,
+                                 extra=("--command-config", str(tmp / "gateway.properties"),
+                                        "--listener-config", str(tmp / "tls-listener.properties"))).start()
+    gateway.tls = tls_gateway
+    gateway.ca_path = ca.cert_path
     yield node, gateway
+    tls_gateway.stop()
     gateway.stop()
     node.stop()
 
@@ -128,3 +142,13 @@ def test_a_client_that_does_not_log_in_gets_nothing(secured):
     c.close()
     # ... and the gateway serves others meanwhile.
     assert produce(gateway.bootstrap, "alices", login("alice")) is None
+
+
+@pytest.mark.parametrize("user, mechanism", [("alice", "PLAIN"), ("carol", "SCRAM-SHA-256")])
+def test_over_tls_the_gateway_is_a_sasl_ssl_listener(secured, user, mechanism):
+    node, gateway = secured
+    conf = {**login(user, mechanism), "security.protocol": "SASL_SSL", "ssl.ca.location": str(gateway.ca_path)}
+    assert produce(gateway.tls.bootstrap, "alices", conf) is None
+    assert produce(gateway.tls.bootstrap, "secret", conf) == "TOPIC_AUTHORIZATION_FAILED"
+    # A client that speaks plaintext to the TLS port gets nowhere.
+    assert produce(gateway.tls.bootstrap, "alices", login(user, mechanism)) is not None
