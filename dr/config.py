@@ -13,7 +13,7 @@ dr.yaml:
         second: {cluster: us-east-1, region: us-east, bootstrap: "us1:9092", properties_file: admin.properties}
         topics: [".*"]                  # the mirror links' topic patterns
         gateways:                       # optional: the pair's gateways, which `dr status` shows
-          - {region: eu-west, bootstrap: "127.0.0.1:39092,127.0.0.1:39093", metrics: "http://127.0.0.1:39190/metrics"}
+          - {region: eu-west, bootstrap: "127.0.0.1:31092,127.0.0.1:31093", metrics: "http://127.0.0.1:31190/metrics"}
 
 The controller needs an admin login on every cluster (it changes topic configs, reads and
 commits group offsets, writes `__seaway_dr`). The platform's is the admin user's properties

@@ -30,7 +30,7 @@ WAN and writing the target directly, as `regions up` runs it.
 
 Each DR pair gets a gateway (`seaway gateway`) in every region, `gateway-<region>-<primary>`,
 reaching the pair's clusters as that region's clients do and published on the host at the
-same ports as with `regions up` (regions/gateways.py: 39092.. and metrics at 39190 for the
+same ports as with `regions up` (regions/gateways.py: 31092.. and metrics at 31190 for the
 first); it listens inside on those port numbers too, so the addresses it advertises,
 127.0.0.1:<port>, are right for clients on the host. The `dr` service's configuration names
 them, so `dr status` shows what each serves. On a secured topology the gateways take TLS (a

@@ -8,7 +8,7 @@ brokers) and serves /metrics and /health on another. Where the topology fixes ev
 port (as the shipped ones do, and as compose needs), the gateways' ports are fixed too, so
 that their addresses are known in advance and the same with `regions up` and compose: the
 k-th gateway (pairs in file order, then regions in file order) has the block of ports from
-39092 + 100 k, its slots at the start and its metrics at 98 past it (39092.. and 39190 for the
+31092 + 100 k, its slots at the start and its metrics at 98 past it (31092.. and 31190 for the
 first), skipping any block that holds a port the topology names. Otherwise the launcher picks
 free ports once and keeps them, as it does for nodes.
 
@@ -25,7 +25,9 @@ from dataclasses import dataclass
 
 from .topology import Topology, TopologyError
 
-FIRST_GATEWAY_PORT = 39092
+# Below Linux's ephemeral range (32768-60999): a fixed port there can be taken by any
+# outgoing connection or free_port() of the moment (CI met it, with compose publishing 39092).
+FIRST_GATEWAY_PORT = 31092
 GATEWAY_BLOCK = 100             # ports per gateway in the fixed scheme
 GATEWAY_METRICS_OFFSET = 98     # the metrics port, past the block's first (slots are at most 64)
 

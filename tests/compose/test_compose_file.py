@@ -286,9 +286,9 @@ def test_each_region_gets_a_gateway_of_each_dr_pair_when_the_topology_is_plainte
     services = doc["services"]
     assert [s for s in services if s.startswith("gateway-")] == ["gateway-eu-west-eu-west-1", "gateway-us-east-eu-west-1"]
     for name, region, first, metrics, reach in (
-            ("gateway-eu-west-eu-west-1", "eu-west", 39092, 39190,
+            ("gateway-eu-west-eu-west-1", "eu-west", 31092, 31190,
              ["eu-west-1=eu-west-1-1:9092,eu-west-1-2:9092,eu-west-1-3:9092", "us-east-1=wan:10003,wan:10004,wan:10005"]),
-            ("gateway-us-east-eu-west-1", "us-east", 39192, 39290,
+            ("gateway-us-east-eu-west-1", "us-east", 31192, 31290,
              ["eu-west-1=wan:10000,wan:10001,wan:10002", "us-east-1=us-east-1-1:9092,us-east-1-2:9092,us-east-1-3:9092"])):
         service = services[name]
         command = service["command"]
@@ -306,15 +306,15 @@ def test_each_region_gets_a_gateway_of_each_dr_pair_when_the_topology_is_plainte
     prometheus = yaml.safe_load(doc["configs"]["prometheus"]["content"])
     jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
     assert jobs["seaway-gateway"]["static_configs"] == [
-        {"targets": ["gateway-eu-west-eu-west-1:39190"], "labels": {"region": "eu-west"}},
-        {"targets": ["gateway-us-east-eu-west-1:39290"], "labels": {"region": "us-east"}}]
+        {"targets": ["gateway-eu-west-eu-west-1:31190"], "labels": {"region": "eu-west"}},
+        {"targets": ["gateway-us-east-eu-west-1:31290"], "labels": {"region": "us-east"}}]
     # `dr status` in the dr container shows them: the host's bootstrap, the metrics over the network.
     [pair] = yaml.safe_load(doc["configs"]["dr"]["content"])["pairs"]
     assert pair["gateways"] == [
-        {"region": "eu-west", "bootstrap": "127.0.0.1:39092,127.0.0.1:39093,127.0.0.1:39094",
-         "metrics": "http://gateway-eu-west-eu-west-1:39190/metrics"},
-        {"region": "us-east", "bootstrap": "127.0.0.1:39192,127.0.0.1:39193,127.0.0.1:39194",
-         "metrics": "http://gateway-us-east-eu-west-1:39290/metrics"}]
+        {"region": "eu-west", "bootstrap": "127.0.0.1:31092,127.0.0.1:31093,127.0.0.1:31094",
+         "metrics": "http://gateway-eu-west-eu-west-1:31190/metrics"},
+        {"region": "us-east", "bootstrap": "127.0.0.1:31192,127.0.0.1:31193,127.0.0.1:31194",
+         "metrics": "http://gateway-us-east-eu-west-1:31290/metrics"}]
     assert "no gateway" not in text
 
 

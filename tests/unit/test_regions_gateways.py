@@ -71,21 +71,21 @@ def test_kept_slots_that_are_not_consecutive_any_more_are_picked_again(tmp_path)
 def test_fixed_broker_ports_fix_the_gateways_ports_as_compose_publishes_them(tmp_path):
     layout = plan(plaintext_default(), tmp_path)
     assert [(g.spec.region, g.bootstrap, g.metrics_port) for g in layout.gateways] == [
-        ("eu-west", "127.0.0.1:39092,127.0.0.1:39093,127.0.0.1:39094", 39190),
-        ("us-east", "127.0.0.1:39192,127.0.0.1:39193,127.0.0.1:39194", 39290)]
+        ("eu-west", "127.0.0.1:31092,127.0.0.1:31093,127.0.0.1:31094", 31190),
+        ("us-east", "127.0.0.1:31192,127.0.0.1:31193,127.0.0.1:31194", 31290)]
     # A port the platform picked before the gateways had theirs is picked again.
     ports = json.loads((tmp_path / PORTS_FILE).read_text())
-    ports["mirror/metrics_port"] = 39193
+    ports["mirror/metrics_port"] = 31193
     (tmp_path / PORTS_FILE).write_text(json.dumps(ports))
-    assert plan(plaintext_default(), tmp_path).mirror_metrics_port not in (39192, 39193, 39194, 39290)
+    assert plan(plaintext_default(), tmp_path).mirror_metrics_port not in (31192, 31193, 31194, 31290)
 
 
 def test_a_block_holding_a_port_the_topology_names_is_skipped():
     text = DEFAULT_TOPOLOGY.read_text().replace("enabled: true", "enabled: false").replace(
-        "metrics_port: 29294", "metrics_port: 39190")
+        "metrics_port: 29294", "metrics_port: 31190")
     ports = fixed_gateway_ports(parse_topology(text))
-    assert ports == {"gateway-eu-west-eu-west-1": ([39192, 39193, 39194], 39290),
-                     "gateway-us-east-eu-west-1": ([39292, 39293, 39294], 39390)}
+    assert ports == {"gateway-eu-west-eu-west-1": ([31192, 31193, 31194], 31290),
+                     "gateway-us-east-eu-west-1": ([31292, 31293, 31294], 31390)}
 
 
 def test_a_secured_platforms_gateways_get_tls_a_login_of_their_own_and_only_its_acls(tmp_path):
