@@ -58,6 +58,7 @@ from . import routing
 from .endpoints import (FORWARDED_APIS, Address, SlotMap, gateway_versions, rewrite_api_versions,
                         rewrite_describe_cluster, rewrite_find_coordinator, rewrite_metadata)
 from .follower import DecisionFollower
+from .link import BrokerLink
 from .metrics import GatewayMetrics
 from .routing import Answer, Forward, HoldJoin, RequestHead, View
 from .secure import SaslRelay, SecureUpstream
@@ -515,7 +516,7 @@ class ClientConnection(asyncio.Protocol):
         self.gw.metrics.request("?", "refused")
         self.abort()
 
-    def upstream_failed(self, up: "Upstream | SecureUpstream", exc: BaseException | None) -> None:
+    def upstream_failed(self, up: "BrokerLink", exc: BaseException | None) -> None:
         log.info("%s: broker %s:%d of %s failed (%s); closing the client's connection", self.peer, up.host,
                  up.port, up.cluster, exc or "closed")
         self.gw.metrics.upstream_failures.labels(self.gw.config.pair, up.cluster).inc()
@@ -540,7 +541,7 @@ class ClientConnection(asyncio.Protocol):
             self.sasl_upstream.close()
 
 
-class Upstream(asyncio.Protocol):
+class Upstream(BrokerLink, asyncio.Protocol):
     """A client connection's connection to one broker."""
 
     def __init__(self, owner: ClientConnection, cluster: str, host: str, port: int, *,
@@ -632,22 +633,10 @@ class Upstream(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.resume_reading()
 
-    def retire(self) -> None:
-        """No new requests: close once the last answer is delivered."""
-        self.retiring = True
-        if not self.waiting:
-            self.close()
+    def busy(self) -> bool:
+        return bool(self.waiting)
 
-    def _failed(self, exc: BaseException | None) -> None:
-        was_needed = bool(self.waiting) or not self.retiring
-        self.close()
-        if was_needed and not self.owner.closed:
-            self.owner.upstream_failed(self, exc)
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
+    def shut(self) -> None:
         self.waiting.clear()
         if self.transport is not None:
             self.transport.abort()

@@ -44,6 +44,8 @@ from core.protocol.api_keys import ApiKey
 from core.protocol.envelope import envelope_request_parts, envelope_response_data
 from core.protocol.errors import DecodeError
 
+from .link import BrokerLink
+
 if TYPE_CHECKING:
     from .proxy import ClientConnection, Reply, Rewrite
 
@@ -70,7 +72,7 @@ def username_of(mechanism: str, token: bytes) -> str | None:
     return None
 
 
-class SecureUpstream:
+class SecureUpstream(BrokerLink):
     """A client connection's connection to one broker, logged in as the gateway: each client
     request goes inside an Envelope naming the client."""
 
@@ -167,21 +169,10 @@ class SecureUpstream:
         if transport is not None and not self.closed:
             transport.resume_reading()
 
-    def retire(self) -> None:
-        self.retiring = True
-        if not self.waiting and not self.backlog:
-            self.close()
+    def busy(self) -> bool:
+        return bool(self.waiting or self.backlog)
 
-    def _failed(self, exc: BaseException | None) -> None:
-        was_needed = bool(self.waiting or self.backlog) or not self.retiring
-        self.close()
-        if was_needed and not self.owner.closed:
-            self.owner.upstream_failed(self, exc)
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
+    def shut(self) -> None:
         self.backlog.clear()
         if not self._task.done():
             self._task.cancel()
