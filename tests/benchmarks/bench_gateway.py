@@ -32,13 +32,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-import yaml  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from tests.support.gateway_traffic import ConfluentTraffic  # noqa: E402
 from tests.support.gateway import GatewayProcess, free_ports  # noqa: E402
-from tests.support.mirror import start_dr_links, stop_mirror  # noqa: E402
+from tests.support.mirror import start_dr_links, stop_mirror, write_dr_config  # noqa: E402
 from tests.support.node import SeawayNode  # noqa: E402
 
 PARTITIONS = 3
@@ -138,12 +137,7 @@ def main() -> int:
         overrides = {"group.initial.rebalance.delay.ms": str(args.initial_rebalance_delay_ms)}
         eu = SeawayNode(tmp / "eu", overrides).start()
         us = SeawayNode(tmp / "us", overrides).start()
-        config = tmp / "dr.yaml"
-        config.write_text(yaml.safe_dump({
-            "state_dir": str(tmp / "dr-state"), "regions": ["eu-west", "us-east"],
-            "drain_timeout_s": 60, "groups_timeout_s": 30,
-            "pairs": [{"first": {"cluster": "eu-1", "region": "eu-west", "bootstrap": eu.bootstrap},
-                       "second": {"cluster": "us-1", "region": "us-east", "bootstrap": us.bootstrap}}]}))
+        config = write_dr_config(tmp, eu, us, drain_timeout_s=60)
         mirror = start_dr_links(tmp, ("eu-1", eu.bootstrap), ("us-1", us.bootstrap), checkpoint_interval_s=1)
         gateway = GatewayProcess(tmp, "eu-1~us-1", [("eu-1", eu.bootstrap), ("us-1", us.bootstrap)],
                                  listen=f"127.0.0.1:{free_ports(3)}").start()

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from core.protocol.dr import REPLICA_OF
-from tests.support.mirror import start_dr_links, stop_mirror
+from tests.support.mirror import start_dr_links, stop_mirror, write_dr_config
 from tests.support.node import REPO, SeawayNode
 
 pytestmark = pytest.mark.integration
@@ -39,12 +39,7 @@ def dr(config: Path, *args: str, check: bool = True, timeout: float = 120) -> su
 def pair(tmp_path):
     eu = SeawayNode(tmp_path / "eu").start()
     us = SeawayNode(tmp_path / "us").start()
-    config = tmp_path / "dr.yaml"
-    config.write_text(yaml.safe_dump({
-        "state_dir": str(tmp_path / "dr-state"), "regions": ["eu-west", "us-east"],
-        "drain_timeout_s": 30, "groups_timeout_s": 10,
-        "pairs": [{"first": {"cluster": "eu-1", "region": "eu-west", "bootstrap": eu.bootstrap},
-                   "second": {"cluster": "us-1", "region": "us-east", "bootstrap": us.bootstrap}}]}))
+    config = write_dr_config(tmp_path, eu, us, groups_timeout_s=10)
     mirror = start_dr_links(tmp_path, ("eu-1", eu.bootstrap), ("us-1", us.bootstrap), checkpoint_interval_s=1)
     try:
         yield eu, us, config

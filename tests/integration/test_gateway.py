@@ -16,7 +16,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import yaml
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -24,8 +23,9 @@ from core.gateway import routing
 from tests.support.gateway import GatewayProcess, free_ports
 from tests.support.gateway_traffic import (PARTITIONS, ConfluentTraffic, KafkajsTraffic,
                                            KafkaPythonTraffic)
-from tests.support.mirror import start_dr_links, stop_mirror
+from tests.support.mirror import start_dr_links, stop_mirror, write_dr_config
 from tests.support.node import REPO, SeawayNode
+from tests.support.wire import read_frame
 
 pytestmark = pytest.mark.integration
 
@@ -43,12 +43,7 @@ def dr(config: Path, *args: str, timeout: float = 180) -> str:
 def pair(tmp_path):
     eu = SeawayNode(tmp_path / "eu").start()
     us = SeawayNode(tmp_path / "us").start()
-    config = tmp_path / "dr.yaml"
-    config.write_text(yaml.safe_dump({
-        "state_dir": str(tmp_path / "dr-state"), "regions": ["eu-west", "us-east"],
-        "drain_timeout_s": 30, "groups_timeout_s": 30,
-        "pairs": [{"first": {"cluster": "eu-1", "region": "eu-west", "bootstrap": eu.bootstrap},
-                   "second": {"cluster": "us-1", "region": "us-east", "bootstrap": us.bootstrap}}]}))
+    config = write_dr_config(tmp_path, eu, us)
     mirror = start_dr_links(tmp_path, ("eu-1", eu.bootstrap), ("us-1", us.bootstrap), checkpoint_interval_s=1)
     # Fixed ports, so that a gateway started again listens where its clients look.
     listen = f"127.0.0.1:{free_ports(3)}"
@@ -225,17 +220,7 @@ def _exchange(address: str, payload: bytes, timeout: float = 5.0) -> bytes | Non
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
         s.sendall(payload)
         try:
-            head = s.recv(4)
-            if len(head) < 4:
-                return None
-            size = int.from_bytes(head, "big")
-            data = b""
-            while len(data) < size:
-                chunk = s.recv(size - len(data))
-                if not chunk:
-                    return None
-                data += chunk
-            return data
+            return read_frame(s)
         except (ConnectionResetError, socket.timeout):
             return None
 

@@ -231,3 +231,16 @@ def wait_for_configs(bootstrap: str, topic: str, wanted, timeout: float = 30, lo
             return configs
         assert time.monotonic() < deadline, (topic, configs, log.read_text()[-3000:] if log else "")
         time.sleep(0.2)
+
+
+def write_dr_config(directory: Path, eu, us, *, drain_timeout_s: float = 30, groups_timeout_s: float = 30) -> Path:
+    """dr.yaml for the DR pair eu-1 (eu-west) ~ us-1 (us-east) of two nodes, as `dr --config`
+    reads it, its state under `directory`."""
+    import yaml
+    config = directory / "dr.yaml"
+    config.write_text(yaml.safe_dump({
+        "state_dir": str(directory / "dr-state"), "regions": ["eu-west", "us-east"],
+        "drain_timeout_s": drain_timeout_s, "groups_timeout_s": groups_timeout_s,
+        "pairs": [{"first": {"cluster": "eu-1", "region": "eu-west", "bootstrap": eu.bootstrap},
+                   "second": {"cluster": "us-1", "region": "us-east", "bootstrap": us.bootstrap}}]}))
+    return config
