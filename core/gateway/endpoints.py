@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 
 from core.protocol import messages as m
 from core.protocol.api_keys import ApiKey
@@ -63,8 +64,10 @@ FORWARDED_APIS = frozenset({
 })
 
 
+@cache
 def gateway_versions() -> dict[int, tuple[int, int]]:
-    """api key -> (min, max) the gateway itself can serve: its codec's, for FORWARDED_APIS."""
+    """api key -> (min, max) the gateway itself can serve: its codec's, for FORWARDED_APIS
+    (computed once: every request is checked against it)."""
     return {key: (api.min_version, min(api.max_version, GATEWAY_MAX_VERSIONS.get(key, api.max_version)))
             for key, api in m.API.items() if key in FORWARDED_APIS}
 
