@@ -490,6 +490,21 @@ class ClientConnection(asyncio.Protocol):
         reply.data = data
         self.flush()
 
+    def is_next(self, reply: Reply) -> bool:
+        """Whether `reply` may be written now, as its bytes arrive (Upstream.data_received)."""
+        return not self.closed and self.transport is not None and bool(self.queue) and self.queue[0] is reply
+
+    def write(self, data: bytes | memoryview) -> None:
+        """Bytes of answers passed through, in the connection's order."""
+        if not self.closed and self.transport is not None:
+            self.transport.write(data)
+            self.gw.metrics.bytes_out.inc(len(data))
+
+    def passed_through(self, reply: Reply) -> None:
+        """`reply`, the queue's head, has been written whole: the next may go."""
+        if self.queue and self.queue[0] is reply:
+            self.queue.popleft()
+
     def flush(self) -> None:
         if self.closed or self.transport is None:
             return
@@ -550,13 +565,21 @@ class Upstream(BrokerLink, asyncio.Protocol):
         self.ssl_context = ssl_context
         self.cluster = cluster
         self.host, self.port = host, port
-        self.reader = FrameReader(MAX_RESPONSE_BYTES)
         self.waiting: deque[tuple[Reply | None, Rewrite | None]] = deque()
         self.transport: asyncio.Transport | None = None
         self.backlog: list[bytes | bytearray] | None = []
         self.retiring = False
         self.closed = False
         self._paused = False
+        # The answer being received: its size prefix so far, the bytes still to come (-1
+        # between answers), whom it is for, and either the frame being assembled (an answer
+        # to rewrite, or one that must wait its turn) or None (passed through, or dropped).
+        self._prefix = bytearray()
+        self._left = -1
+        self._reply: Reply | None = None
+        self._rewrite: Rewrite | None = None
+        self._frame: bytearray | None = None
+        self._through = False
         self._task = asyncio.get_running_loop().create_task(self._connect())
 
     async def _connect(self) -> None:
@@ -594,22 +617,79 @@ class Upstream(BrokerLink, asyncio.Protocol):
             transport.pause_reading()
 
     def data_received(self, data: bytes) -> None:
-        try:
-            frames = self.reader.feed(data)
-        except FrameTooLarge as exc:
-            self._failed(exc)
-            return
-        for frame in frames:
-            if not self.waiting:
-                self._failed(RuntimeError("an answer to no request"))
+        """Answers are passed through as they arrive (cut-through) when nothing needs
+        rewriting in them and they are next in the client's queue: a 50 MB Fetch answer then
+        costs the client no wait for its last byte before its first is written on, and no copy
+        in Python. Consecutive such answers in one read go out in one write, size prefixes and
+        all, since the broker framed them exactly as the client expects. Other answers are
+        assembled and queued (Reply.fill)."""
+        view = memoryview(data)
+        i, n = 0, len(view)
+        # Bytes passed through and not yet written: view[out_from:out_to] (a size prefix still
+        # incomplete at the end of the read is not among them).
+        out_from = out_to = -1
+        while i < n:
+            if self._left < 0:
+                start = i
+                take = min(4 - len(self._prefix), n - i)
+                self._prefix += view[i:i + take]
+                i += take
+                if len(self._prefix) < 4:
+                    break
+                size = int.from_bytes(self._prefix, "big", signed=True)
+                self._prefix.clear()
+                if not 0 <= size <= MAX_RESPONSE_BYTES:
+                    self._failed(FrameTooLarge(size, MAX_RESPONSE_BYTES))
+                    return
+                if not self.waiting:
+                    self._failed(RuntimeError("an answer to no request"))
+                    return
+                reply, rewrite = self._reply, self._rewrite = self.waiting.popleft()
+                self._left = size
+                self._through = reply is not None and rewrite is None and self.owner.is_next(reply)
+                if self._through:
+                    self._frame = None
+                    if out_from < 0:
+                        if take == 4:
+                            out_from = start
+                        else:       # the prefix came in pieces: it is written whole
+                            self.owner.write(routing.size_prefix(size))
+                else:
+                    if out_from >= 0:
+                        self.owner.write(view[out_from:out_to])
+                        out_from = -1
+                    # Grown as its bytes arrive, not allocated from a size prefix.
+                    self._frame = bytearray() if reply is not None else None
+            take = min(self._left, n - i)
+            if self._through and out_from < 0:
+                out_from = i
+            if self._frame is not None:
+                self._frame += view[i:i + take]
+            i += take
+            out_to = i
+            self._left -= take
+            if self._left == 0 and not self._answer_received():
                 return
-            reply, rewrite = self.waiting.popleft()
-            if reply is not None and (error := reply.fill(frame, rewrite)) is not None:
-                self._failed(error)
-                return
+        if out_from >= 0:
+            self.owner.write(view[out_from:out_to])
         self.owner.flush()
-        if self.retiring and not self.waiting:
+        if self.retiring and not self.busy():
             self.close()
+
+    def _answer_received(self) -> bool:
+        """The answer being received is complete: False if it failed the connection."""
+        reply, rewrite, frame, through = self._reply, self._rewrite, self._frame, self._through
+        self._left, self._reply, self._rewrite, self._frame, self._through = -1, None, None, None, False
+        if reply is None:
+            return True         # the gateway's own request's answer: dropped
+        if through:
+            self.owner.passed_through(reply)
+            return True
+        assert frame is not None
+        if (error := reply.fill(frame, rewrite)) is not None:
+            self._failed(error)
+            return False
+        return True
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if not self.closed:
@@ -634,10 +714,11 @@ class Upstream(BrokerLink, asyncio.Protocol):
             self.transport.resume_reading()
 
     def busy(self) -> bool:
-        return bool(self.waiting)
+        return bool(self.waiting) or self._left >= 0
 
     def shut(self) -> None:
         self.waiting.clear()
+        self._left, self._reply, self._frame = -1, None, None
         if self.transport is not None:
             self.transport.abort()
         elif not self._task.done():

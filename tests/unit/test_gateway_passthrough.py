@@ -1,0 +1,154 @@
+"""A client connection's answers, from two broker connections, reach the client in request
+order and byte for byte, however the brokers' bytes are cut into reads: answers passed
+through as they arrive (cut-through), answers rewritten (assembled first), and the gateway's
+own answers (dropped) interleaved. The broker connections are real sockets to a listener that
+never answers; the test feeds their data_received itself, in chunks hypothesis picks."""
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.gateway.metrics import GatewayMetrics
+from core.gateway.proxy import ClientConnection, Reply, Upstream
+from core.gateway.routing import RequestHead, size_prefix
+
+
+class RecordingTransport:
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.writes = 0
+        self.aborted = False
+
+    def write(self, data) -> None:
+        self.written += data
+        self.writes += 1
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def client_connection() -> tuple[ClientConnection, RecordingTransport]:
+    gateway = SimpleNamespace(config=SimpleNamespace(max_request_bytes=1 << 20, sasl_mechanisms=(), pair="p"),
+                              metrics=GatewayMetrics("p"), connections=set(), held=[])
+    conn = ClientConnection(gateway, 0)
+    transport = RecordingTransport()
+    conn.transport = transport
+    return conn, transport
+
+
+def marked(frame: bytearray) -> bytearray:
+    return frame + b"!"
+
+
+# An answer: which broker connection (0 or 1) and how it is handled.
+ANSWER = st.tuples(st.integers(0, 1), st.sampled_from(["through", "rewrite", "own"]),
+                   st.binary(min_size=0, max_size=40))
+
+
+async def _run(answers, cuts, interleave) -> tuple[bytes, bytes, ClientConnection, RecordingTransport]:
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    conn, transport = client_connection()
+    ups = [Upstream(conn, f"c{k}", "127.0.0.1", port) for k in (0, 1)]
+    streams = [bytearray(), bytearray()]
+    expected = bytearray()
+    for k, (which, kind, payload) in enumerate(answers):
+        frame = k.to_bytes(4, "big") + payload      # a correlation id, then a body
+        if kind == "own":
+            ups[which].waiting.append((None, None))
+        else:
+            reply = Reply(RequestHead(1, 0, k))
+            conn.queue.append(reply)
+            ups[which].waiting.append((reply, marked if kind == "rewrite" else None))
+            expected += size_prefix(len(frame) + (kind == "rewrite")) + frame + (b"!" if kind == "rewrite" else b"")
+        streams[which] += size_prefix(len(frame)) + frame
+    # Each broker's bytes in reads cut where hypothesis says, the two brokers' reads interleaved.
+    reads: list[list[bytes]] = [[], []]
+    for which in (0, 1):
+        data, at = bytes(streams[which]), 0
+        for cut in cuts[which]:
+            if at >= len(data):
+                break
+            reads[which].append(data[at:at + cut])
+            at += cut
+        if at < len(data):
+            reads[which].append(data[at:])
+    order = list(interleave) + [0] * len(reads[0]) + [1] * len(reads[1])
+    for which in order:
+        if reads[which]:
+            ups[which].data_received(reads[which].pop(0))
+    for up in ups:
+        up.close()
+    server.close()
+    return bytes(transport.written), bytes(expected), conn, transport
+
+
+@settings(max_examples=150, deadline=None)
+@given(answers=st.lists(ANSWER, max_size=12),
+       cuts=st.tuples(st.lists(st.integers(1, 30), max_size=40), st.lists(st.integers(1, 30), max_size=40)),
+       interleave=st.lists(st.integers(0, 1), max_size=60))
+def test_answers_reach_the_client_in_request_order_whatever_the_reads(answers, cuts, interleave):
+    written, expected, conn, transport = asyncio.run(_run(answers, cuts, interleave))
+    assert written == expected
+    assert not conn.queue
+    assert not transport.aborted
+
+
+def test_answers_next_in_line_go_out_in_one_write_per_read():
+    """Three answers to pass through that arrive in one read: one write, prefixes and all
+    (the broker framed them as the client expects), not six."""
+    answers = [(0, "through", b"a" * 10), (0, "through", b"b" * 1000), (0, "through", b"")]
+    written, expected, _, transport = asyncio.run(_run(answers, ([10_000], []), []))
+    assert written == expected
+    assert transport.writes == 1
+
+
+def test_an_answer_behind_a_slower_one_waits_for_it():
+    """Broker 1's answer completes first but was asked for second: nothing is written until
+    broker 0's arrives, then both, in request order."""
+    async def run():
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        conn, transport = client_connection()
+        ups = [Upstream(conn, f"c{k}", "127.0.0.1", port) for k in (0, 1)]
+        first, second = Reply(RequestHead(1, 0, 1)), Reply(RequestHead(1, 0, 2))
+        conn.queue.extend([first, second])
+        ups[0].waiting.append((first, None))
+        ups[1].waiting.append((second, None))
+        ups[1].data_received(size_prefix(5) + b"\0\0\0\2B")
+        assert transport.written == b""
+        ups[0].data_received(size_prefix(5) + b"\0\0\0\1A"[:3])
+        assert transport.written == size_prefix(5) + b"\0\0\0"      # passed through as it comes
+        ups[0].data_received(b"\1A")
+        assert transport.written == size_prefix(5) + b"\0\0\0\1A" + size_prefix(5) + b"\0\0\0\2B"
+        for up in ups:
+            up.close()
+        server.close()
+    asyncio.run(run())
+
+
+def test_a_broker_answering_nothing_asked_or_framing_nonsense_closes_the_client_connection():
+    async def run(data: bytes, asked: bool) -> bool:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        conn, transport = client_connection()
+        up = Upstream(conn, "c0", "127.0.0.1", port)
+        if asked:
+            reply = Reply(RequestHead(1, 0, 1))
+            conn.queue.append(reply)
+            up.waiting.append((reply, None))
+        up.data_received(data)
+        server.close()
+        return transport.aborted and up.closed
+    assert asyncio.run(run(size_prefix(4) + b"\0\0\0\1", asked=False))
+    assert asyncio.run(run(b"\xff\xff\xff\xff", asked=True))            # a negative size
+    assert not asyncio.run(run(size_prefix(4) + b"\0\0\0\1", asked=True))
