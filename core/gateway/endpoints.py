@@ -18,6 +18,12 @@ brokers in id order; a leader id a client cached is then a slot that answers, an
 does not lead the partition there, it answers NOT_LEADER_OR_FOLLOWER and the client reads
 Metadata again, as after any leader change.
 
+Clients also see one cluster id, the pair's (`pair_cluster_id`), whichever cluster is active:
+to a client the gateway is one cluster, and a client that sees the id change concludes it is
+"connected to multiple clusters" (librdkafka warns so; Java clients tell their
+ClusterResourceListeners). Every gateway of a pair derives the same id from the pair's name,
+so a client may list several in its bootstrap.
+
 The rules, for each response that names brokers (Metadata, FindCoordinator, DescribeCluster):
 every broker id of the active cluster becomes its slot, and every (host, port) the slot's
 gateway address; an id no slot holds (a broker beyond the gateway's slots, or one not in the
@@ -34,6 +40,8 @@ with what the active cluster supports.
 """
 from __future__ import annotations
 
+import base64
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -72,6 +80,15 @@ def gateway_versions() -> dict[int, tuple[int, int]]:
             for key, api in m.API.items() if key in FORWARDED_APIS}
 
 
+_PAIR_NAMESPACE = uuid.UUID("5e1a3a7e-9a7e-4a7e-8c1d-5ea3a7e9a7e1")
+
+
+def pair_cluster_id(pair: str) -> str:
+    """The cluster id clients see through any gateway of `pair`: a name-based UUID in the
+    22-character form Kafka's cluster ids take."""
+    return base64.urlsafe_b64encode(uuid.uuid5(_PAIR_NAMESPACE, pair).bytes).rstrip(b"=").decode()
+
+
 @dataclass(frozen=True)
 class Address:
     host: str
@@ -81,10 +98,11 @@ class Address:
 class SlotMap:
     """The active cluster's brokers, in id order, on the gateway's slots."""
 
-    def __init__(self, gateway: list[Address], broker_ids: list[int]):
+    def __init__(self, gateway: list[Address], broker_ids: list[int], cluster_id: str | None = None):
         if not gateway:
             raise ValueError("a gateway needs at least one address")
         self.gateway = list(gateway)
+        self.cluster_id = cluster_id        # None: the cluster's own is kept
         self._slot = {broker: slot for slot, broker in enumerate(sorted(set(broker_ids))[:len(gateway)])}
         self._broker = {slot: broker for broker, slot in self._slot.items()}
         # Brokers beyond the gateway's slots are not reachable through it.
@@ -106,6 +124,8 @@ def rewrite_metadata(resp: m.MetadataResponse, slots: SlotMap) -> m.MetadataResp
     resp.brokers = [m.MetadataResponse.MetadataResponseBroker(node_id=slot, host=a.host, port=a.port, rack=rack)
                     for slot, a, rack in _served(((b.node_id, b.rack) for b in resp.brokers), slots)]
     resp.controller_id = slots.slot(resp.controller_id)
+    if slots.cluster_id is not None and resp.cluster_id is not None:
+        resp.cluster_id = slots.cluster_id
     for topic in resp.topics:
         for p in topic.partitions:
             p.leader_id = slots.slot(p.leader_id)
@@ -129,6 +149,8 @@ def rewrite_describe_cluster(resp: m.DescribeClusterResponse, slots: SlotMap) ->
                                                                     rack=rack)
                     for slot, a, rack in _served(((b.broker_id, b.rack) for b in resp.brokers), slots)]
     resp.controller_id = slots.slot(resp.controller_id)
+    if slots.cluster_id is not None:
+        resp.cluster_id = slots.cluster_id
     return resp
 
 

@@ -55,7 +55,7 @@ from core.protocol.varint import read_uvarint
 from core.security.authorizer import ANONYMOUS
 
 from . import routing
-from .endpoints import (FORWARDED_APIS, Address, SlotMap, gateway_versions, rewrite_api_versions,
+from .endpoints import (FORWARDED_APIS, Address, SlotMap, gateway_versions, pair_cluster_id, rewrite_api_versions,
                         rewrite_describe_cluster, rewrite_find_coordinator, rewrite_metadata)
 from .follower import DecisionFollower
 from .link import BrokerLink
@@ -137,6 +137,7 @@ class Gateway:
         self.clusters = (first, second)
         self.metrics = metrics or GatewayMetrics(config.pair)
         self.view = View(self.clusters[0])
+        self.cluster_id = pair_cluster_id(config.pair)
         self.follower = DecisionFollower(config.pair, config.clusters, self._decided,
                                          stale_after_s=config.stale_after_s,
                                          client_factory=lambda bootstrap: KafkaClient(
@@ -244,7 +245,7 @@ class Gateway:
         ids = tuple(sorted(self.follower.sources[cluster].brokers))
         cached = self._slot_maps.get(cluster)
         if cached is None or cached[0] != ids:
-            cached = self._slot_maps[cluster] = (ids, SlotMap(self.addresses, list(ids)))
+            cached = self._slot_maps[cluster] = (ids, SlotMap(self.addresses, list(ids), self.cluster_id))
         return cached[1]
 
     def broker_for(self, cluster: str, slot: int) -> tuple[str, int] | None:

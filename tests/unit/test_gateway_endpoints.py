@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.gateway.endpoints import (GATEWAY_MAX_VERSIONS, Address, SlotMap, advertised_versions,
+from core.gateway.endpoints import (GATEWAY_MAX_VERSIONS, Address, SlotMap, advertised_versions, pair_cluster_id,
                                     rewrite_describe_cluster, rewrite_find_coordinator, rewrite_metadata)
 from core.protocol import messages as m
 from core.protocol.api_keys import ApiKey
@@ -78,6 +78,23 @@ def test_describe_cluster_names_only_slots():
     out = roundtrip(ApiKey.DESCRIBE_CLUSTER, 1, rewrite_describe_cluster(resp, SlotMap(GATEWAY, [1, 2, 3])))
     assert [(b.broker_id, b.port) for b in out.brokers] == [(0, 9092), (1, 9093), (2, 9094)]
     assert out.controller_id == 0
+
+
+def test_clients_see_the_pairs_cluster_id_whichever_cluster_is_active():
+    pair_id = pair_cluster_id("eu-west-1~us-east-1")
+    assert len(pair_id) == 22 and pair_id == pair_cluster_id("eu-west-1~us-east-1")    # every gateway's
+    assert pair_id != pair_cluster_id("orders-eu~orders-us")
+    for cluster in ("eu-west-1-id", "us-east-1-id"):
+        slots = SlotMap(GATEWAY, [1, 2, 3], pair_id)
+        meta = roundtrip(ApiKey.METADATA, 12, rewrite_metadata(
+            MR(brokers=[], cluster_id=cluster, controller_id=1, topics=[]), slots))
+        assert meta.cluster_id == pair_id
+        # Metadata v0-1 carry no cluster id: none is invented.
+        assert rewrite_metadata(MR(brokers=[], cluster_id=None, controller_id=1, topics=[]), slots).cluster_id is None
+        DR = m.DescribeClusterResponse
+        described = roundtrip(ApiKey.DESCRIBE_CLUSTER, 1, rewrite_describe_cluster(
+            DR(cluster_id=cluster, controller_id=1, brokers=[]), slots))
+        assert described.cluster_id == pair_id
 
 
 @pytest.mark.parametrize("cluster, gateway, expected", [
