@@ -6,7 +6,8 @@ then, in order, on the same platform:
    secured: its pki service made the certificates and passwords inside the platform and
    exported the admin's client properties for the host, and nothing gets in without them;
 2. confluent-kafka on the host produces to and consumes from each region at the published
-   addresses the README prints, logged in with those properties;
+   addresses the README prints, logged in with those properties, and through each region's
+   gateway of the DR pair, which both serve eu-west-1;
 3. the mirror copies eu-west's topic to us-east, record for record;
    and every panel of the Grafana dashboard has data in the platform's real Prometheus;
 4. `docker compose kill` of one node leaves acks=all produce working (RF 3, min ISR 2);
@@ -42,7 +43,11 @@ EU, US = "127.0.0.1:19092,127.0.0.1:19192,127.0.0.1:19292", "127.0.0.1:29092,127
 EU_NODES = ["eu-west-1-1", "eu-west-1-2", "eu-west-1-3"]
 TOPIC, MIRRORED = "orders", "orders"         # a DR pair keeps names: us-east-1's replica
 ALL_SERVICES = EU_NODES + ["us-east-1-1", "us-east-1-2", "us-east-1-3", "wan", "mirror-eu-west-1-to-us-east-1",
-                           "mirror-us-east-1-to-eu-west-1", "dr"]
+                           "mirror-us-east-1-to-eu-west-1", "dr", "gateway-eu-west-eu-west-1",
+                           "gateway-us-east-eu-west-1"]
+# The DR pair's gateways, as the README's table gives them: eu-west's, then us-east's.
+GATEWAYS = {"eu-west": "127.0.0.1:31092,127.0.0.1:31093,127.0.0.1:31094",
+            "us-east": "127.0.0.1:31192,127.0.0.1:31193,127.0.0.1:31194"}
 DR_API = "http://127.0.0.1:9780/api/v1"
 
 
@@ -156,6 +161,16 @@ def test_clients_on_the_host_produce_and_consume_in_each_region(platform):
     assert sorted(v for vs in read_all(eu(platform), TOPIC).values() for v in vs) == sorted(sent)
     sent_us = produce(us(platform), "local-us", 100, "us")          # auto-created in us-east
     assert sorted(v for vs in read_all(us(platform), "local-us").values() for v in vs) == sorted(sent_us)
+    # Either region's gateway, with the same properties: both serve eu-west-1, the pair's
+    # active cluster, so what one takes the other reads, and so does eu-west-1 itself.
+    readme = (REPO / "README.md").read_text()
+    via = {region: {**eu(platform), "bootstrap.servers": bootstrap} for region, bootstrap in GATEWAYS.items()}
+    for region, bootstrap in GATEWAYS.items():
+        assert bootstrap in readme, f"the README does not give {region}'s gateway"
+    sent_gw = produce(via["us-east"], TOPIC, 200, "via-gateway")
+    everything = sorted(sent + sent_gw)
+    assert sorted(v for vs in read_all(via["eu-west"], TOPIC).values() for v in vs) == everything
+    assert sorted(v for vs in read_all(eu(platform), TOPIC).values() for v in vs) == everything
 
 
 def test_the_mirror_copies_eu_west_to_us_east_record_for_record(platform):
