@@ -76,6 +76,12 @@ def consume_throughput(bootstrap: str, topic: str, starts: dict[int, int], n: in
     return n * size / 1e6 / elapsed
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def ends(bootstrap: str, topic: str) -> dict[int, int]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-ends"})
     try:
@@ -154,12 +160,18 @@ def main() -> int:
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             runs: dict[str, list[float]] = {"direct produce": [], "gateway produce": [],
                                             "direct consume": [], "gateway consume": []}
+            gateway_cpu = {"produce": 0.0, "consume": 0.0}
             for r in range(args.repeat):
                 order = [("direct", eu.bootstrap), ("gateway", gateway.bootstrap)]
                 for name, bootstrap in (order if r % 2 == 0 else order[::-1]):
                     starts = ends(eu.bootstrap, "bench")
-                    runs[f"{name} produce"].append(produce_throughput(bootstrap, "bench", args.n, args.size))
-                    runs[f"{name} consume"].append(consume_throughput(bootstrap, "bench", starts, args.n, args.size))
+                    for phase, run in (("produce", lambda: produce_throughput(bootstrap, "bench", args.n, args.size)),
+                                       ("consume", lambda: consume_throughput(bootstrap, "bench", starts, args.n,
+                                                                              args.size))):
+                        before = cpu_seconds(gateway.proc.pid)
+                        runs[f"{name} {phase}"].append(run())
+                        if name == "gateway":
+                            gateway_cpu[phase] += cpu_seconds(gateway.proc.pid) - before
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)
                 profiler.wait(60)
@@ -169,6 +181,9 @@ def main() -> int:
                 print(f"  {k:16s} {med[k]:7.1f} ({min(v):.1f}-{max(v):.1f})")
             print(f"  produce gateway / direct = {med['gateway produce'] / med['direct produce']:.2f}")
             print(f"  consume gateway / direct = {med['gateway consume'] / med['direct consume']:.2f}")
+            gigabytes = args.repeat * args.n * args.size / 1e9
+            print(f"  the gateway's CPU per GB passed: produce {gateway_cpu['produce'] / gigabytes:.2f} s, "
+                  f"consume {gateway_cpu['consume'] / gigabytes:.2f} s")
             lat = {name: latencies(b, "lat") for name, b in (("direct", eu.bootstrap), ("gateway", gateway.bootstrap))}
             print("\nproduce latency, 1000 x 1 KiB/s for 3 s after 1 s not counted, acks=all, linger.ms=0 (ms)")
             for name, (p50, p99) in lat.items():
