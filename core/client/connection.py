@@ -371,6 +371,14 @@ class BrokerConnection:
         self._transport.writelines(build(correlation_id))
         return fut
 
+    def reauthentication_due(self) -> bool:
+        """Whether the SASL session must be renewed before the next request: send() does it
+        by itself; a caller of send_frame() awaits reauthenticate() first."""
+        return self._reauth_at is not None and time.monotonic() >= self._reauth_at
+
+    async def reauthenticate(self) -> None:
+        await self._reauthenticate()
+
     def _session_started(self, lifetime_ms: int) -> None:
         self._reauth_at = (time.monotonic() + lifetime_ms / 1000 * random.uniform(0.85, 0.95)
                            if lifetime_ms > 0 else None)

@@ -276,6 +276,9 @@ class ClientConnection(asyncio.Protocol):
         self.sasl: SaslRelay | None = None
         self.sasl_upstream: Upstream | None = None
         self.close_after_flush = False
+        # When the client's SASL session ends (the cluster's connections.max.reauth.ms, as
+        # the broker's answer gave it; None: never): it must have logged in again by then.
+        self.session_expires: float | None = None
 
     # -------------------------------------------------------------- asyncio.Protocol
 
@@ -337,6 +340,11 @@ class ClientConnection(asyncio.Protocol):
             return self._refuse(f"{api.name} v{head.version} is not supported")
         if head.api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE) and self.gw.config.sasl_mechanisms:
             return self._sasl_step(head, frame)
+        if self.session_expires is not None and time.monotonic() >= self.session_expires:
+            # As a broker does: the first request after the session ended closes the
+            # connection, so a client that did not log in again keeps no access it lost.
+            return self._refuse(f"SASL session of {self.principal} expired (connections.max.reauth.ms) "
+                                "without re-authentication")
         if self.principal is None and head.api_key != ApiKey.API_VERSIONS:
             return self._refuse(f"{api.name} before SASL authentication completed")
         if self.gw.config.envelopes and head.api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
@@ -408,10 +416,24 @@ class ClientConnection(asyncio.Protocol):
         self.queue.append(reply)
 
         def inspect(answer: bytearray) -> bytearray:
-            _, body = routing.decode_response(head.api_key, head.version, answer)
+            correlation_id, body = routing.decode_response(head.api_key, head.version, answer)
             if relay.note_answer(body.error_code):
-                self._logged_in(f"User:{relay.username}")
                 up.retire()
+                principal = f"User:{relay.username}"
+                if self.principal is not None and principal != self.principal:
+                    # Kafka's rule for re-authentication (KIP-368): same principal or out.
+                    log.info("%s: re-authentication as %s refused: logged in as %s", self.peer, principal,
+                             self.principal)
+                    self.close_after_flush = True
+                    refused = m.SaslAuthenticateResponse(
+                        error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
+                        error_message=f"Cannot change principals during re-authentication from "
+                                      f"{self.principal.replace(':', '.', 1)}: {principal.replace(':', '.', 1)}",
+                        auth_bytes=b"", session_lifetime_ms=0)
+                    return routing.encode_response(head.api_key, head.version, correlation_id, refused)
+                self._logged_in(principal)
+                lifetime_ms = getattr(body, "session_lifetime_ms", 0)
+                self.session_expires = time.monotonic() + lifetime_ms / 1000 if lifetime_ms > 0 else None
             elif relay.failed:
                 log.info("%s: SASL %s login as %s refused by %s", self.peer, relay.mechanism, relay.username,
                          up.cluster)

@@ -90,20 +90,30 @@ class SecureUpstream(BrokerLink):
         self._task = asyncio.get_running_loop().create_task(self._connect())
 
     async def _connect(self) -> None:
+        await self._then_send_backlog(self.conn.connect())
+
+    async def _then_send_backlog(self, step: Any) -> None:
+        """Log in (or renew the login), then send what waited for it, in order."""
         try:
-            await self.conn.connect()
-        except Exception as exc:   # noqa: BLE001 — any failure to connect closes the client's connection
+            await step
+        except Exception as exc:   # noqa: BLE001 — any failure to log in closes the client's connection
             self._failed(exc)
             return
         self.ready = True
-        while self.backlog and not self.closed:
+        while self.backlog and not self.closed and self.ready:
             self._send_now(*self.backlog.popleft())
 
     def send(self, frame: bytes | bytearray, reply: "Reply | None", rewrite: "Rewrite | None",
              *, expect_answer: bool | None = None) -> None:
         if self.closed:
             self.owner.upstream_failed(self, None)
-        elif not self.ready:
+            return
+        if self.ready and self.conn.reauthentication_due():
+            # The gateway's own session ends soon (the cluster's connections.max.reauth.ms):
+            # renewed before anything more is sent, or the broker closes the connection.
+            self.ready = False
+            self._task = asyncio.get_running_loop().create_task(self._then_send_backlog(self.conn.reauthenticate()))
+        if not self.ready:
             self.backlog.append((frame, reply, rewrite))
         else:
             self._send_now(frame, reply, rewrite)

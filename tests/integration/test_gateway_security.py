@@ -4,6 +4,7 @@ what their own ACLs allow, never what the gateway's login could. The gateway's p
 only send envelopes (ClusterAction) and read the decision record."""
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -12,13 +13,17 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
                                    ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
                                    UserScramCredentialUpsertion)
 
+from core.protocol import messages as m
+from core.protocol.errors import ErrorCode
 from core.security.ca import CertificateAuthority
+from tests.support import wire
 from tests.support.gateway import GatewayProcess
 from tests.support.node import SeawayNode, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
         'user_gateway="gateway-secret" user_alice="alice-secret" user_bob="bob-secret";')
+REAUTH_MS = 1500        # the REAUTH listener's connections.max.reauth.ms
 
 
 def allow(rtype, name, principal, op):
@@ -28,10 +33,11 @@ def allow(rtype, name, principal, op):
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gateway-security")
-    plain, sasl = free_port(), free_port()
+    plain, sasl, reauth = free_port(), free_port(), free_port()
     node = SeawayNode(tmp / "node", {
-        "listeners": f"PLAIN://127.0.0.1:{plain},SASL://127.0.0.1:{sasl}",
-        "listener.security.protocol.map": "PLAIN:PLAINTEXT,SASL:SASL_PLAINTEXT",
+        "listeners": f"PLAIN://127.0.0.1:{plain},SASL://127.0.0.1:{sasl},REAUTH://127.0.0.1:{reauth}",
+        "listener.security.protocol.map": "PLAIN:PLAINTEXT,SASL:SASL_PLAINTEXT,REAUTH:SASL_PLAINTEXT",
+        "listener.name.reauth.connections.max.reauth.ms": str(REAUTH_MS),
         "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256", "sasl.jaas.config": JAAS,
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": "User:ANONYMOUS"}, port=plain).start()
@@ -69,7 +75,15 @@ def secured(tmp_path_factory):
                                         "--listener-config", str(tmp / "tls-listener.properties"))).start()
     gateway.tls = tls_gateway
     gateway.ca_path = ca.cert_path
+    # And one in front of a listener whose sessions last REAUTH_MS: the gateway's own logins
+    # must be renewed too, or the broker closes them.
+    (tmp / "reauth").mkdir()
+    reauth_bootstrap = f"127.0.0.1:{reauth}"
+    gateway.reauth = GatewayProcess(tmp / "reauth", "a~b", [("a", reauth_bootstrap), ("b", reauth_bootstrap)],
+                                    slots=1, extra=("--command-config", str(tmp / "gateway.properties"),
+                                                    "--listener-config", str(tmp / "listener.properties"))).start()
     yield node, gateway
+    gateway.reauth.stop()
     tls_gateway.stop()
     gateway.stop()
     node.stop()
@@ -152,3 +166,66 @@ def test_over_tls_the_gateway_is_a_sasl_ssl_listener(secured, user, mechanism):
     assert produce(gateway.tls.bootstrap, "secret", conf) == "TOPIC_AUTHORIZATION_FAILED"
     # A client that speaks plaintext to the TLS port gets nowhere.
     assert produce(gateway.tls.bootstrap, "alices", login(user, mechanism)) is not None
+
+
+def logged_in_at(gateway, user: str) -> tuple[socket.socket, m.SaslAuthenticateResponse]:
+    host, port = gateway.bootstrap.split(",")[0].rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    assert wire.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="PLAIN"), 1)\
+        .error_code == 0
+    answer = wire.roundtrip(sock, m.ApiKey.SASL_AUTHENTICATE, 2,
+                            m.SaslAuthenticateRequest(auth_bytes=f"\x00{user}\x00{user}-secret".encode()), 2)
+    return sock, answer
+
+
+def test_a_session_ends_where_the_clusters_would_and_only_its_principal_may_renew_it(secured):
+    """The cluster's connections.max.reauth.ms holds through the gateway: the session's
+    lifetime is the broker's, a request after it ends closes the connection, a login again in
+    time keeps it, and logging in again as someone else is refused and closed (KIP-368)."""
+    node, gateway = secured
+    sock, answer = logged_in_at(gateway.reauth, "alice")
+    with sock:
+        assert answer.error_code == 0 and answer.session_lifetime_ms == REAUTH_MS
+        assert wire.roundtrip(sock, m.ApiKey.METADATA, 1, m.MetadataRequest(topics=[]), 3) is not None
+        time.sleep(REAUTH_MS / 1000 + 0.3)
+        sock.sendall(wire.frame(m.ApiKey.METADATA, 1, m.MetadataRequest(topics=[]), 4))
+        assert wire.closed_without_answer(sock), "a request after the session ended was served"
+    sock, _ = logged_in_at(gateway.reauth, "alice")
+    with sock:
+        time.sleep(REAUTH_MS / 1000 * 0.6)
+        assert wire.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="PLAIN"), 5)\
+            .error_code == 0
+        again = wire.roundtrip(sock, m.ApiKey.SASL_AUTHENTICATE, 2,
+                               m.SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-secret"), 6)
+        assert again.error_code == 0 and again.session_lifetime_ms == REAUTH_MS
+        time.sleep(REAUTH_MS / 1000 * 0.6)      # past the first session's end, inside the second's
+        assert wire.roundtrip(sock, m.ApiKey.METADATA, 1, m.MetadataRequest(topics=[]), 7) is not None
+        wire.roundtrip(sock, m.ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="PLAIN"), 8)
+        as_bob = wire.roundtrip(sock, m.ApiKey.SASL_AUTHENTICATE, 2,
+                                m.SaslAuthenticateRequest(auth_bytes=b"\x00bob\x00bob-secret"), 9)
+        assert as_bob.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+        assert "Cannot change principals during re-authentication from User.alice: User.bob" in as_bob.error_message
+        assert wire.closed_without_answer(sock)
+
+
+def test_librdkafka_logs_in_again_through_the_gateway_and_writes_on(secured):
+    """A producer writing for 6 s through sessions of 1.5 s: librdkafka renews its login
+    through the gateway (and the gateway its own), and nothing fails."""
+    node, gateway = secured
+    node_log, gateway_log = node.log_path.stat().st_size, gateway.reauth.log_path.stat().st_size
+    errors: list = []
+    delivered: list = []
+    p = Producer({"bootstrap.servers": gateway.reauth.bootstrap, "message.timeout.ms": 10000,
+                  **login("carol", "SCRAM-SHA-256")})
+    deadline = time.monotonic() + 6
+    while time.monotonic() < deadline:
+        p.produce("alices", b"renewed", on_delivery=lambda err, msg: (errors if err else delivered).append(err))
+        p.poll(0.05)
+    assert p.flush(15) == 0
+    assert not errors, errors
+    assert len(delivered) > 50
+    # No session ended unrenewed: neither the client's at the gateway nor the gateway's own
+    # at the broker.
+    for path, since in ((gateway.reauth.log_path, gateway_log), (node.log_path, node_log)):
+        seen = path.read_bytes()[since:].decode(errors="replace")
+        assert "expired" not in seen, seen[-2000:]
