@@ -183,16 +183,17 @@ def stranded_counts(out: str) -> tuple[int, Counter]:
 
 
 def test_an_unplanned_failover_loses_exactly_the_rpo_dr_reports_and_nothing_else(pair):
-    """eu-west is killed (kill -9) under traffic; `dr failover eu-west --force` promotes
-    us-east and the gateway moves the clients there by itself. After eu-west is back and
-    `dr failback eu-west` has run, the acknowledged records missing from the topic are exactly
-    the stranded records failback counts (the failover's exact RPO), none is in the log twice,
-    consumers skip nothing that survived, and no client error was fatal."""
+    """eu-west is killed (kill -9) under traffic of confluent-kafka, kafka-python and kafkajs,
+    each on its own topic and group; `dr failover eu-west --force` promotes us-east and the
+    gateway moves the clients there by itself. After eu-west is back and `dr failback eu-west`
+    has run, for each client: the acknowledged records missing from its topic are exactly the
+    stranded records failback counts in it (its part of the failover's exact RPO), none is in
+    the log twice, consumers skip nothing that survived, and no client error was fatal."""
     eu, us, config, gateway, mirror = pair
-    clients = start_traffic(eu, gateway, (ConfluentTraffic, "orders", "billing"))
+    clients = start_traffic(eu, gateway, *ALL_CLIENTS)
     logs = {}
     try:
-        wait_reading(clients, 300)
+        wait_reading(clients, lambda c: 300 if isinstance(c, ConfluentTraffic) else 100)
         # The link falls behind (its process stopped), so that records are stranded on eu-west.
         os.kill(mirror.pid, signal.SIGSTOP)
         time.sleep(2)
