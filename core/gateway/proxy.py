@@ -20,7 +20,14 @@ and written as the oldest completes: clients rely on a connection answering in o
 
 A broker connection that fails under waiting requests closes the client connection, as the
 broker's own failure would: every client retries on a new connection (and re-reads
-Metadata), and an idempotent producer resends with the same sequences. When the gateway
+Metadata), and an idempotent producer resends with the same sequences. A broker that cannot
+be reached at all is another matter: nothing was delivered to it, so the client's requests
+wait ("parked") and are sent again, to whichever cluster is active by then, until it answers
+or UNREACHABLE_MAX_S has passed. That is what carries clients through an unplanned failover
+with their connections open: closing them would not make the client reconnect anywhere
+better (its one address is the gateway's), and some clients raise an error to the
+application for a connection closed as soon as it was accepted (kafka-python's consumer)
+where a broker that is down would only have refused it. When the gateway
 moves to the other cluster, connections to the cluster it left close once their last
 answer is delivered.
 
@@ -68,6 +75,11 @@ log = logging.getLogger("seaway.gateway")
 DEFAULT_MAX_REQUEST_BYTES = 104_857_600     # Kafka's socket.request.max.bytes
 MAX_RESPONSE_BYTES = 2**31 - 1               # a frame only grows as its bytes arrive
 DRAINING_MAX_S = 300.0                       # longer than any drain the controller waits for
+CONNECT_TIMEOUT_S = 10.0
+# Requests for a broker that cannot be reached wait for it (or for a move) this long, trying
+# again after 0.25 s, 0.5 s, ... 2 s, before the client's connection is closed.
+UNREACHABLE_MAX_S = 120.0
+RETRY_MIN_S, RETRY_MAX_S = 0.25, 2.0
 
 Rewrite = Callable[[bytearray], 'bytes | bytearray']
 
@@ -229,6 +241,8 @@ class Gateway:
         keep = {new.active} | ({new.previous} if new.previous else set())
         for conn in list(self.connections):
             conn.retire_upstreams(keep)
+            if conn.parked is not None and old.active != new.active:
+                conn.retry_parked()
         if not new.moving:
             if self._move_started is not None:
                 self.metrics.move_seconds.observe(time.monotonic() - self._move_started)
@@ -276,6 +290,12 @@ class ClientConnection(asyncio.Protocol):
         self.sasl: SaslRelay | None = None
         self.sasl_upstream: Upstream | None = None
         self.close_after_flush = False
+        # Requests waiting for a broker that could not be reached (None: none are): each
+        # request's frame and its place in the queue (None for one that gets no answer).
+        self.parked: list[tuple[bytes | bytearray, Reply | None]] | None = None
+        self.unreachable_since: float | None = None
+        self._retry_after = RETRY_MIN_S
+        self._retry_timer: asyncio.TimerHandle | None = None
         # When the client's SASL session ends (the cluster's connections.max.reauth.ms, as
         # the broker's answer gave it; None: never): it must have logged in again by then.
         self.session_expires: float | None = None
@@ -455,12 +475,17 @@ class ClientConnection(asyncio.Protocol):
         frame = routing.encode_request_body(held.head, held.frame, held.body_at, held.join)
         self._forward(self.gw.view.active, frame, held.reply, queued=True)
 
-    def _forward(self, cluster: str, frame: bytearray, reply: Reply | None, queued: bool = False) -> None:
+    def _forward(self, cluster: str, frame: bytes | bytearray, reply: Reply | None, queued: bool = False) -> None:
+        if reply is not None and not queued:
+            self.queue.append(reply)
+        if self.parked is not None:
+            # Behind requests that wait for a broker: in order, or a producer's sequences
+            # would arrive out of order.
+            self.parked.append((frame, reply))
+            return
         up = self._upstream(cluster)
         if up is None:
             return
-        if reply is not None and not queued:
-            self.queue.append(reply)
         rewrite = None
         if reply is not None:
             head = reply.head
@@ -501,6 +526,56 @@ class ClientConnection(asyncio.Protocol):
     def retire_upstreams(self, keep: set[str]) -> None:
         for cluster in [c for c in self.upstreams if c not in keep]:
             self.upstreams.pop(cluster).retire()
+
+    # -------------------------------------------------------------- brokers that cannot be reached
+
+    def upstream_unreachable(self, up: "BrokerLink", unsent: list[tuple[bytes | bytearray, Reply | None, bool]],
+                             exc: BaseException) -> None:
+        """`up` could not connect, so none of `unsent` (frame, reply, whether the gateway's own
+        request) reached a broker: they wait, and go again later (see the module's notes)."""
+        if up is self.sasl_upstream:
+            # A login goes to a broker on a connection of its own, never parked into another.
+            return self.upstream_failed(up, exc)
+        if self.upstreams.get(up.cluster) is up:
+            del self.upstreams[up.cluster]
+        up.close()
+        if self.closed:
+            return None
+        self.gw.metrics.upstream_failures.labels(self.gw.config.pair, up.cluster).inc()
+        now = time.monotonic()
+        if self.unreachable_since is None:
+            self.unreachable_since = now
+            log.info("%s: broker %s:%d of %s cannot be reached (%s); requests wait for it, or for a move",
+                     self.peer, up.host, up.port, up.cluster, exc)
+        if now - self.unreachable_since > UNREACHABLE_MAX_S:
+            log.warning("%s: no broker reached for %.0f s; closing the client's connection", self.peer,
+                        now - self.unreachable_since)
+            self.abort()
+            return None
+        # The gateway's own requests (a LeaveGroup for the cluster it moves from) are dropped.
+        waiting = [(frame, reply) for frame, reply, own in unsent if not own]
+        self.parked = waiting + (self.parked or [])
+        if self._retry_timer is None:
+            self._retry_timer = asyncio.get_running_loop().call_later(self._retry_after, self.retry_parked)
+            self._retry_after = min(self._retry_after * 2, RETRY_MAX_S)
+        return None
+
+    def reached(self) -> None:
+        """A broker connection is up: the next broker that cannot be reached starts anew."""
+        self.unreachable_since = None
+        self._retry_after = RETRY_MIN_S
+
+    def retry_parked(self) -> None:
+        """Send the waiting requests again, to the cluster active now (also called at once
+        when the gateway moves)."""
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
+            self._retry_timer = None
+        parked, self.parked = self.parked, None
+        if self.closed or not parked:
+            return
+        for frame, reply in parked:
+            self._forward(self.gw.view.active, frame, reply, queued=True)
 
     # -------------------------------------------------------------- answers
 
@@ -569,6 +644,10 @@ class ClientConnection(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
+            self._retry_timer = None
+        self.parked = None
         self.gw.connections.discard(self)
         self.gw.metrics.connections.dec()
         self.gw.held = [h for h in self.gw.held if h.conn is not self]
@@ -590,7 +669,8 @@ class Upstream(BrokerLink, asyncio.Protocol):
         self.host, self.port = host, port
         self.waiting: deque[tuple[Reply | None, Rewrite | None]] = deque()
         self.transport: asyncio.Transport | None = None
-        self.backlog: list[bytes | bytearray] | None = []
+        # Requests sent before the connection is up: (frame, reply, rewrite, the gateway's own).
+        self.backlog: list[tuple[bytes | bytearray, Reply | None, Rewrite | None, bool]] | None = []
         self.retiring = False
         self.closed = False
         self._paused = False
@@ -608,10 +688,16 @@ class Upstream(BrokerLink, asyncio.Protocol):
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            await loop.create_connection(lambda: self, self.host, self.port, ssl=self.ssl_context,
-                                         server_hostname=self.host if self.ssl_context else None)
-        except OSError as exc:
-            self._failed(exc)
+            await asyncio.wait_for(loop.create_connection(
+                lambda: self, self.host, self.port, ssl=self.ssl_context,
+                server_hostname=self.host if self.ssl_context else None), CONNECT_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError) as exc:
+            if self.closed or self.transport is not None:
+                return
+            unsent = [(frame, reply, own) for frame, reply, _, own in self.backlog or []]
+            self.backlog = None
+            self.waiting.clear()
+            self.owner.upstream_unreachable(self, unsent, exc)
 
     def send(self, frame: bytes | bytearray, reply: Reply | None, rewrite: Rewrite | None, *,
              expect_answer: bool | None = None) -> None:
@@ -620,12 +706,11 @@ class Upstream(BrokerLink, asyncio.Protocol):
             return
         if reply is not None or expect_answer:
             self.waiting.append((reply, rewrite))
-        prefix = routing.size_prefix(len(frame))
         if self.backlog is not None:
-            self.backlog += (prefix, frame)
+            self.backlog.append((frame, reply, rewrite, bool(expect_answer) and reply is None))
         else:
             assert self.transport is not None
-            self.transport.write(prefix)
+            self.transport.write(routing.size_prefix(len(frame)))
             self.transport.write(frame)
 
     def connection_made(self, transport: Any) -> None:
@@ -634,8 +719,10 @@ class Upstream(BrokerLink, asyncio.Protocol):
             transport.abort()
             return
         backlog, self.backlog = self.backlog or [], None
-        for chunk in backlog:
-            transport.write(chunk)
+        self.owner.reached()
+        for frame, *_ in backlog:
+            transport.write(routing.size_prefix(len(frame)))
+            transport.write(frame)
         if self._paused:
             transport.pause_reading()
 

@@ -39,6 +39,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from core.client.connection import BrokerConnection
+from core.client.errors import KafkaConnectionError
 from core.client.security import ClientSecurity
 from core.protocol.api_keys import ApiKey
 from core.protocol.envelope import envelope_request_parts, envelope_response_data
@@ -86,22 +87,35 @@ class SecureUpstream(BrokerLink):
         self.closed = False
         self.retiring = False
         self.waiting = 0
-        self.backlog: deque[tuple[bytes | bytearray, Reply | None, Rewrite | None]] = deque()
+        # Requests that wait for the login: (frame, reply, rewrite, the gateway's own).
+        self.backlog: deque[tuple[bytes | bytearray, Reply | None, Rewrite | None, bool]] = deque()
         self._task = asyncio.get_running_loop().create_task(self._connect())
 
     async def _connect(self) -> None:
-        await self._then_send_backlog(self.conn.connect())
+        await self._then_send_backlog(self.conn.connect(), connecting=True)
 
-    async def _then_send_backlog(self, step: Any) -> None:
+    async def _then_send_backlog(self, step: Any, connecting: bool = False) -> None:
         """Log in (or renew the login), then send what waited for it, in order."""
         try:
             await step
-        except Exception as exc:   # noqa: BLE001 — any failure to log in closes the client's connection
+        except KafkaConnectionError as exc:
+            if connecting and not self.closed:
+                # Nothing reached the broker: the requests wait (proxy.py's notes).
+                unsent = [(frame, reply, own) for frame, reply, _, own in self.backlog]
+                self.backlog.clear()
+                self.owner.upstream_unreachable(self, unsent, exc)
+            else:
+                self._failed(exc)
+            return
+        except Exception as exc:   # noqa: BLE001 — any other failure to log in closes the client's connection
             self._failed(exc)
             return
+        if connecting:
+            self.owner.reached()
         self.ready = True
         while self.backlog and not self.closed and self.ready:
-            self._send_now(*self.backlog.popleft())
+            frame, reply, rewrite, _ = self.backlog.popleft()
+            self._send_now(frame, reply, rewrite)
 
     def send(self, frame: bytes | bytearray, reply: "Reply | None", rewrite: "Rewrite | None",
              *, expect_answer: bool | None = None) -> None:
@@ -114,7 +128,7 @@ class SecureUpstream(BrokerLink):
             self.ready = False
             self._task = asyncio.get_running_loop().create_task(self._then_send_backlog(self.conn.reauthenticate()))
         if not self.ready:
-            self.backlog.append((frame, reply, rewrite))
+            self.backlog.append((frame, reply, rewrite, bool(expect_answer) and reply is None))
         else:
             self._send_now(frame, reply, rewrite)
 

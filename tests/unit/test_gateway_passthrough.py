@@ -2,7 +2,10 @@
 order and byte for byte, however the brokers' bytes are cut into reads: answers passed
 through as they arrive (cut-through), answers rewritten (assembled first), and the gateway's
 own answers (dropped) interleaved. The broker connections are real sockets to a listener that
-never answers; the test feeds their data_received itself, in chunks hypothesis picks."""
+never answers; the test feeds their data_received itself, in chunks hypothesis picks.
+
+And requests for a broker that cannot be reached wait, in order, and go to the cluster active
+when they are tried again, until they have waited too long."""
 from __future__ import annotations
 
 import asyncio
@@ -11,6 +14,7 @@ from types import SimpleNamespace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.gateway import proxy
 from core.gateway.metrics import GatewayMetrics
 from core.gateway.proxy import ClientConnection, Reply, Upstream
 from core.gateway.routing import RequestHead, size_prefix
@@ -36,9 +40,12 @@ class RecordingTransport:
         pass
 
 
-def client_connection() -> tuple[ClientConnection, RecordingTransport]:
-    gateway = SimpleNamespace(config=SimpleNamespace(max_request_bytes=1 << 20, sasl_mechanisms=(), pair="p"),
-                              metrics=GatewayMetrics("p"), connections=set(), held=[])
+def client_connection(brokers: dict[str, tuple[str, int]] | None = None) -> tuple[ClientConnection, RecordingTransport]:
+    gateway = SimpleNamespace(config=SimpleNamespace(max_request_bytes=1 << 20, sasl_mechanisms=(), pair="p",
+                                                     envelopes=False, upstream=SimpleNamespace(ssl_context=None)),
+                              metrics=GatewayMetrics("p"), connections=set(), held=[],
+                              view=SimpleNamespace(active="a"),
+                              broker_for=lambda cluster, slot: (brokers or {}).get(cluster))
     conn = ClientConnection(gateway, 0)
     transport = RecordingTransport()
     conn.transport = transport
@@ -152,3 +159,62 @@ def test_a_broker_answering_nothing_asked_or_framing_nonsense_closes_the_client_
     assert asyncio.run(run(size_prefix(4) + b"\0\0\0\1", asked=False))
     assert asyncio.run(run(b"\xff\xff\xff\xff", asked=True))            # a negative size
     assert not asyncio.run(run(size_prefix(4) + b"\0\0\0\1", asked=True))
+
+
+def closed_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_requests_for_a_broker_that_cannot_be_reached_wait_and_go_to_the_cluster_active_then():
+    async def run():
+        got: list[bytes] = []
+
+        async def broker(reader, writer):
+            while True:
+                try:
+                    size = int.from_bytes(await reader.readexactly(4), "big")
+                    got.append(await reader.readexactly(size))
+                except asyncio.IncompleteReadError:
+                    return
+                if got[-1].startswith(b"answer me"):
+                    writer.write(size_prefix(8) + b"\0\0\0\1done")
+        server = await asyncio.start_server(broker, "127.0.0.1", 0)
+        conn, transport = client_connection({"a": ("127.0.0.1", closed_port()),
+                                             "b": ("127.0.0.1", server.sockets[0].getsockname()[1])})
+        first = Reply(RequestHead(0, 9, 1))
+        conn._forward("a", bytearray(b"answer me"), first)
+        conn._forward("a", bytearray(b"acks=0"), None)
+        await asyncio.sleep(0.1)
+        assert conn.parked == [(b"answer me", first), (b"acks=0", None)] and not transport.aborted
+        conn._forward("a", bytearray(b"later"), None)            # behind them, not past them
+        await asyncio.sleep(0.6)                                 # retried on a: still unreachable
+        assert [f for f, _ in conn.parked] == [b"answer me", b"acks=0", b"later"]
+        conn.gw.view.active = "b"                                # the gateway moves
+        conn.retry_parked()
+        for _ in range(50):
+            if len(got) == 3 and transport.written:
+                break
+            await asyncio.sleep(0.05)
+        assert got == [b"answer me", b"acks=0", b"later"]
+        assert transport.written == size_prefix(8) + b"\0\0\0\1done" and not conn.queue
+        assert conn.parked is None and conn.unreachable_since is None and not transport.aborted
+        conn._close()
+        server.close()
+    asyncio.run(run())
+
+
+def test_a_broker_unreachable_for_too_long_closes_the_clients_connection(monkeypatch):
+    monkeypatch.setattr(proxy, "UNREACHABLE_MAX_S", 0.5)
+
+    async def run():
+        conn, transport = client_connection({"a": ("127.0.0.1", closed_port())})
+        conn._forward("a", bytearray(b"x"), Reply(RequestHead(0, 9, 1)))
+        for _ in range(60):
+            if transport.aborted:
+                break
+            await asyncio.sleep(0.05)
+        assert transport.aborted and conn.closed
+    asyncio.run(run())
