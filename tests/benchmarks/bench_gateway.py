@@ -133,8 +133,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="N=20000, one repeat")
     ap.add_argument("--profile", metavar="PREFIX", help="py-spy the gateway during the throughput runs")
-    ap.add_argument("--initial-rebalance-delay-ms", type=int, default=0,
-                    help="the clusters' group.initial.rebalance.delay.ms (0 as in the shipped DR "
+    ap.add_argument("--initial-rebalance-delay-ms", type=int, default=500,
+                    help="the clusters' group.initial.rebalance.delay.ms (500 as in the shipped DR "
                          "topologies; Kafka's default is 3000)")
     args = ap.parse_args()
     if args.quick:
