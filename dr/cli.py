@@ -175,9 +175,22 @@ def render_plan(plan: Plan) -> str:
         lines.append(f"then: a planned failover of {pair.region_of(plan.target)} back to {pair.region_of(plan.source)} "
                      f"(RPO 0)")
     else:
-        lines.append(f"expected: RPO {plan.rpo_records} records ({plan.rpo_seconds:.1f} s), "
-                     f"RTO about {plan.rto_seconds:.1f} s")
+        lines.append(f"expected: {_expected_rpo(plan)}, RTO about {plan.rto_seconds:.1f} s")
     return "\n".join(lines)
+
+
+def _expected_rpo(plan) -> str:
+    """A planned failover loses nothing; an unplanned one what its source's link last showed
+    behind, which may be old or never seen."""
+    rpo = f"RPO {plan.rpo_records} records ({plan.rpo_seconds:.1f} s)"
+    if plan.kind != "unplanned":
+        return rpo
+    if plan.rpo_seen_at is None:
+        return (f"RPO unknown ({plan.source}'s link lag was never seen: `dr status` and `dr serve` record it; "
+                f"`dr failback` counts the stranded records exactly)")
+    age = time.time() - plan.rpo_seen_at
+    return rpo if age < 10 else f"{rpo}, as the link's lag was last seen {age:.0f} s ago"
+
 
 
 @asynccontextmanager
@@ -276,9 +289,12 @@ async def _carry_out(config: DrConfig, clients: PairClients, history: History, p
         print(f"failback #{outcome.failover_id} settled {pair.region_of(plan.source)} in {outcome.duration_s:.2f}s: "
               f"{count(stranded, 'stranded record')} (the unplanned failover's exact RPO); the link back runs")
         return
+    rpo = f"RPO {outcome.rpo_records} records ({outcome.rpo_seconds:.1f} s)"
+    if plan.kind == "unplanned":
+        rpo = (f"RPO {outcome.rpo_records} records ({outcome.rpo_seconds:.1f} s expected)"
+               if plan.rpo_seen_at is not None else "RPO unknown until `dr failback` counts the stranded records")
     print(f"failover #{outcome.failover_id} done in {outcome.duration_s:.2f}s: {pair.region_of(plan.target)} "
-          f"is active; writes accepted after {outcome.rto_writes_s:.2f}s; RPO {outcome.rpo_records} records "
-          f"({outcome.rpo_seconds:.1f} s{' expected' if plan.kind == 'unplanned' else ''})")
+          f"is active; writes accepted after {outcome.rto_writes_s:.2f}s; {rpo}")
     print(f"clients: bootstrap.servers is in {outcome.properties_file}")
 
 

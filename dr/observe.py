@@ -171,7 +171,7 @@ async def observe(clients: PairClients) -> PairView:
             lag, copied = {}, {}        # lag unknown: not the same as none
     groups = {active: await read_groups(clients, active, pair.partner(active), set(view.active_for(active)), copied)
               for active in sorted(actives) if views[active].reachable and views[pair.partner(active)].reachable}
-    return PairView(pair, views, lag, lag_known, groups)
+    return PairView(pair, views, lag, lag_known, groups, time.time() if lag_known else None)
 
 
 async def read_syncs(client: KafkaClient, topic: str) -> list[OffsetSync]:

@@ -140,6 +140,7 @@ class PairView:
     # active cluster -> its groups' commits and the standby's checkpoints (dr/groups.py); a
     # cluster missing here was not asked (unreachable, or no topic active there).
     groups: dict[str, GroupsView] = field(default_factory=dict)
+    lag_seen_at: float | None = None    # when `lag` was read (wall clock); None: never
 
     def roles(self) -> dict[str, str | None]:
         """topic -> the cluster active for it: its copy there is writable and the partner's is
@@ -204,6 +205,9 @@ class Plan:
     # the pair's, which applications follow) and only its group's offsets move.
     decision_key: str = ""          # "": the pair's name
     groups: list[str] | None = None     # None: every group
+    # An unplanned failover's expected RPO is the lag last seen: when (wall clock; None: never,
+    # so the RPO is not known until failback counts the stranded records).
+    rpo_seen_at: float | None = None
 
     @property
     def key(self) -> str:
@@ -250,7 +254,8 @@ def plan_failover(view: PairView, region: str, *, force: bool = False, only: set
                                                  {t: v for t, v in c.topics.items() if t in only}, c.error,
                                                  {t: v for t, v in c.configs.items() if t in only})
                                for name, c in view.clusters.items()},
-                        {tp: lag for tp, lag in view.lag.items() if tp[0] in only}, view.lag_known, view.groups)
+                        {tp: lag for tp, lag in view.lag.items() if tp[0] in only}, view.lag_known, view.groups,
+                        view.lag_seen_at)
     target = pair.partner(source)
     src, tgt = view.clusters[source], view.clusters[target]
     moving = view.active_for(source)
@@ -306,7 +311,7 @@ def plan_failover(view: PairView, region: str, *, force: bool = False, only: set
     copies = src.topics if planned else tgt.topics
     moved = {t: copies[t][0] for t in moving if t in copies}
     return Plan(pair, "planned" if planned else "unplanned", source, target, epoch, checks, steps,
-                rpo_records, rpo_seconds, rto, moved, decision_key, groups)
+                rpo_records, rpo_seconds, rto, moved, decision_key, groups, view.lag_seen_at)
 
 
 def returning_topics(view: PairView, returning: str) -> list[str]:

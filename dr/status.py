@@ -32,7 +32,7 @@ async def view_of(clients: PairClients, history: History) -> PairView:
         topic, _, partition = key.rpartition("/")
         lag[(topic, int(partition))] = PartitionLag(records, seconds + (time.time() - last["at"]),
                                                     *(size or [None, False]))
-    return PairView(view.pair, view.clusters, lag, groups=view.groups)
+    return PairView(view.pair, view.clusters, lag, groups=view.groups, lag_seen_at=last["at"])
 
 
 async def pair_status(pair_config: PairConfig, history: History, *, timeout_s: float) -> dict:
