@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
@@ -88,3 +89,24 @@ def closed_without_answer(s: socket.socket) -> bool:
     except ConnectionResetError:
         return True
 
+
+
+def check_reauthentication(s: socket.socket, session_ms: int, correlation_id: int = 100) -> None:
+    """KIP-368's rules on a connection logged in as alice (PLAIN, alice-secret) with sessions
+    of `session_ms`, the same for a broker and for the gateway in front of one: logging in
+    again in time keeps the connection past the first session's end, and logging in again as
+    bob is refused with Kafka's message and closes it."""
+    handshake = m.SaslHandshakeRequest(mechanism="PLAIN")
+    time.sleep(session_ms / 1000 * 0.6)
+    assert roundtrip(s, m.ApiKey.SASL_HANDSHAKE, 1, handshake, correlation_id).error_code == 0
+    again = roundtrip(s, m.ApiKey.SASL_AUTHENTICATE, 2,
+                      m.SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-secret"), correlation_id + 1)
+    assert again.error_code == 0 and again.session_lifetime_ms == session_ms
+    time.sleep(session_ms / 1000 * 0.6)      # past the first session's end, inside the second's
+    assert roundtrip(s, m.ApiKey.METADATA, 1, m.MetadataRequest(topics=[]), correlation_id + 2) is not None
+    roundtrip(s, m.ApiKey.SASL_HANDSHAKE, 1, handshake, correlation_id + 3)
+    as_bob = roundtrip(s, m.ApiKey.SASL_AUTHENTICATE, 2,
+                       m.SaslAuthenticateRequest(auth_bytes=b"\x00bob\x00bob-secret"), correlation_id + 4)
+    assert as_bob.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert "Cannot change principals during re-authentication from User.alice: User.bob" in as_bob.error_message
+    assert closed_without_answer(s)
