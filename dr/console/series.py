@@ -110,13 +110,18 @@ class SeriesStore:
             for sample in family.samples:
                 labels = tuple(sorted({**sample.labels, **extra}.items()))
                 taken.append(((sample.name, labels), float(sample.value)))
-        for key, value in taken:
-            ring = self.rings.get(key)
-            if ring is None:
-                ring = self.rings[key] = Ring(self.capacity)
-            ring.append(at, value)
+        for (name, labels), value in taken:
+            self.record(at, name, dict(labels), value)
         self._forget(at)
         return len(taken)
+
+    def record(self, at: float, name: str, labels: Mapping[str, str], value: float) -> None:
+        """One sample the console makes itself (a scrape's `up`: 1 answered, 0 not)."""
+        key = (name, tuple(sorted(labels.items())))
+        ring = self.rings.get(key)
+        if ring is None:
+            ring = self.rings[key] = Ring(self.capacity)
+        ring.append(at, value)
 
     def _forget(self, now: float) -> None:
         gone = [key for key, ring in self.rings.items() if ring.last_time() < now - self.window_s]
