@@ -535,12 +535,13 @@ class ClientConnection(asyncio.Protocol):
         request) reached a broker: they wait, and go again later (see the module's notes)."""
         if up is self.sasl_upstream:
             # A login goes to a broker on a connection of its own, never parked into another.
-            return self.upstream_failed(up, exc)
+            self.upstream_failed(up, exc)
+            return
         if self.upstreams.get(up.cluster) is up:
             del self.upstreams[up.cluster]
         up.close()
         if self.closed:
-            return None
+            return
         self.gw.metrics.upstream_failures.labels(self.gw.config.pair, up.cluster).inc()
         now = time.monotonic()
         if self.unreachable_since is None:
@@ -551,14 +552,13 @@ class ClientConnection(asyncio.Protocol):
             log.warning("%s: no broker reached for %.0f s; closing the client's connection", self.peer,
                         now - self.unreachable_since)
             self.abort()
-            return None
+            return
         # The gateway's own requests (a LeaveGroup for the cluster it moves from) are dropped.
         waiting = [(frame, reply) for frame, reply, own in unsent if not own]
         self.parked = waiting + (self.parked or [])
         if self._retry_timer is None:
             self._retry_timer = asyncio.get_running_loop().call_later(self._retry_after, self.retry_parked)
             self._retry_after = min(self._retry_after * 2, RETRY_MAX_S)
-        return None
 
     def reached(self) -> None:
         """A broker connection is up: the next broker that cannot be reached starts anew."""
@@ -669,8 +669,9 @@ class Upstream(BrokerLink, asyncio.Protocol):
         self.host, self.port = host, port
         self.waiting: deque[tuple[Reply | None, Rewrite | None]] = deque()
         self.transport: asyncio.Transport | None = None
-        # Requests sent before the connection is up: (frame, reply, rewrite, the gateway's own).
-        self.backlog: list[tuple[bytes | bytearray, Reply | None, Rewrite | None, bool]] | None = []
+        # Requests sent before the connection is up: (frame, reply, the gateway's own); their
+        # rewrites wait in `waiting` already.
+        self.backlog: list[tuple[bytes | bytearray, Reply | None, bool]] | None = []
         self.retiring = False
         self.closed = False
         self._paused = False
@@ -694,8 +695,7 @@ class Upstream(BrokerLink, asyncio.Protocol):
         except (OSError, asyncio.TimeoutError) as exc:
             if self.closed or self.transport is not None:
                 return
-            unsent = [(frame, reply, own) for frame, reply, _, own in self.backlog or []]
-            self.backlog = None
+            unsent, self.backlog = self.backlog or [], None
             self.waiting.clear()
             self.owner.upstream_unreachable(self, unsent, exc)
 
@@ -707,7 +707,7 @@ class Upstream(BrokerLink, asyncio.Protocol):
         if reply is not None or expect_answer:
             self.waiting.append((reply, rewrite))
         if self.backlog is not None:
-            self.backlog.append((frame, reply, rewrite, bool(expect_answer) and reply is None))
+            self.backlog.append((frame, reply, bool(expect_answer) and reply is None))
         else:
             assert self.transport is not None
             self.transport.write(routing.size_prefix(len(frame)))
