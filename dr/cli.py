@@ -469,8 +469,11 @@ async def _serve(config: DrConfig, args) -> int:
     if not 0.1 <= args.poll_interval <= 3600:
         raise CliError(f"--poll-interval: {args.poll_interval:g} is not between 0.1 and 3600 seconds")
     try:
+        where = ["--config", str(Path(args.config).resolve())] if args.config else \
+            ["--platform", "--state-dir", str(config.platform_dir)]
         server = DrServer(config, host=host, port=port, poll_s=args.poll_interval, timeout_s=args.timeout,
-                          controller=_controller_id(), lock=lambda: _controller_lock(Path(config.state_dir)))
+                          controller=_controller_id(), lock=lambda: _controller_lock(Path(config.state_dir)),
+                          dr_argv=[*where, "--timeout", f"{args.timeout:g}"])
     except ScheduleError as exc:
         raise CliError(str(exc)) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -481,6 +484,10 @@ async def _serve(config: DrConfig, args) -> int:
             raise CliError(f"--listen: cannot listen on {args.listen}: {exc.strerror or exc}", status=1) from None
         print(f"dr serve: http://{host}:{bound}/ (/metrics, /health, /api/v1/status, /api/v1/decisions, "
               f"/api/v1/history); {len(config.pairs)} DR pairs, state in {config.state_dir}", flush=True)
+        if server.console is not None:
+            source = config.console.prometheus_url or "its own scrapes (the last hour, in memory)"
+            print(f"dr serve: console at http://{host}:{bound}/console/ (charts from {source}"
+                  + ("; log in as a user of the platform" if server.console.secured else "") + ")", flush=True)
         print(f"dr serve: drills: {config.drill_schedule or 'none scheduled (drill_schedule in the topology)'}"
               + (f", next at {server.next_drill()}" if config.drill_schedule else ""), flush=True)
     return 0

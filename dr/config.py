@@ -14,6 +14,12 @@ dr.yaml:
         topics: [".*"]                  # the mirror links' topic patterns
         gateways:                       # optional: the pair's gateways, which `dr status` shows
           - {region: eu-west, bootstrap: "127.0.0.1:31092,127.0.0.1:31093", metrics: "http://127.0.0.1:31190/metrics"}
+    console:                            # optional: the console `dr serve` serves on /
+      prometheus_url: http://prometheus:9090    # charts and alerts from here; without it the
+      targets:                                  # console scrapes these itself (an hour kept)
+        - {url: "http://eu1:9094/metrics", labels: {job: seaway-nodes, region: eu-west, cluster: eu-west-1}}
+      operators: ["User:ops"]           # may fail over from the page, besides super users
+      link_capacity_mbit: {"eu-west-1->us-east-1": 100}
 
 The controller needs an admin login on every cluster (it changes topic configs, reads and
 commits group offsets, writes `__seaway_dr`). The platform's is the admin user's properties
@@ -112,6 +118,47 @@ class PairConfig(_Strict):
         return self.first if cluster == self.first.cluster else self.second
 
 
+class ConsoleTarget(_Strict):
+    url: str
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not re.match(r"^http://[^/\s]+(/\S*)?$", value):
+            raise ValueError(f"{value!r} is not an http:// URL")
+        return value
+
+
+class ConsoleSettings(_Strict):
+    """The console `dr serve` serves (dr/console/)."""
+    enabled: bool = True
+    # Where the charts' history and the alerts come from; None: the console scrapes the
+    # platform itself (`targets`, or the local platform's endpoints) and keeps the last hour.
+    prometheus_url: str | None = None
+    # Principals besides the clusters' super users that may start failovers from the page.
+    operators: list[str] = Field(default_factory=list)
+    targets: list[ConsoleTarget] = Field(default_factory=list)
+    # Each mirror link's WAN capacity (Mbit/s, per direction), by link name (source->target).
+    link_capacity_mbit: dict[str, float] = Field(default_factory=dict)
+    alert_rules: str | None = None      # a rule file; None: the rules shipped with Seaway
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^http://[^/\s]+/?$", value):
+            raise ValueError(f"{value!r} is not an http://host:port URL")
+        return value
+
+    @field_validator("operators")
+    @classmethod
+    def _principals(cls, values: list[str]) -> list[str]:
+        for v in values:
+            if not re.match(r"^User:[^\s;]+$", v):
+                raise ValueError(f"{v!r} is not a principal such as User:ops")
+        return values
+
+
 class DrConfig(_Strict):
     state_dir: str
     regions: list[str] = Field(min_length=1)
@@ -127,6 +174,7 @@ class DrConfig(_Strict):
     # The local platform's state directory (`dr --platform` sets it): a full drill asks its
     # supervisor to kill a region and start it again. None for clusters dr does not run.
     platform_dir: str | None = None
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
 
     @field_validator("drill_schedule")
     @classmethod
@@ -217,7 +265,14 @@ def platform_config(state_dir: Path | None = None) -> DrConfig:
               "gateways": [g for pair, g in gateways if pair == f"{m.source}~{m.target}"]}
              for m in topology.dr_pairs()]
     dr = topology.dr
+    capacity = {}
+    for m in topology.mirror_runs():
+        a, b = topology.region_of(m.source), topology.region_of(m.target)
+        mbit = topology.wan_link(a, b)[1] if a != b else None
+        if mbit is not None:
+            capacity[f"{m.source}->{m.target}"] = mbit
     return _validated({"state_dir": str(state_dir / "dr"), "regions": list(topology.regions), "pairs": pairs,
                        "rpo_target_s": dr.rpo_target_s, "rto_target_s": dr.rto_target_s,
                        "drill_schedule": dr.drill_schedule, "auto_failover_after_s": dr.auto_failover_after_s,
-                       "platform_dir": str(state_dir)}, str(path))
+                       "platform_dir": str(state_dir),
+                       "console": {"operators": list(dr.operators), "link_capacity_mbit": capacity}}, str(path))

@@ -9,6 +9,7 @@ the console, and runs the drills of `drill_schedule`.
     GET /api/v1/decisions/<key>       one (a pair's name, or <pair>.canary): 404 if none yet
     GET /api/v1/history               failovers and drills, as `dr history -o json`
     GET /api/v1/drills/<id>           one drill's report (JSON); /api/v1/drills/<id>.md in Markdown
+    GET /console/, /api/v1/console/*  the console (dr/console/app.py), unless console.enabled is false
 
 The HTTP server runs on a thread of its own (core/metrics_http.py). Its handlers read only
 what the poll loop published (a dict replaced whole) and the state directory, and open the
@@ -33,12 +34,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import anyio
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from core.client.errors import KafkaError
-from core.metrics_http import serve_http
+from core.metrics_http import Request, Response, serve_http
 
 from .config import DrConfig, PairConfig
+from .console.actions import Actions
+from .console.app import Console
 from .decision import Decision
 from .drill import Drill
 from .drill_report import DrillReport
@@ -146,7 +149,8 @@ class DrMetrics:
 
 class DrServer:
     def __init__(self, config: DrConfig, *, host: str, port: int, poll_s: float = 5.0, timeout_s: float = 5.0,
-                 controller: str, lock: Callable[[], Any], drill_rate: float = 200.0, drill_hold_s: float = 2.0):
+                 controller: str, lock: Callable[[], Any], drill_rate: float = 200.0, drill_hold_s: float = 2.0,
+                 dr_argv: list[str] | None = None):
         self.config = config
         self.state_dir = Path(config.state_dir)
         self.host, self.port = host, port
@@ -162,6 +166,21 @@ class DrServer:
         self.trigger = drill_trigger(config.drill_schedule) if config.drill_schedule else None
         self.outages = OutageClock()
         self.verdicts: dict[str, str] = {}      # pair -> the last automatic-failover verdict logged
+        self.console: Console | None = None
+        if config.console.enabled:
+            self.console = Console(config, dr_snapshot=lambda: self.snapshot, history=self._history,
+                                   own_metrics=lambda: generate_latest(self.metrics.registry).decode(),
+                                   actions=Actions(dr_argv if dr_argv is not None else self._dr_argv()))
+
+    def _dr_argv(self) -> list[str]:
+        """How a child `dr` finds this configuration: the platform's, or a state directory's."""
+        if self.config.platform_dir:
+            return ["--platform", "--state-dir", self.config.platform_dir, "--timeout", f"{self.timeout_s:g}"]
+        raise ValueError("dr_argv: the console needs the command line that selects the configuration")
+
+    def _history(self) -> dict:
+        history = History(self.state_dir)
+        return {"failovers": history.failovers(), "drills": history.drills()}
 
     async def run(self, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
         self.port = serve_http(self.metrics.registry, self.port, self.host, health=self._health,
@@ -175,11 +194,14 @@ class DrServer:
                                   id=f"drill {pair_config.pair.name}", max_instances=1, coalesce=True,
                                   misfire_grace_time=60)
             scheduler.start()
-        task_status.started(self.port)
         try:
-            while True:
-                await self.poll()
-                await anyio.sleep(self.poll_s)
+            async with anyio.create_task_group() as tg:
+                if self.console is not None:
+                    await tg.start(self.console.run)
+                task_status.started(self.port)
+                while True:
+                    await self.poll()
+                    await anyio.sleep(self.poll_s)
         finally:
             if scheduler is not None:
                 scheduler.shutdown(wait=False)
@@ -311,8 +333,13 @@ class DrServer:
             return False, f"last successful poll {age:.0f}s ago: {self.last_poll_error}"
         return True, "ok"
 
-    def _route(self, path: str) -> tuple[int, str, bytes] | None:
-        """(status, content type, body) for an API path; None for anything else."""
+    def _route(self, request: Request) -> Response | tuple[int, str, bytes] | None:
+        """The answer to an API or console request; None for anything else (/metrics)."""
+        if self.console is not None:
+            answer = self.console.route(request)
+            if answer is not None:
+                return answer
+        path = request.path
         if not path.startswith(API + "/"):
             return None
         rest = path[len(API) + 1:]

@@ -157,7 +157,9 @@ def cmd_up(args, state_dir: Path) -> int:
         print(f"  {'':<10} {'':<12} metrics " + " ".join(
             f"http://127.0.0.1:{n.metrics_port}/metrics" for n in c.nodes))
     if layout.dr_url:
-        print(f"  DR controller (dr serve): {layout.dr_url} (/metrics, /api/v1/status; `dr status` prints the same)")
+        print(f"  console: {layout.dr_url}console/ (dr serve, the DR controller: also /metrics and /api/v1/status)"
+              + (f"; log in as {layout.security.admin_user} with the password in its client properties below"
+                 if layout.security is not None else ""))
     for g in layout.gateways:
         print(f"  gateway of {g.spec.pair} in {g.spec.region}: bootstrap {g.bootstrap}   "
               f"{gateways[g.spec.name]}; metrics {g.metrics_url}")

@@ -24,6 +24,7 @@ from .gateways import GatewaySpec, fixed_gateway_ports, gateway_specs, ports_are
 from .security import CLIENTS_DIR, PlatformSecurity, gateway_listener_properties
 from .topology import Node, Topology
 
+DR_CONSOLE_PORT = 9780          # dr serve's default (dr/serve.py), as compose publishes it
 PORTS_FILE = "ports.json"
 CLUSTER_IDS_FILE = "cluster-ids.json"
 GATEWAYS_DIR = "gateways"       # a secured platform's gateways' listener properties
@@ -187,6 +188,8 @@ def plan(topology: Topology, state_dir: Path, *, cluster_ids: dict[str, str] | N
     # Picked ports come from the range the fixed gateway ports are in: a port picked before
     # the gateways had theirs is picked again.
     reserved = {p for slots, metrics in fixed_gateways.values() for p in (*slots, metrics)}
+    if ports_are_fixed(topology) and topology.dr_pairs():
+        reserved.add(DR_CONSOLE_PORT)
     taken |= reserved
 
     def port(key: str, fixed: int | None) -> int:
@@ -229,7 +232,9 @@ def plan(topology: Topology, state_dir: Path, *, cluster_ids: dict[str, str] | N
         for n in layouts:
             n.properties = _properties(n, voters, cluster.config, proxies, security)
     mirror_port = port("mirror/metrics_port", None) if topology.mirrors else None
-    dr_port = port("dr/port", None) if topology.dr_pairs() else None
+    # `dr serve` and its console: at dr's own default port (as in compose) where the topology
+    # fixes its brokers' ports too, so the console's address is known before the platform starts.
+    dr_port = port("dr/port", DR_CONSOLE_PORT if ports_are_fixed(topology) else None) if topology.dr_pairs() else None
     layout = PlatformLayout(topology, state_dir, clusters, proxies, mirror_port, security, dr_port)
     for spec in gateway_specs(topology):
         if spec.name in fixed_gateways:

@@ -138,6 +138,8 @@ class DrSettings(_Strict):
     # from the controller and from the partner region (dr/autofailover.py); None: never (people
     # decide).
     auto_failover_after_s: float | None = Field(default=None, ge=10)
+    # Principals besides the clusters' super users that may start a failover from the console.
+    operators: list[str] = Field(default_factory=list)
 
 
 class Security(_Strict):

@@ -7,6 +7,7 @@ Prometheus scrapes, by a collector, so the hot path pays nothing for them.
 from __future__ import annotations
 
 import logging
+import os
 
 from typing import Callable
 
@@ -110,6 +111,19 @@ class _PartitionCollector:
                 hw.add_metric(labels, p.high_watermark)
                 size.add_metric(labels, p.log.size_bytes)
         yield from (leo, start, hw, size)
+        # The file systems under log.dirs: what capacity planning divides the growth into.
+        free = GaugeMetricFamily("seaway_log_dir_free_bytes", "Bytes free to this node on the file system "
+                                 "of each log directory", labels=["dir"])
+        total = GaugeMetricFamily("seaway_log_dir_total_bytes", "Size of the file system of each log "
+                                  "directory", labels=["dir"])
+        for path in self.broker.config.log_dirs:
+            try:
+                st = os.statvfs(path)
+            except OSError:
+                continue
+            free.add_metric([str(path)], st.f_bavail * st.f_frsize)
+            total.add_metric([str(path)], st.f_blocks * st.f_frsize)
+        yield from (free, total)
 
 
 class _FetchSessionCollector:
@@ -145,19 +159,28 @@ class _ReplicationCollector:
         under_min = GaugeMetricFamily("seaway_under_min_isr_partitions",
                                       "Partitions this broker leads whose ISR is below "
                                       "min.insync.replicas (Kafka: UnderMinIsrPartitionCount)")
+        at_min = GaugeMetricFamily("seaway_at_min_isr_partitions",
+                                   "Partitions this broker leads whose ISR is exactly min.insync.replicas: "
+                                   "one more failure refuses acks=all (Kafka: AtMinIsrPartitionCount)")
         leaders = GaugeMetricFamily("seaway_leader_partitions", "Partitions this broker leads "
                                     "(Kafka: LeaderCount)")
+        replicas = GaugeMetricFamily("seaway_replica_partitions", "Partitions with a replica on this broker, "
+                                     "leader or follower (Kafka: PartitionCount)")
         lag = GaugeMetricFamily("seaway_follower_lag", "Offsets a follower is behind this leader (Kafka "
                                 "reports it on the follower: FetcherLagMetrics ConsumerLag)",
                                 labels=["topic", "partition", "follower"])
-        counts = [0, 0, 0]
+        counts = [0, 0, 0, 0, 0]
         for p in list(self.broker.all_partitions()):
             replica = p.replica
-            if replica is None or replica.leader is None:
+            if replica is None:
+                continue
+            counts[4] += 1
+            if replica.leader is None:
                 continue
             counts[0] += 1
             counts[1] += replica.under_replicated
             counts[2] += replica.under_min_isr
+            counts[3] += replica.at_min_isr
             end = replica.log_end_offset
             for progress in replica.leader.remotes.values():
                 if progress.log_end_offset >= 0:
@@ -166,7 +189,9 @@ class _ReplicationCollector:
         leaders.add_metric([], counts[0])
         under.add_metric([], counts[1])
         under_min.add_metric([], counts[2])
-        yield from (leaders, under, under_min, lag)
+        at_min.add_metric([], counts[3])
+        replicas.add_metric([], counts[4])
+        yield from (leaders, replicas, under, under_min, at_min, lag)
 
 
 class _QuorumCollector:
@@ -193,6 +218,15 @@ class _QuorumCollector:
         current = GaugeMetricFamily("seaway_controller_leader", "Node id of the quorum leader as this node "
                                     "knows it, -1 while unknown (Kafka: raft-metrics current-leader)")
         current.add_metric([], leader.leader_id)
+        config = self.quorum.config
+        info = GaugeMetricFamily("seaway_node_info", "1, labelled with this node's id, roles and rack: what "
+                                 "a console joins the node's other series on", labels=["node_id", "roles", "rack"])
+        info.add_metric([str(config.node_id), ",".join(sorted(config.roles)), config["broker.rack"] or ""], 1)
+        applied = GaugeMetricFamily("seaway_metadata_applied_offset", "Offset after the last metadata record "
+                                    "this node applied; behind its quorum's highest, it lags (Kafka: "
+                                    "last-applied-record-offset)")
+        applied.add_metric([], self.quorum.loader.next_offset)
+        yield from (info, applied)
         image = self.quorum.loader.image
         offline = GaugeMetricFamily("seaway_offline_partitions", "Partitions without a leader in the "
                                     "committed metadata image (Kafka: KafkaController OfflinePartitionsCount)")

@@ -254,7 +254,8 @@ def evaluate(tree: Any, store: SeriesStore, at: float) -> Vector | float:
     if isinstance(tree, Selector):
         if tree.range_s is not None:
             raise PromQLError(f"a range selector ({tree.name}[...]) outside rate()")
-        return {labels: points[-1][1] for labels, points in _select(store, tree, at - LOOKBACK_S, at) if points}
+        return {labels: points[-1][1] for labels, points in _select(store, tree, at - LOOKBACK_S, at)
+                if points and not math.isnan(points[-1][1])}     # a stale series is absent
     if isinstance(tree, Call) and tree.function == "rate":
         sel = tree.args[0]
         out = {}

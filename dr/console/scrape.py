@@ -39,7 +39,7 @@ def targets_from_platform(platform: dict) -> list[Target]:
         targets.append(Target(url, {"job": "seaway-mirror", "instance": urlsplit(url).netloc}))
     for g in platform.get("gateways", []):
         if g.get("metrics"):
-            targets.append(Target(g["metrics"], {"job": "seaway-gateways", "instance": urlsplit(g["metrics"]).netloc,
+            targets.append(Target(g["metrics"], {"job": "seaway-gateway", "instance": urlsplit(g["metrics"]).netloc,
                                                  "region": g.get("region", ""), "pair": g.get("pair", "")}))
     return targets
 
@@ -72,6 +72,8 @@ async def fetch(url: str, *, timeout_s: float = 2.0, max_bytes: int = MAX_SCRAPE
         raise ScrapeError(f"{url}: no answer within {timeout_s:g} s") from None
     except OSError as exc:
         raise ScrapeError(f"{url}: {exc}") from None
+    except anyio.BrokenResourceError as exc:    # reset by the peer mid-answer (a process killed)
+        raise ScrapeError(f"{url}: connection reset ({exc.__cause__ or exc})") from None
     head, _, payload = bytes(body).partition(b"\r\n\r\n")
     status_line = head.split(b"\r\n", 1)[0]
     status = status_line.split()
@@ -95,6 +97,7 @@ async def scrape(targets: list[Target], store: SeriesStore, *, at: float | None 
             store.ingest(at, text, target.labels)
         except (ScrapeError, ValueError) as exc:
             errors[target.url] = str(exc)
+            store.mark_target_stale(at, target.labels)
             store.record(at, "up", target.labels, 0.0)
             return
         errors[target.url] = None

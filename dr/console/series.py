@@ -12,6 +12,11 @@ capacity, window / interval points, so memory is bounded by the number of series
 time. A series not scraped for a whole window is dropped (a node removed, a topic deleted):
 label churn cannot grow the store either.
 
+Staleness, as Prometheus has it: a series that a target's scrape no longer carries, or all of a
+target's series when its scrape fails, get a stale marker (a NaN sample) at that scrape's time.
+A selector ignores a series whose latest sample is the marker, so a node killed a second ago
+stops reporting its gauges at once instead of for the 5 minutes of lookback.
+
 Queries are the few PromQL functions the console needs, evaluated at steps over the window:
 - `points`: the raw samples of the matching series;
 - `rate`: a counter's per-second increase over a lookback, resets handled as Prometheus
@@ -37,6 +42,7 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 Labels = tuple[tuple[str, str], ...]
+STALE = math.nan        # Prometheus' stale marker is a NaN too (a particular one; any NaN here)
 
 
 class Ring:
@@ -94,6 +100,8 @@ class SeriesStore:
         self.window_s = window_s
         self.capacity = int(math.ceil(window_s / interval_s)) + 1
         self.rings: dict[tuple[str, Labels], Ring] = {}
+        self.by_name: dict[str, dict[Labels, Ring]] = {}
+        self.by_target: dict[Labels, set[tuple[str, Labels]]] = {}   # a target's series at its last scrape
 
     # -------------------------------------------------------------- ingesting
 
@@ -111,22 +119,43 @@ class SeriesStore:
                 labels = tuple(sorted({**sample.labels, **extra}.items()))
                 taken.append(((sample.name, labels), float(sample.value)))
         for (name, labels), value in taken:
-            self.record(at, name, dict(labels), value)
+            self._record(at, name, labels, value)
+        target_key = tuple(sorted(extra.items()))
+        now_seen = {key for key, _ in taken}
+        self._mark_stale(at, self.by_target.get(target_key, set()) - now_seen)
+        self.by_target[target_key] = now_seen
         self._forget(at)
         return len(taken)
 
+    def mark_target_stale(self, at: float, target: Mapping[str, str] | None) -> None:
+        """A failed scrape: every series the target carried ends now."""
+        self._mark_stale(at, self.by_target.pop(tuple(sorted((target or {}).items())), set()))
+
+    def _mark_stale(self, at: float, keys: Iterable[tuple[str, Labels]]) -> None:
+        for key in keys:
+            ring = self.rings.get(key)
+            if ring is not None:
+                ring.append(at, STALE)
+
     def record(self, at: float, name: str, labels: Mapping[str, str], value: float) -> None:
         """One sample the console makes itself (a scrape's `up`: 1 answered, 0 not)."""
-        key = (name, tuple(sorted(labels.items())))
-        ring = self.rings.get(key)
+        self._record(at, name, tuple(sorted(labels.items())), value)
+
+    def _record(self, at: float, name: str, labels: Labels, value: float) -> None:
+        ring = self.rings.get((name, labels))
         if ring is None:
-            ring = self.rings[key] = Ring(self.capacity)
+            ring = self.rings[(name, labels)] = Ring(self.capacity)
+            self.by_name.setdefault(name, {})[labels] = ring
         ring.append(at, value)
 
     def _forget(self, now: float) -> None:
         gone = [key for key, ring in self.rings.items() if ring.last_time() < now - self.window_s]
-        for key in gone:
-            del self.rings[key]
+        for name, labels in gone:
+            del self.rings[(name, labels)]
+            named = self.by_name[name]
+            del named[labels]
+            if not named:
+                del self.by_name[name]
 
     def nbytes(self) -> int:
         """The samples' memory (the rings' arrays; keys and objects come on top)."""
@@ -136,8 +165,8 @@ class SeriesStore:
 
     def _matching(self, name: str, match: Mapping[str, str] | None) -> list[tuple[Labels, Ring]]:
         wanted = set((match or {}).items())
-        return [(labels, ring) for (n, labels), ring in sorted(self.rings.items())
-                if n == name and wanted <= set(labels)]
+        return [(labels, ring) for labels, ring in sorted(self.by_name.get(name, {}).items())
+                if wanted <= set(labels)]
 
     def points(self, name: str, match: Mapping[str, str] | None = None, *, since: float = -math.inf
                ) -> list[Series]:
@@ -199,6 +228,7 @@ def sum_by(series: list[Series], by: Iterable[str]) -> list[Series]:
 
 
 def _rate(samples: list[tuple[float, float]]) -> float | None:
+    samples = [s for s in samples if s[1] == s[1]]      # stale markers (NaN) count nothing
     if len(samples) < 2:
         return None
     increase = 0.0

@@ -29,7 +29,7 @@ def test_a_platforms_targets_are_labelled_as_the_compose_prometheus_labels_them(
         ("19194/metrics", {"job": "seaway-nodes", "instance": "127.0.0.1:19194", "region": "eu-west",
                            "cluster": "eu-west-1"}),
         ("19500/metrics", {"job": "seaway-mirror", "instance": "127.0.0.1:19500"}),
-        ("31190/metrics", {"job": "seaway-gateways", "instance": "127.0.0.1:31190", "region": "eu-west",
+        ("31190/metrics", {"job": "seaway-gateway", "instance": "127.0.0.1:31190", "region": "eu-west",
                            "pair": "eu-west-1~us-east-1"}),
     ]
     assert targets_from_platform({}) == []
@@ -73,3 +73,31 @@ def test_each_target_costs_only_its_own_up():
     assert "404" in errors[targets[4].url]
     [requests] = store.points("seaway_requests_total")
     assert requests.points == [(100.0, 3.0)] and requests.label("api") == "Produce"
+
+
+def serve_reset() -> int:
+    """An endpoint that accepts, reads the request and resets the connection (RST): a process
+    killed in the middle of answering."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def run():
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        conn.close()
+        listener.close()
+    threading.Thread(target=run, daemon=True).start()
+    return listener.getsockname()[1]
+
+
+def test_a_connection_reset_mid_answer_is_that_targets_failed_scrape_not_the_consoles():
+    registry = CollectorRegistry()
+    good = serve_http(registry, 0, "127.0.0.1")
+    targets = [Target(f"http://127.0.0.1:{serve_reset()}/metrics", {"instance": "reset"}),
+               Target(f"http://127.0.0.1:{good}/metrics", {"instance": "good"})]
+    store = SeriesStore(set())
+    errors = anyio.run(lambda: scrape(targets, store, at=1.0, timeout_s=2.0))
+    assert "connection reset" in errors[targets[0].url] and errors[targets[1].url] is None
+    assert {s.label("instance"): s.points[-1][1] for s in store.points("up")} == {"reset": 0.0, "good": 1.0}

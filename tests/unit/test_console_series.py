@@ -118,3 +118,24 @@ def test_the_rate_of_a_steady_counter_is_its_slope(slope, interval, n):
         store.ingest(i * interval, scrape(produce=slope * i * interval))
     [series] = store.rate("req_total", at=[(n - 1) * interval], lookback_s=interval * n)
     assert series.points[0][1] == pytest.approx(slope, rel=1e-6)
+
+
+def test_series_a_scrape_no_longer_carries_and_a_failed_targets_series_go_stale_at_once():
+    from dr.console.promql import evaluate, parse
+    gauges = lambda **v: "# TYPE req_total counter\n" + "".join(   # noqa: E731
+        f'req_total{{api="{k}"}} {n}\n' for k, n in v.items())
+    store = SeriesStore({"req"}, interval_s=5)
+    node1, node2 = {"instance": "a"}, {"instance": "b"}
+    store.ingest(0, gauges(produce=1, fetch=2), node1)
+    store.ingest(0, gauges(produce=3), node2)
+    query = parse("req_total")
+    assert len(evaluate(query, store, 1)) == 3
+    store.ingest(5, gauges(produce=4), node1)           # fetch is gone from node a
+    store.mark_target_stale(5, node2)                   # node b did not answer
+    assert evaluate(query, store, 6) == {(("api", "produce"), ("instance", "a")): 4.0}
+    # Without the markers the 5-minute lookback would still answer for both for minutes; the
+    # rate of the live series is unaffected, and a target that answers again comes back.
+    [rate] = store.rate("req_total", node1 | {"api": "produce"}, at=[5], lookback_s=60)
+    assert rate.points == [(5, pytest.approx(0.6))]
+    store.ingest(10, gauges(produce=9), node2)
+    assert len(evaluate(query, store, 11)) == 2

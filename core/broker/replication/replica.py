@@ -135,6 +135,12 @@ class PartitionReplica:
         return self.leader is not None and \
             len(self.leader.isr_state.isr) < leader.effective_min_isr(self, self.leader)
 
+    @property
+    def at_min_isr(self) -> bool:
+        """Kafka's AtMinIsr gauge: one more replica out of the ISR and acks=all is refused."""
+        return self.leader is not None and \
+            len(self.leader.isr_state.isr) == leader.effective_min_isr(self, self.leader)
+
     def next_deadline_ms(self) -> int | None:
         """When tick() has something to do (None: nothing until an input arrives)."""
         if self.leader is not None:
