@@ -265,14 +265,8 @@ def platform_config(state_dir: Path | None = None) -> DrConfig:
               "gateways": [g for pair, g in gateways if pair == f"{m.source}~{m.target}"]}
              for m in topology.dr_pairs()]
     dr = topology.dr
-    capacity = {}
-    for m in topology.mirror_runs():
-        a, b = topology.region_of(m.source), topology.region_of(m.target)
-        mbit = topology.wan_link(a, b)[1] if a != b else None
-        if mbit is not None:
-            capacity[f"{m.source}->{m.target}"] = mbit
     return _validated({"state_dir": str(state_dir / "dr"), "regions": list(topology.regions), "pairs": pairs,
                        "rpo_target_s": dr.rpo_target_s, "rto_target_s": dr.rto_target_s,
                        "drill_schedule": dr.drill_schedule, "auto_failover_after_s": dr.auto_failover_after_s,
                        "platform_dir": str(state_dir),
-                       "console": {"operators": list(dr.operators), "link_capacity_mbit": capacity}}, str(path))
+                       "console": {"operators": list(dr.operators), "link_capacity_mbit": topology.link_capacity_mbit()}}, str(path))

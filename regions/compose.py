@@ -411,6 +411,9 @@ class _ComposeDocument:
             config["drill_schedule"] = dr.drill_schedule
         if dr.auto_failover_after_s is not None:
             config["auto_failover_after_s"] = dr.auto_failover_after_s
+        # The console (on the DR port): its charts and alerts from the platform's Prometheus.
+        config["console"] = {"prometheus_url": "http://prometheus:9090", "operators": list(dr.operators),
+                             "link_capacity_mbit": self.topology.link_capacity_mbit()}
         self.configs["dr"] = {"content": yaml.safe_dump(config, sort_keys=False)}
         self.services["dr"] = {
             "image": IMAGE,

@@ -212,6 +212,17 @@ class Topology(_Strict):
             for b in regions[i + 1:]:
                 yield (a, b, *self.wan_link(a, b))
 
+    def link_capacity_mbit(self) -> dict[str, float]:
+        """Each mirror link that crosses the WAN (source->target, as the mirror names it), and
+        the bandwidth it shares there, Mbit/s per direction; unlimited links are left out."""
+        out = {}
+        for m in self.mirror_runs():
+            a, b = self.region_of(m.source), self.region_of(m.target)
+            mbit = self.wan_link(a, b)[1] if a != b else None
+            if mbit is not None:
+                out[f"{m.source}->{m.target}"] = mbit
+        return out
+
     def wan_link(self, a: str, b: str) -> tuple[float, float | None]:
         """(one-way latency ms, bandwidth Mbit/s or None for unlimited) between regions a and b."""
         latency, bandwidth = self.wan.latency_ms, self.wan.bandwidth_mbit

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs on a fresh Debian machine (run as root):
-# kcat and prometheus from Debian, the Python package with its test extra, and kafkajs from the
+# kcat, prometheus and Chromium (headless, with its driver) from Debian, the Python package with its test extra, and kafkajs from the
 # tarballs vendored in tests/js/vendor (npm installs them offline: no registry is needed).
 # Each step is skipped when its result is already there.
 set -euo pipefail
@@ -14,6 +14,8 @@ command -v node >/dev/null 2>&1 || apt_packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || apt_packages+=(npm)
 command -v prometheus >/dev/null 2>&1 || apt_packages+=(prometheus)
 command -v debootstrap >/dev/null 2>&1 || apt_packages+=(debootstrap)   # the compose tests' base image
+command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)         # the console's browser test
+command -v chromedriver >/dev/null 2>&1 || apt_packages+=(chromium-driver)
 if ((${#apt_packages[@]})); then
     echo "install-deps: apt-get install ${apt_packages[*]}"
     apt-get update -qq

@@ -62,6 +62,7 @@ log = logging.getLogger("seaway.dr.console")
 API = "/api/v1/console"
 PAGE_WAIT_S = 10.0
 WATCHED_S = 60.0            # a page viewed this recently is kept computed
+TREND_MIN_S = 600.0         # history a days-until-full projection needs
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_RULES = REPO / "compose" / "alerts.yml"
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -474,11 +475,15 @@ def capacity_table(charts: list[dict], overview: dict | None, grid: Grid) -> lis
         slope = _slope(points)
         node = nodes.get(s["labels"].get("instance", ""), {})
         free = node.get("disk_free")
+        span_s = points[-1][0] - points[0][0]
+        # A few minutes of history is too little to project months from: the projection waits
+        # for TREND_MIN_S of it (the growth so far is still shown).
         per_day = slope * 86400 if slope is not None else None
-        days = free / per_day if free is not None and per_day and per_day > 0 else None
+        days = free / per_day if free is not None and per_day and per_day > 0 and span_s >= TREND_MIN_S else None
         out.append({"cluster": s["labels"].get("cluster"), "instance": s["labels"].get("instance"),
                     "node": s["name"], "used_bytes": points[-1][1], "growth_bytes_per_day": per_day,
-                    "free_bytes": free, "total_bytes": node.get("disk_total"), "days_until_full": days})
+                    "free_bytes": free, "total_bytes": node.get("disk_total"), "days_until_full": days,
+                    "trend_s": span_s})
     return out
 
 

@@ -33,6 +33,7 @@ from core.protocol.errors import ErrorCode
 
 from ..config import ClusterAccess
 
+SCRAM_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
 COOKIE = "seaway_console"
 SESSION_S = 8 * 3600.0
 ACTION_HEADER = "x-seaway-console"
@@ -74,22 +75,33 @@ async def check_login(sides: list[ClusterAccess], user: str, password: str, *, t
     errors = []
     ms = int(timeout_s * 1000)
     for side in sides:
-        props = {**side.properties, "sasl.username": user, "sasl.password": password}
-        try:
-            security = security_from_properties(props)
-            async with KafkaClient(side.bootstrap, client_id="seaway-console-login", security=security,
-                                   request_timeout_ms=ms, connect_timeout_ms=ms, default_api_timeout_ms=ms,
-                                   reconnect_backoff_ms=100) as client:
-                admin = Admin(client)
-                with anyio.fail_after(timeout_s * 2):
-                    brokers = (await admin.describe_cluster()).brokers
-                    return await _super_users(admin, [b.node_id for b in brokers])
-        except KafkaError as exc:
-            if exc.code == ErrorCode.SASL_AUTHENTICATION_FAILED:
-                raise LoginRefused("wrong user name or password") from None
-            errors.append(f"{side.cluster}: {exc}")
-        except (OSError, TimeoutError) as exc:
-            errors.append(f"{side.cluster}: {exc or type(exc).__name__}")
+        configured = (side.properties.get("sasl.mechanism") or "SCRAM-SHA-512").upper()
+        # A user may have credentials for the other SCRAM mechanism only; a broker that does
+        # not enable it refuses that attempt, which is then a wrong login too.
+        mechanisms = [configured] + [m for m in SCRAM_MECHANISMS if m != configured]
+        refused, errors_before = False, len(errors)
+        for mechanism in mechanisms:
+            props = {**side.properties, "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+            try:
+                security = security_from_properties(props)
+                async with KafkaClient(side.bootstrap, client_id="seaway-console-login", security=security,
+                                       request_timeout_ms=ms, connect_timeout_ms=ms, default_api_timeout_ms=ms,
+                                       reconnect_backoff_ms=100) as client:
+                    admin = Admin(client)
+                    with anyio.fail_after(timeout_s * 2):
+                        brokers = (await admin.describe_cluster()).brokers
+                        return await _super_users(admin, [b.node_id for b in brokers])
+            except KafkaError as exc:
+                if exc.code in (ErrorCode.SASL_AUTHENTICATION_FAILED, ErrorCode.UNSUPPORTED_SASL_MECHANISM):
+                    refused = True
+                    continue
+                errors.append(f"{side.cluster}: {exc}")
+                break
+            except (OSError, TimeoutError) as exc:
+                errors.append(f"{side.cluster}: {exc or type(exc).__name__}")
+                break
+        if refused and len(errors) == errors_before:
+            raise LoginRefused("wrong user name or password")
     raise LoginUnavailable("no cluster could check the login: " + "; ".join(errors))
 
 

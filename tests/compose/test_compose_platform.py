@@ -211,6 +211,39 @@ def test_every_dashboard_panel_has_data_from_the_real_prometheus(platform):
         time.sleep(5)
 
 
+def test_the_console_draws_from_the_real_prometheus_and_logs_in_against_the_platforms_users(platform):
+    """The console `dr serve` publishes on 9780, in compose, where its source is Prometheus."""
+    import http.client
+    from core.config import load_properties
+    password = load_properties(platform.admin_properties)["sasl.password"]
+
+    def call(method: str, path: str, body: dict | None = None, cookie: str = "") -> tuple[int, dict, str]:
+        conn = http.client.HTTPConnection("127.0.0.1", 9780, timeout=30)
+        headers = {"Cookie": cookie, "Content-Type": "application/json", "X-Seaway-Console": "1"}
+        conn.request(method, path, body=json.dumps(body).encode() if body is not None else None, headers=headers)
+        resp = conn.getresponse()
+        data = json.loads(resp.read())
+        return resp.status, data, (resp.getheader("Set-Cookie") or "").split(";")[0]
+
+    assert call("GET", "/api/v1/console/overview")[0] == 401
+    assert call("POST", "/api/v1/console/login", {"user": "admin", "password": "wrong"})[0] == 401
+    status, session, cookie = call("POST", "/api/v1/console/login", {"user": "admin", "password": password})
+    assert status == 200 and session["may_act"] is True, session
+    deadline = time.monotonic() + 90
+    while True:
+        status, overview, _ = call("GET", "/api/v1/console/overview", cookie=cookie)
+        clusters = {c["name"]: c for r in overview.get("platform", {}).get("regions", []) for c in r["clusters"]}
+        _, page, _ = call("GET", "/api/v1/console/charts/cluster?cluster=eu-west-1", cookie=cookie)
+        drawn = {c["id"] for c in page.get("charts", []) if any(v is not None for s in c["series"] for v in s["values"])}
+        if status == 200 and overview["mode"] == "prometheus" and len(clusters) == 2 and \
+                all(c["health"] == "ok" and len(c["nodes"]) == 3 for c in clusters.values()) and \
+                {"requests", "latency_p99", "leaders", "replicas"} <= drawn:
+            break
+        assert time.monotonic() < deadline, json.dumps({"overview": overview, "drawn": sorted(drawn)})[:4000]
+        produce(eu(platform), TOPIC, 20, f"console-{time.monotonic():.0f}")
+        time.sleep(5)
+
+
 def test_a_killed_node_leaves_acks_all_produce_working(platform):
     platform.compose("kill", "eu-west-1-2")
     sent = produce(eu(platform), TOPIC, 200, "after-kill")

@@ -189,18 +189,20 @@ function renderCluster(c) {
     c.problems.length ? h("ul", { class: "problems" }, c.problems.map(w => h("li", { class: c.health }, w)))
                       : h("p", { class: "muted" }, "No problem seen."),
     h("div", { class: "facts" },
-      h("div", {}, h("span", {}, "controller"), ctl ? `node ${ctl.leader}, epoch ${ctl.epoch}` : "none"),
+      h("div", {}, h("span", {}, "active controller"), ctl ? `node ${ctl.leader} (★), epoch ${ctl.epoch}` : "none"),
       h("div", {}, h("span", {}, "quorum lag"), c.quorum_lag === null ? "–" : `${c.quorum_lag} records`),
       h("div", {}, h("span", {}, "brokers"), c.brokers.active === null ? "–" : `${c.brokers.active} unfenced, ${c.brokers.fenced} fenced`),
       h("div", {}, h("span", {}, "offline"), part.offline),
       h("div", {}, h("span", {}, "under-replicated"), part.under_replicated),
       h("div", {}, h("span", {}, "under min ISR"), part.under_min_isr),
       h("div", {}, h("span", {}, "at min ISR"), part.at_min_isr)),
-    table([["node"], ["rack"], ["roles"], ["status"], ["leaders", "num"], ["replicas", "num"], ["metadata lag", "num"],
+    table([["node"], ["rack"], ["status"], ["leaders", "num"], ["replicas", "num"], ["metadata lag", "num"],
            ["disk used", "num"], ["disk free", "num"]],
       c.nodes.map(n => h("tr", { class: n.health === "ok" ? "" : n.health, "data-node": n.node_id || n.instance, "data-health": n.health },
-        h("td", {}, dot(n.health), n.node_id ? `node ${n.node_id}` : n.instance, n.active_controller ? " ★" : ""),
-        h("td", {}, n.rack || "–"), h("td", {}, n.roles || "–"),
+        h("td", { title: `${n.instance}, roles ${n.roles || "unknown"}` }, dot(n.health),
+          n.node_id ? `node ${n.node_id}` : n.instance, n.active_controller ? " ★" : "",
+          n.roles && n.roles !== "broker,controller" ? h("span", { class: "muted" }, ` (${n.roles.replace(",", ", ")})`) : null),
+        h("td", {}, n.rack || "–"),
         h("td", { class: "status" }, n.up ? (n.problems.length ? n.problems.join("; ") : "up") : "DOWN: does not answer"),
         h("td", { class: "num" }, fmtNum(n.leaders, 0)), h("td", { class: "num" }, fmtNum(n.replicas, 0)),
         h("td", { class: "num" }, n.metadata_lag === null ? "–" : n.metadata_lag),
@@ -324,7 +326,9 @@ async function renderGrowth() {
     h("td", {}, r.node), h("td", { class: "num" }, fmtBytes(r.used_bytes)),
     h("td", { class: "num" }, r.growth_bytes_per_day === null ? "–" : fmtBytes(r.growth_bytes_per_day) + "/day"),
     h("td", { class: "num" }, fmtBytes(r.free_bytes)), h("td", { class: "num" }, fmtBytes(r.total_bytes)),
-    h("td", { class: "num" }, r.days_until_full === null ? "not growing" : `${fmtNum(r.days_until_full, 1)} days`)));
+    h("td", { class: "num" }, r.days_until_full !== null ? `${fmtNum(r.days_until_full, 1)} days`
+      : r.trend_s < 600 ? `after 10 min of history (${(r.trend_s / 60).toFixed(0)} so far)`
+      : r.growth_bytes_per_day > 0 ? "–" : "not growing")));
   document.getElementById("capacity").replaceChildren(h("div", { class: "card" }, h("h2", {}, "Disk by broker"),
     h("p", { class: "muted" }, "Growth is the trend over the last hour; days until full divide the free space by it."),
     table([["broker"], ["used", "num"], ["growth", "num"], ["free", "num"], ["file system", "num"], ["full in", "num"]], rows)));
@@ -355,7 +359,8 @@ async function renderDr() {
                                onclick: () => planAction("failover", region, true) }, `Unplanned failover of ${region}`) : null,
       ];
     });
-    return h("div", { class: "card", "data-pair": p.pair },
+    return h("div", { class: "card", "data-pair": p.pair, "data-ready": String(!!p.ready),
+                      "data-active-region": p.active_region || "" },
       h("h2", {}, `Pair ${p.pair}`, badge(p.ready ? "ok" : p.active_region ? "warn" : "bad")),
       h("div", { class: "facts" },
         h("div", {}, h("span", {}, "active region"), p.active_region || "none"),
