@@ -141,6 +141,14 @@ class DrSettings(_Strict):
     # Principals besides the clusters' super users that may start a failover from the console.
     operators: list[str] = Field(default_factory=list)
 
+    @field_validator("operators")
+    @classmethod
+    def _principals(cls, values: list[str]) -> list[str]:
+        for v in values:
+            if not re.match(r"^User:[^\s;]+$", v):
+                raise ValueError(f"{v!r} is not a principal such as User:ops")
+        return values
+
 
 class Security(_Strict):
     """TLS, SCRAM and ACLs on every cluster of the platform (regions/security.py). Off, every

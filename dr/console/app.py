@@ -337,7 +337,7 @@ class Console:
                 if self._token is not None and self._wake is not None:
                     try:
                         anyio.from_thread.run_sync(self._wake.set, token=self._token)
-                    except RuntimeError:
+                    except (RuntimeError, TypeError):   # the loop has ended; the next tick computes it
                         pass
                 left = deadline - time.monotonic()
                 if left <= 0:

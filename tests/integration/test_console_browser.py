@@ -163,6 +163,21 @@ def test_the_console_in_a_browser_shows_the_platform_a_dead_node_and_a_failover_
             screenshot(driver, "failover-done")
             wait_until(lambda: driver.find_element(By.CSS_SELECTOR, "[data-pair]").get_attribute("data-active-region")
                        == "us-east", 60, "us-east active on the page")
+            # ------------------------------------------------ a drill from the page, its report in the page
+            driver.find_element(By.CSS_SELECTOR, '[data-act="drill:us-east"]').click()
+            wait_until(lambda: "dr drill us-east" in driver.find_element(By.ID, "plan-text").text, 30, "the drill")
+            driver.find_element(By.ID, "confirm").send_keys("us-east")
+            driver.find_element(By.ID, "start-action").click()
+            wait_until(lambda: driver.find_element(By.ID, "action-title").text.startswith("drill"), 30, "the drill")
+            wait_until(lambda: driver.find_element(By.ID, "action-state").text != "running", 240, "the drill's end")
+            assert driver.find_element(By.ID, "action-state").text == "done", \
+                driver.find_element(By.ID, "action-lines").text
+            show(driver, "drills")
+            link = wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, "[data-drill]"), 30, "the drill's row")[0]
+            link.click()
+            report = wait_until(lambda: driver.find_element(By.ID, "drill-markdown").text, 30, "the drill's report")
+            assert "DR drill of us-east" in report and "PASSED" in report, report
+            screenshot(driver, "drill-report")
             assert console_errors(driver) == []
             # ------------------------------------------------ a user without rights
             driver.delete_all_cookies()

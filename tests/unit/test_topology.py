@@ -124,6 +124,8 @@ BAD = [
      19, "dr.primary", "no region named 'mars'"),
     ("automatic failover in a hurry", edit("primary: eu-west", "primary: eu-west, auto_failover_after_s: 2"),
      19, "dr.auto_failover_after_s", "greater than or equal to 10"),
+    ("a console operator that is not a principal", edit("primary: eu-west", "primary: eu-west, operators: [ops]"),
+     19, "dr.operators", "'ops' is not a principal such as User:ops"),
     ("reserved property", edit("        nodes:\n          - {id: 1, roles: [broker, controller], zone: a}\n          - {id: 2",
                                "        config: {node.id: 7}\n        nodes:\n          - {id: 1, roles: [broker, controller], zone: a}\n          - {id: 2"),
      6, "regions.eu-west.clusters.eu-1.config.node.id", "set by the launcher"),

@@ -203,7 +203,7 @@ function renderCluster(c) {
           n.node_id ? `node ${n.node_id}` : n.instance, n.active_controller ? " ★" : "",
           n.roles && n.roles !== "broker,controller" ? h("span", { class: "muted" }, ` (${n.roles.replace(",", ", ")})`) : null),
         h("td", {}, n.rack || "–"),
-        h("td", { class: "status" }, n.up ? (n.problems.length ? n.problems.join("; ") : "up") : "DOWN: does not answer"),
+        h("td", { class: "status" }, n.up ? (n.problems.length ? n.problems.join("; ") : "up") : "DOWN"),
         h("td", { class: "num" }, fmtNum(n.leaders, 0)), h("td", { class: "num" }, fmtNum(n.replicas, 0)),
         h("td", { class: "num" }, n.metadata_lag === null ? "–" : n.metadata_lag),
         h("td", { class: "num" }, fmtBytes(n.disk_used)), h("td", { class: "num" }, fmtBytes(n.disk_free))))));
