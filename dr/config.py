@@ -35,6 +35,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from core.client.acl_admin import checked_user_principals
 from core.client.properties import PropertiesFileError, read_properties
 from core.client.security import ClientSecurity, checked_properties, security_from_properties
 
@@ -150,13 +151,7 @@ class ConsoleSettings(_Strict):
             raise ValueError(f"{value!r} is not an http://host:port URL")
         return value
 
-    @field_validator("operators")
-    @classmethod
-    def _principals(cls, values: list[str]) -> list[str]:
-        for v in values:
-            if not re.match(r"^User:[^\s;]+$", v):
-                raise ValueError(f"{v!r} is not a principal such as User:ops")
-        return values
+    _operators_are_principals = field_validator("operators")(checked_user_principals)
 
 
 class DrConfig(_Strict):

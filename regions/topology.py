@@ -27,6 +27,8 @@ from typing import Iterator, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from core.client.acl_admin import checked_user_principals
+
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,47}$"
 USER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"   # SCRAM user names the platform makes
 DEFAULT_TOPOLOGY = Path(__file__).parent / "topologies" / "two-regions.yaml"
@@ -141,13 +143,7 @@ class DrSettings(_Strict):
     # Principals besides the clusters' super users that may start a failover from the console.
     operators: list[str] = Field(default_factory=list)
 
-    @field_validator("operators")
-    @classmethod
-    def _principals(cls, values: list[str]) -> list[str]:
-        for v in values:
-            if not re.match(r"^User:[^\s;]+$", v):
-                raise ValueError(f"{v!r} is not a principal such as User:ops")
-        return values
+    _operators_are_principals = field_validator("operators")(checked_user_principals)
 
 
 class Security(_Strict):

@@ -12,6 +12,7 @@ the cluster, describing DESCRIBE (else CLUSTER_AUTHORIZATION_FAILED).
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -25,6 +26,18 @@ CREATE_ACLS = 30
 DELETE_ACLS = 31
 CLUSTER_NAME = "kafka-cluster"   # the one name a CLUSTER resource has
 WILDCARD = "*"                   # a literal name that matches every resource of its type
+
+
+_USER_PRINCIPAL = re.compile(r"^User:[^\s;]+$")
+
+
+def checked_user_principals(values: list[str]) -> list[str]:
+    """`values` if each is a user principal (User:ops), else ValueError naming the first that
+    is not: for settings that list who may do something."""
+    for value in values:
+        if not _USER_PRINCIPAL.match(value):
+            raise ValueError(f"{value!r} is not a principal such as User:ops")
+    return values
 
 
 def _pascal(name: str) -> str:

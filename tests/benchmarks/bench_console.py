@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -36,22 +35,10 @@ sys.path.insert(0, str(REPO))
 from selenium.webdriver.common.by import By  # noqa: E402
 
 from regions.topology import DEFAULT_TOPOLOGY  # noqa: E402
-from tests.support.browser import open_browser, wait_until  # noqa: E402
+from tests.support.browser import open_browser, screenshot, wait_until  # noqa: E402
+from tests.support.procstat import cpu_seconds, rss_bytes  # noqa: E402
 from tests.support.regions import Platform, without_fixed_ports  # noqa: E402
 
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def cpu_share(pid: int, seconds: float) -> float:
@@ -84,13 +71,17 @@ def main() -> None:
                 driver.find_element(By.CSS_SELECTOR, "#login-form button").click()
                 wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, "[data-cluster][data-health]"), 30, "clusters")
                 platform_loads, cluster_loads = [], []
+                # Each load from a blank page: the HTML, scripts, styles, session and overview
+                # asked again (a hash change alone would reload nothing).
                 for _ in range(5):
+                    driver.get("about:blank")
                     started = time.monotonic()
                     driver.get(url + "#platform")
                     wait_until(lambda: len(driver.find_elements(By.CSS_SELECTOR, "[data-cluster][data-health]")) == 2,
                                30, "clusters", interval=0.01)
                     platform_loads.append(time.monotonic() - started)
                 for _ in range(5):
+                    driver.get("about:blank")
                     started = time.monotonic()
                     driver.get(url + "#cluster")
                     wait_until(lambda: sum(int(b.get_attribute("data-points") or 0) > 0 for b in
@@ -103,6 +94,7 @@ def main() -> None:
                 driver.get(url + "#cluster")
                 time.sleep(5)
                 charting = cpu_share(pid, args.window)
+                screenshot(driver, "bench-cluster")         # the charts after the bench's minutes
                 cookie = "seaway_console=" + driver.get_cookie("seaway_console")["value"]
             finally:
                 driver.quit()

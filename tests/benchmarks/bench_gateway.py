@@ -39,6 +39,7 @@ from tests.support.gateway_traffic import ConfluentTraffic  # noqa: E402
 from tests.support.gateway import GatewayProcess, free_ports  # noqa: E402
 from tests.support.mirror import start_dr_links, stop_mirror, write_dr_config  # noqa: E402
 from tests.support.node import SeawayNode  # noqa: E402
+from tests.support.procstat import cpu_seconds  # noqa: E402
 
 PARTITIONS = 3
 
@@ -74,12 +75,6 @@ def consume_throughput(bootstrap: str, topic: str, starts: dict[int, int], n: in
     elapsed = time.perf_counter() - start
     c.close()
     return n * size / 1e6 / elapsed
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time a process has used so far (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def ends(bootstrap: str, topic: str) -> dict[int, int]:

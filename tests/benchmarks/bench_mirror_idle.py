@@ -12,7 +12,6 @@ tests/benchmarks/README.md by hand.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import subprocess
 import sys
@@ -26,13 +25,8 @@ sys.path.insert(0, str(REPO))
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from tests.support.node import SeawayNode  # noqa: E402
+from tests.support.procstat import cpu_seconds  # noqa: E402
 
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def connections(pid: int) -> int:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -29,8 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from regions.topology import DEFAULT_TOPOLOGY  # noqa: E402
+from tests.support.procstat import cpu_seconds  # noqa: E402
 
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def regions(state: Path, *args: str) -> subprocess.CompletedProcess:
@@ -48,11 +47,6 @@ def platform_pids(state: Path) -> list[int]:
         for cluster in region.values():
             pids += [n["pid"] for n in cluster["nodes"].values() if n["pid"]]
     return pids
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS     # utime, stime
 
 
 def trial(topology: Path, settle: float, idle: float) -> tuple[float, float, int]:

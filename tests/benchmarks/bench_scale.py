@@ -26,7 +26,6 @@ command that produced them. This is a benchmark, not a test: nothing here passes
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import signal
 import statistics
@@ -43,15 +42,10 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from tests.support.cluster import KRaftCluster  # noqa: E402
+from tests.support.procstat import cpu_seconds  # noqa: E402
 
 PARTITIONS_PER_TOPIC = 10
 TOPICS_PER_REQUEST = 50
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def rss_mib(pid: int) -> float:

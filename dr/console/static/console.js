@@ -266,8 +266,11 @@ function drawChart(key, box, times, chart) {
   if (!more) { more = h("div", { class: "note more" }); box.append(more); }
   more.textContent = hidden.length ? `Not drawn (quieter): ${hidden.join(", ")}` : "";
   const columns = series.map(s => s.values);
+  // Few samples (a platform just started) are drawn as dots too: a line needs two neighbours.
   const lines = series.map((s, i) => ({ label: s.name, stroke: COLORS[i % COLORS.length], width: 1.5,
-                                        value: (u, v) => fmtUnit(chart.unit, v), spanGaps: false }));
+                                        fill: null, value: (u, v) => fmtUnit(chart.unit, v), spanGaps: false,
+                                        points: { show: s.values.filter(v => v !== null).length < 40, size: 5,
+                                                  fill: COLORS[i % COLORS.length] } }));
   for (const t of chart.thresholds || []) {
     columns.push(times.map(() => t.value));
     lines.push({ label: t.name, stroke: "#cf222e", dash: [6, 4], width: 1, value: (u, v) => fmtUnit(chart.unit, v) });
@@ -499,7 +502,8 @@ async function start() {
     return;
   }
   if (state.session.login_required) { showLogin(); return; }
-  state.refreshMs = Math.max(2000, (state.session.interval_s || 5) * 1000);
+  // Twice per scrape: what the console learnt shows within half an interval.
+  state.refreshMs = Math.max(1000, (state.session.interval_s || 5) * 500);
   document.getElementById("tabs").hidden = false;
   showSession();
   route();
