@@ -484,12 +484,12 @@ async def _serve(config: DrConfig, args) -> int:
             raise CliError(f"--listen: cannot listen on {args.listen}: {exc.strerror or exc}", status=1) from None
         print(f"dr serve: http://{host}:{bound}/ (/metrics, /health, /api/v1/status, /api/v1/decisions, "
               f"/api/v1/history); {len(config.pairs)} DR pairs, state in {config.state_dir}", flush=True)
+        print(f"dr serve: drills: {config.drill_schedule or 'none scheduled (drill_schedule in the topology)'}"
+              + (f", next at {server.next_drill()}" if config.drill_schedule else ""), flush=True)
         if server.console is not None:
             source = config.console.prometheus_url or "its own scrapes (the last hour, in memory)"
             print(f"dr serve: console at http://{host}:{bound}/console/ (charts from {source}"
                   + ("; log in as a user of the platform" if server.console.secured else "") + ")", flush=True)
-        print(f"dr serve: drills: {config.drill_schedule or 'none scheduled (drill_schedule in the topology)'}"
-              + (f", next at {server.next_drill()}" if config.drill_schedule else ""), flush=True)
     return 0
 
 

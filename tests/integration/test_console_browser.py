@@ -185,8 +185,10 @@ def test_the_console_in_a_browser_shows_the_platform_a_dead_node_and_a_failover_
             assert "read only" in driver.find_element(By.ID, "whoami").text
             show(driver, "dr")
             wait_until(lambda: driver.find_elements(By.ID, "no-rights"), 30, "the no-rights note")
-            buttons = driver.find_elements(By.CSS_SELECTOR, "[data-act]")
-            assert buttons and not any(b.is_enabled() for b in buttons)
+            # The buttons are drawn once the pair has an active region again (the drill just
+            # moved its canary over and back; dr serve polls every 5 s).
+            buttons = wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, "[data-act]"), 30, "the DR buttons")
+            assert not any(b.is_enabled() for b in buttons)
             screenshot(driver, "read-only")
             cookie = "seaway_console=" + driver.get_cookie("seaway_console")["value"]
             status, body = api(port, "POST", "/api/v1/console/actions", cookie,
