@@ -124,8 +124,12 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1024, help="value bytes (default 1024)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profile", metavar="DIR", help="py-spy the leader and a follower (RF=3) instead")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker setting for every node, e.g. replica.fetch.max.bytes=8388608 (repeatable)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as d, KRaftCluster(Path(d), controllers=1, brokers=3) as cluster:
+    overrides = dict(o.split("=", 1) for o in args.override)
+    with tempfile.TemporaryDirectory() as d, KRaftCluster(Path(d), controllers=1, brokers=3,
+                                                          overrides=overrides) as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         wait_brokers(admin, 3)
         if args.profile:
