@@ -13,6 +13,7 @@ by hand, with the command.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from tests.support.cluster import KRaftCluster  # noqa: E402
+from tests.support.procstat import cpu_seconds  # noqa: E402
 
 
 def wait_brokers(admin, n: int) -> None:
@@ -69,6 +71,25 @@ def throughput(bootstrap: str, topic: str, n: int, size: int) -> float:
     if p.flush(120):
         raise SystemExit("records left unacknowledged")
     return n * size / (time.perf_counter() - start) / 1e6
+
+
+def measured(cluster, admin, topic: str, n: int, size: int) -> tuple[float, dict[str, float]]:
+    """throughput(), and the CPU each process used for it in ms per MB: the client (this
+    process: Python and librdkafka's threads), the partition's leader, its followers, the rest."""
+    part = admin.list_topics(topic, timeout=5).topics[topic].partitions[0]
+    pids = {node_id: node.proc.pid for node_id, node in cluster.nodes.items() if node.proc is not None}
+    before = {i: cpu_seconds(pid) for i, pid in pids.items()}
+    own = os.times()
+    mbs = throughput(cluster.bootstrap, topic, n, size)
+    own_after = os.times()
+    used = {i: cpu_seconds(pid) - before[i] for i, pid in pids.items()}
+    mb = n * size / 1e6
+    cost = {"client": (own_after.user + own_after.system - own.user - own.system) * 1000 / mb,
+            "leader": used.pop(part.leader, 0.0) * 1000 / mb}
+    followers = [r for r in part.replicas if r != part.leader]
+    cost["followers"] = sum(used.pop(r, 0.0) for r in followers) * 1000 / mb
+    cost["rest"] = sum(used.values()) * 1000 / mb
+    return mbs, cost
 
 
 def latency(bootstrap: str, topic: str, rate: int = 500, seconds: float = 3.0) -> tuple[float, float]:
@@ -136,20 +157,30 @@ def main() -> None:
             Path(args.profile).mkdir(parents=True, exist_ok=True)
             profile(cluster, 3, args)
             return
-        rows = []
+        rows, costs = [], {}
         for rf in (1, 3):
-            mbs, lat = [], []
+            mbs, lat, cpu = [], [], []
             for r in range(args.repeat):
                 topic = f"bench-rf{rf}-{r}"
                 create(admin, topic, rf)
-                mbs.append(throughput(cluster.bootstrap, topic, args.n, args.size))
+                got, cost = measured(cluster, admin, topic, args.n, args.size)
+                mbs.append(got)
+                cpu.append(cost)
                 lat.append(latency(cluster.bootstrap, topic))
             rows.append((rf, statistics.median(mbs), min(mbs), max(mbs),
                          statistics.median(x[0] for x in lat), statistics.median(x[1] for x in lat)))
+            costs[rf] = {k: statistics.median(c[k] for c in cpu) for k in cpu[0]}
         print(f"{'RF':>3} {'MB/s (median, min-max)':>26} {'p50 ms':>8} {'p99 ms':>8}")
         for rf, med, lo, hi, p50, p99 in rows:
             print(f"{rf:>3} {med:>10.1f} ({lo:.1f}-{hi:.1f}){'':>8} {p50:>8.2f} {p99:>8.2f}")
         print(f"RF=3 / RF=1 throughput: {rows[1][1] / rows[0][1]:.2f}")
+        # With every core busy, throughput is at most cores / (CPU per MB, all processes).
+        cores = os.cpu_count() or 1
+        print(f"CPU per MB (ms, median) and the bound {cores} cores set: cores / total")
+        for rf, cost in costs.items():
+            total = sum(cost.values())
+            print(f"  RF={rf}: " + ", ".join(f"{k} {v:.2f}" for k, v in cost.items()) +
+                  f"; total {total:.2f} -> at most {cores * 1000 / total:.0f} MB/s")
 
 
 if __name__ == "__main__":
