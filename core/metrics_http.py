@@ -4,6 +4,7 @@ probe /health, so a probe costs no Python interpreter start. A process with more
 DR controller's API and console) answers other requests through `routes`."""
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
@@ -12,6 +13,8 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
+
+log = logging.getLogger("seaway.http")
 
 MAX_BODY_BYTES = 64 * 1024      # what a route may be sent: JSON forms, never uploads
 _REASONS = {200: "OK", 201: "Created", 202: "Accepted", 204: "No Content", 303: "See Other", 304: "Not Modified",
@@ -65,8 +68,7 @@ def serve_http(registry, port: int, host: str, health: Callable[[], tuple[bool, 
                 try:
                     answer = routes(request)
                 except Exception:   # noqa: BLE001 — one bad request must not end the server's thread quietly
-                    import logging
-                    logging.getLogger("seaway.http").exception("%s %s failed", request.method, request.path)
+                    log.exception("%s %s failed", request.method, request.path)
                     answer = Response(500, "application/json", b'{"error": "internal error; see the log"}\n')
             if answer is not None:
                 if isinstance(answer, tuple):

@@ -150,7 +150,7 @@ class DrMetrics:
 class DrServer:
     def __init__(self, config: DrConfig, *, host: str, port: int, poll_s: float = 5.0, timeout_s: float = 5.0,
                  controller: str, lock: Callable[[], Any], drill_rate: float = 200.0, drill_hold_s: float = 2.0,
-                 dr_argv: list[str] | None = None):
+                 dr_argv: list[str]):
         self.config = config
         self.state_dir = Path(config.state_dir)
         self.host, self.port = host, port
@@ -167,16 +167,12 @@ class DrServer:
         self.outages = OutageClock()
         self.verdicts: dict[str, str] = {}      # pair -> the last automatic-failover verdict logged
         self.console: Console | None = None
+        # dr_argv: the arguments that select this configuration (`--config F` or `--platform
+        # --state-dir D`, and the timeout), which the console's actions hand a child `dr`.
         if config.console.enabled:
             self.console = Console(config, dr_snapshot=lambda: self.snapshot, history=self._history,
                                    own_metrics=lambda: generate_latest(self.metrics.registry).decode(),
-                                   actions=Actions(dr_argv if dr_argv is not None else self._dr_argv()))
-
-    def _dr_argv(self) -> list[str]:
-        """How a child `dr` finds this configuration: the platform's, or a state directory's."""
-        if self.config.platform_dir:
-            return ["--platform", "--state-dir", self.config.platform_dir, "--timeout", f"{self.timeout_s:g}"]
-        raise ValueError("dr_argv: the console needs the command line that selects the configuration")
+                                   actions=Actions(dr_argv))
 
     def _history(self) -> dict:
         history = History(self.state_dir)

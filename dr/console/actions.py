@@ -105,10 +105,11 @@ class Actions:
     def plan(self, kind: str, region: str, force: bool, timeout_s: float = 60.0) -> tuple[bool, str]:
         """`dr plan`: (ready, its text). Runs in the caller's thread."""
         if kind == "drill":     # a drill changes no application's topic: what it does is the plan
-            return True, (f"dr drill {region}: canary records at 200/s to the pair's canary topic, which fails "
-                          f"over from {region} to its partner and back, 2 s of traffic on each side; then every "
-                          f"acknowledged record is read back (lost, duplicated, reordered) and the RPO and RTO "
-                          f"measured go to the history with the report. Application topics do not move.")
+            return True, (f"dr drill {region}: canary records to the pair's canary topic, which fails over from "
+                          f"{region} to its partner and back under that traffic (dr drill's default rate and "
+                          f"hold); then every acknowledged record is read back (lost, duplicated, reordered) and "
+                          f"the RPO and RTO measured go to the history with the report. Application topics do "
+                          f"not move.")
         args = ["plan", kind, region] + (["--force"] if force and kind == "failover" else [])
         try:
             out = subprocess.run(self.command(*args), capture_output=True, text=True, timeout=timeout_s, cwd=self.cwd)

@@ -173,8 +173,9 @@ class Console:
                     d = dict(labels)
                     if "instance" in d:
                         self.known_nodes[d["instance"]] = {k: d.get(k, "") for k in ("node_id", "roles", "rack")}
-                published["overview"] = self._overview(instants, now)
-                published["alerts"] = await self.source.alerts()
+                # JSON has no NaN: cleaned once here, so that requests only serialize.
+                published["overview"] = _clean(self._overview(instants, now))
+                published["alerts"] = _clean(await self.source.alerts())
             pages = dict(published["pages"])
             for page in [p for p, at in self.wanted.items() if now - at < WATCHED_S]:
                 if tick or page not in pages:
@@ -197,29 +198,23 @@ class Console:
         snapshot = self.dr_snapshot()
         pairs = []
         for st in snapshot.get("pairs", []):
-            rpo_records = sum(lag["records"] for lag in st.get("lag", []))
-            rpo_seconds = max((lag["seconds"] for lag in st.get("lag", [])), default=0.0)
-            unreachable = [name for name, c in st.get("clusters", {}).items() if not c.get("reachable")]
-            if st.get("active_region"):
-                why_none = None
+            unreachable = [name for name, c in st["clusters"].items() if not c["reachable"]]
+            why_none = None
+            if st["active_region"]:
+                health = "ok" if st["ready"] else "warn"
             elif unreachable:
-                why_none = f"{', '.join(unreachable)} unreachable"
-            elif not any(c.get("topics") for c in st.get("clusters", {}).values()):
-                why_none = "no DR topics yet (topics made in either region become DR topics)"
+                health, why_none = "bad", f"{', '.join(unreachable)} unreachable"
+            elif not any(c["topics"] for c in st["clusters"].values()):
+                health, why_none = "warn", "no DR topics yet (topics made in either region become DR topics)"
             else:
-                why_none = "the pair's topics are active in both regions (a failover half done?)"
-            pairs.append({"pair": st["pair"], "active_region": st.get("active_region"), "why_none": why_none,
-                          "active_cluster": st.get("active_cluster"), "ready": st.get("ready"),
-                          "rpo_records": rpo_records, "rpo_seconds": rpo_seconds,
-                          "health": "ok" if st.get("ready") else "warn" if st.get("active_region") or not unreachable and
-                          why_none and why_none.startswith("no DR") else "bad"})
+                health, why_none = "bad", "the pair's topics are active in both regions (a failover half done?)"
+            pairs.append({"pair": st["pair"], "active_region": st["active_region"], "why_none": why_none,
+                          "active_cluster": st["active_cluster"], "ready": st["ready"],
+                          "rpo_records": st["rpo_at_risk"]["records"], "rpo_seconds": st["rpo_at_risk"]["seconds"],
+                          "health": health})
         return {"platform": view, "links": links_view(instants, self.config.rpo_target_s), "pairs": pairs,
                 "mode": self.source.mode, "at": now,
-                "console": {"memory_bytes": self.source.memory_bytes(),
-                            "series": len(self.source.raw.rings) + len(self.source.recorded.rings)
-                            if isinstance(self.source, LocalSource) else None,
-                            "scrape_errors": {u: e for u, e in getattr(self.source, "last_scrape", {}).items() if e},
-                            "refresh_cpu_s": getattr(self.source, "last_tick_s", None)}}
+                "console": self.source.stats()}
 
     async def _page(self, page: str, now: float) -> dict:
         grid = Grid.ending(now)
@@ -250,9 +245,7 @@ class Console:
 
     def route(self, request: Request) -> Response | None:
         path = request.path
-        if path == "/" and request.method == "GET":
-            return Response(303, "text/plain", b"see /console/\n", [("Location", "/console/")])
-        if path == "/console":
+        if path in ("/", "/console") and request.method == "GET":
             return Response(303, "text/plain", b"see /console/\n", [("Location", "/console/")])
         if path.startswith("/console/"):
             return self._static_file(path.removeprefix("/console/") or "index.html")
@@ -290,8 +283,8 @@ class Console:
         if rest == "overview":
             if published["overview"] is None:
                 return _error(503, f"no data yet: {published['error']}")
-            return _json(200, _clean({**published["overview"], "error": published["error"],
-                                      "alerts": _alert_counts(published["alerts"])}))
+            return _json(200, {**published["overview"], "error": published["error"],
+                               "alerts": _alert_counts(published["alerts"])})
         if rest.startswith("charts/"):
             page = rest.removeprefix("charts/")
             if page not in PAGES:
@@ -300,9 +293,9 @@ class Console:
         if rest == "alerts":
             rule_errors = self.source.rule_errors() + ([{"rule": "*", "error": self.rules_error}]
                                                        if self.rules_error and self.source.mode == "local" else [])
-            return _json(200, _clean({"alerts": published["alerts"], "rule_errors": rule_errors,
-                                      "evaluated_by": "prometheus" if self.source.mode == "prometheus" else "console",
-                                      "rules": len(self.rules), "error": published["error"]}))
+            return _json(200, {"alerts": published["alerts"], "rule_errors": rule_errors,
+                               "evaluated_by": "prometheus" if self.source.mode == "prometheus" else "console",
+                               "rules": len(self.rules), "error": published["error"]})
         if rest == "dr":
             return _json(200, _clean(self._dr()))
         match = re.fullmatch(r"drills/(\d{1,12})", rest)
@@ -348,7 +341,7 @@ class Console:
             data = {**data, "charts": [
                 {**c, "series": [s for s in c["series"] if s["labels"].get("cluster") == cluster]}
                 if c["per_cluster"] else c for c in data["charts"]]}
-        return _json(200, _clean(data))
+        return _json(200, data)
 
     def _dr(self) -> dict:
         snapshot = self.dr_snapshot()

@@ -124,7 +124,7 @@ class SeriesStore:
         now_seen = {key for key, _ in taken}
         self._mark_stale(at, self.by_target.get(target_key, set()) - now_seen)
         self.by_target[target_key] = now_seen
-        self._forget(at)
+        self.expire(at)
         return len(taken)
 
     def mark_target_stale(self, at: float, target: Mapping[str, str] | None) -> None:
@@ -148,7 +148,8 @@ class SeriesStore:
             self.by_name.setdefault(name, {})[labels] = ring
         ring.append(at, value)
 
-    def _forget(self, now: float) -> None:
+    def expire(self, now: float) -> None:
+        """Drop the series not scraped or recorded for a whole window."""
         gone = [key for key, ring in self.rings.items() if ring.last_time() < now - self.window_s]
         for name, labels in gone:
             del self.rings[(name, labels)]

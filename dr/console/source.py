@@ -18,7 +18,6 @@ does nothing, since Prometheus scrapes and evaluates by itself.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -86,9 +85,9 @@ class LocalSource:
         self.rules = rules
         self.evaluator = RuleEvaluator(rules)
         self.trees = {(chart.id, i): parse(q.expr) for chart in CHARTS for i, q in enumerate(chart.queries)}
-        self.status_trees: dict[str, Any] = {}
+        self.status_trees: dict[str, Any] = {expr: parse(expr) for expr in STATUS.values()}
         names = set().union(*(selector_names(t) for t in self.trees.values()),
-                            *(selector_names(parse(e)) for e in STATUS.values()),
+                            *(selector_names(t) for t in self.status_trees.values()),
                             *(selector_names(r.tree) for r in rules if r.tree is not None))
         self.raw = SeriesStore(families(names) - {"up"}, window_s=RAW_WINDOW_S, interval_s=interval_s)
         self.recorded = SeriesStore((), window_s=3600.0, interval_s=interval_s)
@@ -110,8 +109,8 @@ class LocalSource:
             vector = result if isinstance(result, dict) else {(): result}
             for labels, value in vector.items():
                 self.recorded.record(now, f"{chart_id}/{i}", dict(labels), value)
-        self.recorded._forget(now)
-        self.alerts_now = [_alert_dict(a.rule, a.state, a.labels, getattr(a, "annotations", {}), a.active_since,
+        self.recorded.expire(now)
+        self.alerts_now = [_alert_dict(a.rule, a.state, a.labels, a.annotations, a.active_since,
                                        a.value) for a in self.evaluator.evaluate(self.raw, now)]
         self.last_tick_s = time.process_time() - started
 
@@ -140,8 +139,12 @@ class LocalSource:
     def rule_errors(self) -> list[dict]:
         return [{"rule": r.name, "error": r.error} for r in self.rules if r.error]
 
-    def memory_bytes(self) -> int:
-        return self.raw.nbytes() + self.recorded.nbytes()
+    def stats(self) -> dict:
+        """What the console itself costs and sees, for the overview."""
+        return {"memory_bytes": self.raw.nbytes() + self.recorded.nbytes(),
+                "series": len(self.raw.rings) + len(self.recorded.rings),
+                "scrape_errors": {url: e for url, e in self.last_scrape.items() if e},
+                "refresh_cpu_s": self.last_tick_s}
 
 
 class PrometheusSource:
@@ -217,12 +220,11 @@ class PrometheusSource:
             except (TypeError, ValueError):
                 value = None
             out.append(_alert_dict(labels.get("alertname", "?"), a.get("state", "firing"), labels,
-                                   a.get("annotations", {}), since, value if value is None or math.isfinite(value)
-                                   else None))
+                                   a.get("annotations", {}), since, value))
         return out
 
     def rule_errors(self) -> list[dict]:
         return []
 
-    def memory_bytes(self) -> int:
-        return 0
+    def stats(self) -> dict:
+        return {"memory_bytes": 0, "series": None, "scrape_errors": {}, "refresh_cpu_s": None}

@@ -45,9 +45,8 @@ def by_instance(vector: Vector) -> dict[str, tuple[dict[str, str], float]]:
     return out
 
 
-def _count(n: float, what: str) -> str:
-    n = int(n)
-    return f"{n} {what}" if n == 1 else f"{n} {what.replace('partition', 'partitions')}"
+def _partitions(n: float, state: str) -> str:
+    return f"{int(n)} partition{'' if n == 1 else 's'} {state}"
 
 
 def platform_view(instants: Mapping[str, Vector], known_nodes: Mapping[str, dict[str, str]],
@@ -129,13 +128,13 @@ def _cluster(name: str, nodes: list[dict]) -> dict:
     if quorum_lag is not None and quorum_lag > QUORUM_LAG_WARN:
         problems.append(("warn", f"metadata quorum lag {quorum_lag} records"))
     if partitions["offline"]:
-        problems.append(("bad", _count(partitions["offline"], "partition offline")))
+        problems.append(("bad", _partitions(partitions["offline"], "offline")))
     if partitions["under_min_isr"]:
-        problems.append(("bad", _count(partitions["under_min_isr"], "partition under min ISR (acks=all refused)")))
+        problems.append(("bad", _partitions(partitions["under_min_isr"], "under min ISR (acks=all refused)")))
     if partitions["under_replicated"]:
-        problems.append(("warn", _count(partitions["under_replicated"], "partition under-replicated")))
+        problems.append(("warn", _partitions(partitions["under_replicated"], "under-replicated")))
     if partitions["at_min_isr"]:
-        problems.append(("warn", _count(partitions["at_min_isr"], "partition at min ISR")))
+        problems.append(("warn", _partitions(partitions["at_min_isr"], "at min ISR")))
     if brokers["fenced"]:
         problems.append(("warn", f"{brokers['fenced']} fenced broker" + ("s" if brokers["fenced"] != 1 else "")))
     if not live:
