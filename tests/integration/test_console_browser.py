@@ -25,7 +25,7 @@ from confluent_kafka import Producer
 from selenium.webdriver.common.by import By
 
 from regions.topology import DEFAULT_TOPOLOGY
-from tests.support.browser import console_errors, open_browser, screenshot, wait_until
+from tests.support.browser import click, console_errors, open_browser, read, screenshot, wait_until
 from tests.support.regions import Platform, create, regions, without_fixed_ports
 
 pytestmark = pytest.mark.integration
@@ -71,6 +71,13 @@ def node_row(driver, node: str):
 def charts_with_data(driver, container: str) -> set[str]:
     return {box.get_attribute("data-chart") for box in driver.find_elements(By.CSS_SELECTOR, f"#{container} .chart")
             if int(box.get_attribute("data-points") or 0) > 0}
+
+
+def ended_state(driver) -> str | None:
+    """The action's state once it is not running; None while it runs. Read in one go inside
+    wait_until: the page redraws the title (and the state in it) every second while it runs."""
+    state = driver.find_element(By.ID, "action-state").text
+    return None if state == "running" else state
 
 
 def api(port: int, method: str, path: str, cookie: str, body: dict | None = None) -> tuple[int, dict]:
@@ -129,15 +136,18 @@ def test_the_console_in_a_browser_shows_the_platform_a_dead_node_and_a_failover_
                 assert console_errors(driver) == [], tab
             # ------------------------------------------------ a dead node turns red
             show(driver, "platform")
-            assert node_row(driver, "2").get_attribute("data-health") == "ok"
+            assert read(driver, lambda: node_row(driver, "2").get_attribute("data-health"), "node 2") == "ok"
             killed = time.monotonic()
             out = regions(platform.state_dir, "stop", "eu-west-1/2", "--kill")
             assert out.returncode == 0, out.stderr
             wait_until(lambda: node_row(driver, "2").get_attribute("data-health") == "bad", 20, "node 2 red")
             red_after_s = time.monotonic() - killed
-            cluster = driver.find_element(By.CSS_SELECTOR, '[data-cluster="eu-west-1"]')
-            assert cluster.get_attribute("data-health") == "bad"
-            assert "node 2 is down" in cluster.text and "DOWN" in node_row(driver, "2").text
+            def cluster_now():
+                cluster = driver.find_element(By.CSS_SELECTOR, '[data-cluster="eu-west-1"]')
+                return cluster.get_attribute("data-health"), cluster.text, node_row(driver, "2").text
+            health, words, row = read(driver, cluster_now, "eu-west-1")
+            assert health == "bad"
+            assert "node 2 is down" in words and "DOWN" in row
             screenshot(driver, "node-down")
             assert regions(platform.state_dir, "start", "eu-west-1/2").returncode == 0
             wait_until(lambda: node_row(driver, "2").get_attribute("data-health") == "ok", 90, "node 2 back")
@@ -147,7 +157,7 @@ def test_the_console_in_a_browser_shows_the_platform_a_dead_node_and_a_failover_
                                 if b.is_enabled()], 60, "an enabled failover button")
             wait_until(lambda: driver.find_element(By.CSS_SELECTOR, "[data-pair]").get_attribute("data-ready") == "true",
                        120, "the pair ready to fail over")
-            driver.find_element(By.CSS_SELECTOR, '[data-act="failover:eu-west"]').click()
+            click(driver, By.CSS_SELECTOR, '[data-act="failover:eu-west"]', "the failover button")
             plan = wait_until(lambda: driver.find_element(By.ID, "plan-text").text, 60, "the plan")
             assert "planned failover of eu-west" in plan and "steps:" in plan, plan
             start = driver.find_element(By.ID, "start-action")
@@ -156,25 +166,25 @@ def test_the_console_in_a_browser_shows_the_platform_a_dead_node_and_a_failover_
             assert start.is_enabled()
             screenshot(driver, "failover-plan")
             start.click()
-            wait_until(lambda: driver.find_element(By.ID, "action-state").text != "running", 180, "the failover's end")
+            ended = wait_until(lambda: ended_state(driver), 180, "the failover's end")
             lines = driver.find_element(By.ID, "action-lines").text
-            assert driver.find_element(By.ID, "action-state").text == "done", lines
+            assert ended == "done", lines
             assert "failover #1 done" in lines and "us-east is active" in lines, lines
             screenshot(driver, "failover-done")
             wait_until(lambda: driver.find_element(By.CSS_SELECTOR, "[data-pair]").get_attribute("data-active-region")
                        == "us-east", 60, "us-east active on the page")
             # ------------------------------------------------ a drill from the page, its report in the page
-            driver.find_element(By.CSS_SELECTOR, '[data-act="drill:us-east"]').click()
+            click(driver, By.CSS_SELECTOR, '[data-act="drill:us-east"]', "the drill button")
             wait_until(lambda: "dr drill us-east" in driver.find_element(By.ID, "plan-text").text, 30, "the drill")
             driver.find_element(By.ID, "confirm").send_keys("us-east")
             driver.find_element(By.ID, "start-action").click()
             wait_until(lambda: driver.find_element(By.ID, "action-title").text.startswith("drill"), 30, "the drill")
-            wait_until(lambda: driver.find_element(By.ID, "action-state").text != "running", 240, "the drill's end")
-            assert driver.find_element(By.ID, "action-state").text == "done", \
+            ended = wait_until(lambda: ended_state(driver), 240, "the drill's end")
+            assert ended == "done", \
                 driver.find_element(By.ID, "action-lines").text
             show(driver, "drills")
-            link = wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, "[data-drill]"), 30, "the drill's row")[0]
-            link.click()
+            wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, "[data-drill]"), 30, "the drill's row")
+            click(driver, By.CSS_SELECTOR, "[data-drill]", "the drill's link")
             report = wait_until(lambda: driver.find_element(By.ID, "drill-markdown").text, 30, "the drill's report")
             assert "DR drill of us-east" in report and "PASSED" in report, report
             screenshot(driver, "drill-report")
@@ -187,8 +197,10 @@ def test_the_console_in_a_browser_shows_the_platform_a_dead_node_and_a_failover_
             wait_until(lambda: driver.find_elements(By.ID, "no-rights"), 30, "the no-rights note")
             # The buttons are drawn once the pair has an active region again (the drill just
             # moved its canary over and back; dr serve polls every 5 s).
-            buttons = wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, "[data-act]"), 30, "the DR buttons")
-            assert not any(b.is_enabled() for b in buttons)
+            wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, "[data-act]"), 30, "the DR buttons")
+            enabled = read(driver, lambda: [b.is_enabled() for b in driver.find_elements(By.CSS_SELECTOR, "[data-act]")],
+                           "the DR buttons")
+            assert enabled and not any(enabled)
             screenshot(driver, "read-only")
             cookie = "seaway_console=" + driver.get_cookie("seaway_console")["value"]
             status, body = api(port, "POST", "/api/v1/console/actions", cookie,

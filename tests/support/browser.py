@@ -59,3 +59,14 @@ def wait_until(predicate, timeout: float, what: str, interval: float = 0.25):
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}" +
                          (f" (last error: {last_error})" if last_error else ""))
+
+
+def read(driver, probe, what: str, timeout: float = 10):
+    """`probe()`'s value, read again if the page redrew what it looked at meanwhile (a stale
+    element): pages that refresh replace their elements every few seconds."""
+    return wait_until(lambda: (probe(),), timeout, what)[0]
+
+
+def click(driver, by, value: str, what: str, timeout: float = 10) -> None:
+    """Find and click in one go, again if the element was redrawn between the two."""
+    wait_until(lambda: driver.find_element(by, value).click() or True, timeout, what)
