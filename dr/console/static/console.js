@@ -4,7 +4,10 @@
 
 const API = "/api/v1/console";
 const state = { session: null, tab: "platform", cluster: null, overview: null, plots: {}, timer: null,
-                action: null, actionLines: 0, refreshMs: 5000 };
+                action: null, actionLines: 0, following: false, followTimer: null, refreshMs: 5000,
+                // Aborted on logout or a lost session, so that no request of the old session is
+                // answered 401 after the page has moved on.
+                requests: new AbortController() };
 
 // ------------------------------------------------------------------ helpers
 
@@ -31,6 +34,7 @@ async function api(path, options) {
     opts.headers["X-Seaway-Console"] = "1";
     opts.body = JSON.stringify(opts.body);
   }
+  opts.signal = state.requests.signal;
   const res = await fetch(API + path, opts);
   let body = null;
   try { body = await res.json(); } catch (e) { body = { error: res.statusText }; }
@@ -95,7 +99,11 @@ function showLogin() {
   document.querySelectorAll("section.tab").forEach(s => { s.hidden = true; });
   document.getElementById("login").hidden = false;
   document.getElementById("tabs").hidden = true;
+  state.session = null;
   clearTimeout(state.timer);
+  clearTimeout(state.followTimer);
+  state.requests.abort();
+  state.requests = new AbortController();
 }
 
 async function login(ev) {
@@ -112,9 +120,8 @@ async function login(ev) {
 }
 
 async function logout() {
+  showLogin();      // first: nothing of this session is still asking once it has ended
   await api("/logout", { body: {} }).catch(() => {});
-  state.session = null;
-  showLogin();
 }
 
 function showSession() {
@@ -147,10 +154,11 @@ async function refresh() {
       (state.overview.mode === "prometheus" ? "charts and alerts from Prometheus" :
        "charts and alerts from the console's own scrapes (the last hour)") + ` · refreshes every ${state.refreshMs / 1000} s`;
   } catch (e) {
+    if (e.name === "AbortError") return;
     if (e.status !== undefined || !(e instanceof TypeError)) banner(e.message);
     else banner("The console does not answer: is dr serve running?");
   }
-  state.timer = setTimeout(refresh, state.refreshMs);
+  if (state.session) state.timer = setTimeout(refresh, state.refreshMs);
 }
 
 // ------------------------------------------------------------------ platform
@@ -342,7 +350,7 @@ async function renderGrowth() {
 async function renderDr() {
   const el = document.getElementById("dr");
   const dr = await api("/dr");
-  const mayAct = state.session.may_act;
+  const mayAct = Boolean(state.session && state.session.may_act);
   const cards = dr.pairs.map(p => {
     const regions = Object.values(p.clusters).map(c => c.region);
     const checks = table([["check"], ["result"], ["detail"]], (p.checks || []).map(c =>
@@ -423,9 +431,18 @@ async function startAction(kind, region, force, confirm) {
   }
 }
 
+// One follower at a time: the DR tab redraws every refresh and asks to follow a running action,
+// and two followers would each append the same lines.
 async function followAction() {
+  clearTimeout(state.followTimer);
   const a = state.action;
-  if (!a) return;
+  if (!a || state.following) return;
+  state.following = true;
+  try { await followOnce(a); } finally { state.following = false; }
+  if (state.action.state === "running" && state.session) state.followTimer = setTimeout(followAction, 1000);
+}
+
+async function followOnce(a) {
   const box = document.getElementById("action-box");
   let pre = document.getElementById("action-lines");
   if (!pre || box.dataset.action !== String(a.id)) {
@@ -434,6 +451,7 @@ async function followAction() {
     box.replaceChildren(h("div", { class: "card" }, h("h2", { id: "action-title" }), pre));
   }
   const update = await api(`/actions/${a.id}?since=${state.actionLines}`);
+  if (!state.action || state.action.id !== a.id) return;     // another action started meanwhile
   state.action = update;
   state.actionLines += update.lines.length;
   if (update.lines.length) pre.append(update.lines.join("\n") + "\n");
@@ -442,7 +460,6 @@ async function followAction() {
   title.replaceChildren(`${update.kind} of ${update.region} by ${update.user}: `,
     badge(update.state === "done" ? "ok" : update.state === "failed" ? "bad" : "warn"), " ",
     h("span", { id: "action-state" }, update.state));
-  if (update.state === "running") setTimeout(followAction, 1000);
 }
 
 // ------------------------------------------------------------------ drills and alerts
