@@ -59,6 +59,8 @@ def run(args) -> int:
         if scram and formatted:   # the controller reads it only for a new metadata log anyway
             write_bootstrap(Path(config.metadata_log_dir), scram)
             logging.getLogger("seaway").info("%d SCRAM credentials for the new metadata log", len(scram))
+    from core.node.allocator import keep_freed_memory
+    keep_freed_memory()
     backend_options = {}
     try:
         import uvloop  # noqa: F401

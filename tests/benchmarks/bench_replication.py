@@ -4,11 +4,21 @@ KRaft cluster of a controller and three brokers (real processes on this machine)
     python tests/benchmarks/bench_replication.py            # ~2 minutes; prints a table
     python tests/benchmarks/bench_replication.py --n 20000  # quicker
 
-Per scenario: a fresh 1-partition topic, confluent-kafka Producer (acks=all, idempotence,
-linger.ms=5, batch.size=1 MiB, 1 KiB values), N records timed from the first produce() to the
-end of flush(); then a paced producer (500 msg/s for 3 s, linger.ms=0) for per-record latency
-p50/p99 from produce() to the delivery report. The figures go in tests/benchmarks/README.md
-by hand, with the command.
+Per scenario: a fresh 1-partition topic, confluent-kafka Producer (acks=all, linger.ms=5,
+batch.size=1 MiB, 1 KiB values, up to 100 requests in flight), N records timed from the first
+produce() to the end of flush(); then a paced producer (500 msg/s for 3 s, linger.ms=0,
+idempotent) for per-record latency p50/p99 from produce() to the delivery report. The figures
+go in tests/benchmarks/README.md by hand, with the command.
+
+Why the throughput producer is not idempotent: an idempotent librdkafka producer may have only
+5 requests in flight, and while its batches wait for a slot its broker thread polls in a
+loop, about a core of this machine's two, taken from the brokers being measured (perf:
+`rdk:broker` in poll and clock_gettime; librdkafka issues #1553 and #429). `--idempotent`
+measures that producer anyway.
+
+Before the first scenario the benchmark touches most of the free memory once (`--warm-gib`,
+tests/support/procstat.touch_memory): on a fresh virtual machine the brokers' page cache
+writes would otherwise cost about four times as much for the first few GiB.
 """
 from __future__ import annotations
 
@@ -27,7 +37,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from tests.support.cluster import KRaftCluster  # noqa: E402
-from tests.support.procstat import cpu_seconds  # noqa: E402
+from tests.support.procstat import available_memory_bytes, cpu_seconds, touch_memory  # noqa: E402
 
 
 def wait_brokers(admin, n: int) -> None:
@@ -50,8 +60,13 @@ def create(admin, name: str, rf: int) -> None:
         time.sleep(0.1)
 
 
+IDEMPOTENT = False     # --idempotent
+
+
 def throughput(bootstrap: str, topic: str, n: int, size: int) -> float:
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+    window = {"enable.idempotence": True} if IDEMPOTENT else \
+        {"enable.idempotence": False, "max.in.flight.requests.per.connection": 100}
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", **window,
                   "linger.ms": 5, "batch.size": 1 << 20, "delivery.report.only.error": True,
                   "queue.buffering.max.messages": 1_000_000})
     value = b"x" * size
@@ -147,7 +162,16 @@ def main() -> None:
     ap.add_argument("--profile", metavar="DIR", help="py-spy the leader and a follower (RF=3) instead")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker setting for every node, e.g. replica.fetch.max.bytes=8388608 (repeatable)")
+    ap.add_argument("--idempotent", action="store_true",
+                    help="an idempotent throughput producer (5 in flight; its client spins, see above)")
+    ap.add_argument("--warm-gib", type=float, default=8.0, metavar="GIB",
+                    help="memory to touch once before measuring (default 8)")
     args = ap.parse_args()
+    global IDEMPOTENT
+    IDEMPOTENT = args.idempotent
+    warm = min(int(args.warm_gib * (1 << 30)), available_memory_bytes() - (2 << 30))
+    if warm > 0:
+        print(f"touching {warm / (1 << 30):.1f} GiB of memory once first: {touch_memory(warm):.0f} s", flush=True)
     overrides = dict(o.split("=", 1) for o in args.override)
     with tempfile.TemporaryDirectory() as d, KRaftCluster(Path(d), controllers=1, brokers=3,
                                                           overrides=overrides) as cluster:
