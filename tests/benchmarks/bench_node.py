@@ -68,6 +68,7 @@ from confluent_kafka import version as ck_version
 
 from tests.support.clients import create_topic
 from tests.support.node import SeawayNode
+from tests.support.procstat import prefault
 from tests.support.tansu import TansuBroker, tansu_binary
 
 README = Path(__file__).resolve().parent / "README.md"
@@ -431,36 +432,6 @@ def delete_topic(bootstrap: str, topic: str) -> None:
         admin.delete_topics([topic], operation_timeout=30)[topic].result(30)
     except Exception as exc:  # noqa: BLE001 - a leftover topic only costs memory
         print(f"  (could not delete {topic}: {exc})", flush=True)
-
-
-def prefault(gib: float, chunk_mib: int = 128) -> str:
-    """Touch and release `gib` GiB of anonymous memory; return what it cost.
-
-    On this VM the first touch of a guest page the VM has never used costs ~5x a reused one
-    (~250 vs ~1,300 MiB/s). A broker that stores data (tansu in RAM, Seaway in the page
-    cache) pays that cost per byte produced until the VM has touched enough memory, which
-    caps both at a few hundred MB/s and makes results depend on the VM's history.
-    Touching memory up front and releasing it lets both brokers reuse warm pages.
-    """
-    import mmap
-
-    chunks, slow, t0 = [], 0, time.perf_counter()
-    try:
-        for _ in range(int(gib * 1024 / chunk_mib)):
-            m = mmap.mmap(-1, chunk_mib << 20)
-            t = time.perf_counter()
-            for off in range(0, chunk_mib << 20, mmap.PAGESIZE):
-                m[off] = 1
-            slow += (chunk_mib / (time.perf_counter() - t)) < 600  # MiB/s; warm pages run ~1,300
-            chunks.append(m)
-    except (OSError, MemoryError) as exc:
-        return f"stopped after {len(chunks) * chunk_mib} MiB: {exc}"
-    finally:
-        for m in chunks:
-            m.close()
-    seconds = time.perf_counter() - t0
-    return (f"{gib:g} GiB touched and released in {seconds:.1f} s "
-            f"({slow} of {len(chunks)} chunks of {chunk_mib} MiB were cold)")
 
 
 def run_latency(broker: Broker, run: BrokerRun, args) -> None:

@@ -16,9 +16,9 @@ loop, about a core of this machine's two, taken from the brokers being measured 
 `rdk:broker` in poll and clock_gettime; librdkafka issues #1553 and #429). `--idempotent`
 measures that producer anyway.
 
-Before the first scenario the benchmark touches most of the free memory once (`--warm-gib`,
-tests/support/procstat.touch_memory): on a fresh virtual machine the brokers' page cache
-writes would otherwise cost about four times as much for the first few GiB.
+Before the first scenario the benchmark touches and releases memory (`--prefault-gib`,
+tests/support/procstat.prefault): on a fresh virtual machine the brokers' page cache writes
+would otherwise cost up to five times as much for the first few GiB.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from tests.support.cluster import KRaftCluster  # noqa: E402
-from tests.support.procstat import available_memory_bytes, cpu_seconds, touch_memory  # noqa: E402
+from tests.support.procstat import cpu_seconds, prefault  # noqa: E402
 
 
 def wait_brokers(admin, n: int) -> None:
@@ -164,14 +164,13 @@ def main() -> None:
                     help="a broker setting for every node, e.g. replica.fetch.max.bytes=8388608 (repeatable)")
     ap.add_argument("--idempotent", action="store_true",
                     help="an idempotent throughput producer (5 in flight; its client spins, see above)")
-    ap.add_argument("--warm-gib", type=float, default=8.0, metavar="GIB",
-                    help="memory to touch once before measuring (default 8)")
+    ap.add_argument("--prefault-gib", type=float, default=8.0, metavar="GIB",
+                    help="touch and release this much memory first (default 8; 0 skips)")
     args = ap.parse_args()
     global IDEMPOTENT
     IDEMPOTENT = args.idempotent
-    warm = min(int(args.warm_gib * (1 << 30)), available_memory_bytes() - (2 << 30))
-    if warm > 0:
-        print(f"touching {warm / (1 << 30):.1f} GiB of memory once first: {touch_memory(warm):.0f} s", flush=True)
+    if args.prefault_gib > 0:
+        print(f"memory prefault: {prefault(args.prefault_gib)}", flush=True)
     overrides = dict(o.split("=", 1) for o in args.override)
     with tempfile.TemporaryDirectory() as d, KRaftCluster(Path(d), controllers=1, brokers=3,
                                                           overrides=overrides) as cluster:
