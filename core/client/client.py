@@ -369,8 +369,7 @@ class KafkaClient:
 
     def _topic_ready(self, topic: str) -> bool:
         info = self.cluster.topics.get(topic)
-        return (info is not None and not info.error and bool(info.partitions)
-                and all(p.leader >= 0 for p in info.partitions.values()))
+        return info is not None and not info.error and bool(info.partitions) and not info.leaderless
 
     async def refresh_metadata(self, topics: Iterable[str] | None = None) -> ClusterView:
         """Fetch Metadata for `topics` (None: every topic; []: brokers only) and apply it."""

@@ -48,6 +48,9 @@ class TopicInfo:
     is_internal: bool
     partitions: dict[int, PartitionInfo] = field(default_factory=dict)
     error: int = 0
+    # Partitions with no leader, counted once per Metadata answer: "is the topic ready" is
+    # asked before every fetch of every partition, and must not walk them all each time.
+    leaderless: int = 0
 
 
 class ClusterView:
@@ -75,6 +78,7 @@ class ClusterView:
                 info.partitions[p.partition_index] = PartitionInfo(
                     t.name, p.partition_index, p.leader_id, p.leader_epoch,
                     list(p.replica_nodes), list(p.isr_nodes), list(p.offline_replicas), p.error_code)
+            info.leaderless = sum(1 for p in info.partitions.values() if p.leader < 0)
             topics[t.name] = info
         self.topics = topics
         self.topic_names_by_id = {t.topic_id: name for name, t in topics.items() if t.topic_id}
