@@ -3,8 +3,9 @@ with several requests in flight, record where each batch landed.
 
 Theory of operation
 -------------------
-The copier fetches from the source partition's leader (read_committed) at its position,
-turns the answer into target batches without decoding records (mirror/batches.py) and hands
+The copier takes its partition's records (read_committed) at its position from the fetcher of
+the source partition's leader (mirror/fetcher.py: one Fetch for all of the link's partitions
+on that broker), turns the answer into target batches without decoding records (mirror/batches.py) and hands
 them to the target leader, one batch per Produce request, up to `max_in_flight` requests at
 once on one connection. Requests on one connection are answered in order, and each carries
 the mirror's idempotent producer id and the next sequences, so a retry after a lost answer
@@ -60,20 +61,21 @@ from anyio.abc import TaskGroup
 
 from core.client import KafkaClient
 from core.client.errors import KafkaConnectionError, KafkaError
-from core.client.fetch_session import SESSION_ERRORS, FetchSessionHandler
 from core.client.offsets import list_offsets
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.protocol.records import MAX_TIMESTAMP_AT
 
 from .batches import MirrorBatchError, prepare_for_target, restamp_producer
+from .fetcher import Slot, SourceFetchers
 
 log = logging.getLogger("mirror.copier")
 
-FETCH = m.ApiKey.FETCH
 PRODUCE = m.ApiKey.PRODUCE
-READ_COMMITTED = 1
 INT32_MAX = 2**31 - 1
+# How long a caught-up copier waits for records before it looks again (a source that stops
+# answering shows in the lag after mirror/metrics.py SOURCE_SILENCE_S, which is longer).
+IDLE_TAKE_S = 5.0
 RESET_PRODUCER = {ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                   ErrorCode.INVALID_PRODUCER_EPOCH}
 
@@ -163,7 +165,7 @@ class PartitionCopier:
     def __init__(self, source: KafkaClient, target: KafkaClient, producer: ProducerIdentity, *,
                  source_topic: str, target_topic: str, partition: int, start_offset: int | None,
                  on_synced: Callable[[int, int, int], Awaitable[None] | None],
-                 max_in_flight: int = 5, fetch_max_bytes: int = 1 << 20, fetch_max_wait_ms: int = 500,
+                 fetchers: SourceFetchers, max_in_flight: int = 5, fetch_max_wait_ms: int = 500,
                  produce_timeout_ms: int = 30_000, retry_backoff_ms: int = 200, drain_timeout_s: float = 8.0,
                  keep_producers: bool = False):
         if not 1 <= max_in_flight <= 5:
@@ -172,7 +174,7 @@ class PartitionCopier:
         self.source_topic, self.target_topic, self.partition = source_topic, target_topic, partition
         self.on_synced = on_synced
         self.max_in_flight = max_in_flight
-        self.fetch_max_bytes, self.fetch_max_wait_ms = fetch_max_bytes, fetch_max_wait_ms
+        self.fetchers, self.fetch_max_wait_ms = fetchers, fetch_max_wait_ms
         self.produce_timeout_ms, self.retry_backoff_ms = produce_timeout_ms, retry_backoff_ms
         self.stats = CopierStats(position=-1 if start_offset is None else start_offset)
         self.keep_producers = keep_producers
@@ -180,9 +182,8 @@ class PartitionCopier:
         self._window: deque[_InFlight] = deque()
         self._downstream_end: int | None = None     # target offset after the last acked batch
         self._last_sync: tuple[int, int, int] | None = None
-        self._fetch_conn = None
-        self._session = FetchSessionHandler()
-        self._fetch_leader: int | None = None
+        self._slot: Slot | None = None              # where this partition's fetcher answers
+        self._idle = False                          # the last take had nothing: wait longer
         self._requests: TaskGroup | None = None     # the current attempt's Produce requests
         self.drain_timeout_s = drain_timeout_s
         self._stop_requested = anyio.Event()
@@ -201,6 +202,8 @@ class PartitionCopier:
         cluster that does not answer is cut off there, and what it left unacknowledged may
         then be copied again after a restart, as after a crash."""
         self._stop_requested.set()
+        if self._slot is not None:
+            self._slot.interrupt()
         if self._lifetime is None:
             return
         if self._pid < 0:
@@ -232,7 +235,7 @@ class PartitionCopier:
                             self.drain_timeout_s, len(self._window))
         finally:
             self.stopped.set()
-            await self._close_fetch_connection()
+            self._release_slot()
 
     async def _attempt(self, body: Callable[[], Awaitable[None]], errors: tuple) -> BaseException | None:
         """Run `body` with a task group for the Produce requests it sends, and return the
@@ -288,7 +291,7 @@ class PartitionCopier:
             exc = await self._attempt(steps, (KafkaError, OSError, MirrorBatchError))
             if exc is None:
                 return      # stopped: the requests still in flight were answered meanwhile
-            await self._close_fetch_connection()
+            self._release_slot()
             attempt += 1
             self.stats.errors += 1
             log.info("%r: %s; retrying", self, exc)
@@ -322,6 +325,8 @@ class PartitionCopier:
                                           batch.records_count, _max_timestamp(view), extent=batch.run))
         self._next_seq = prepared.next_sequence
         self.stats.position = prepared.next_fetch_offset
+        if self._slot is not None:
+            self._slot.ask(self.stats.position)     # the fetcher's next request fetches on from here
         await self._fill_window()
 
     async def _fill_window(self) -> None:
@@ -347,54 +352,38 @@ class PartitionCopier:
     # ------------------------------------------------------------------ source
 
     async def _fetch(self):
-        """(records, aborted, last stable offset), or None when nothing new arrived."""
+        """(records, aborted, last stable offset), or None when nothing new arrived within the
+        long poll's time. The fetching itself is the source broker's fetcher's
+        (mirror/fetcher.py): one request for every partition of the link it leads."""
         tp = (self.source_topic, self.partition)
         await self.source.ensure_topics([self.source_topic])
         leader = self.source.leader_for(*tp)
         if leader is None:
             self.source.request_metadata_update()
             raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader for {tp}")
-        R = m.FetchRequest
-        conn = await self._fetch_connection(leader)
-        version = min(conn.version_for(FETCH), 12)      # by name (KIP-516 ids not needed)
-        # A fetch session (KIP-227) with the leader: while the position stays, the request
-        # names nothing and the leader looks at nothing until the partition changes.
-        self._session.want(tp, (self.stats.position, self.fetch_max_bytes))
-        plan = self._session.build(sessions=version >= 7)
-        parts = [R.FetchPartition(partition=self.partition, current_leader_epoch=-1, fetch_offset=position,
-                                  last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=max_bytes)
-                 for _, (position, max_bytes) in plan.partitions.items()]
-        request = R(replica_id=-1, max_wait_ms=self.fetch_max_wait_ms, min_bytes=1,
-                    max_bytes=self.fetch_max_bytes, isolation_level=READ_COMMITTED, session_id=plan.session_id,
-                    session_epoch=plan.epoch,
-                    topics=[R.FetchTopic(topic=self.source_topic, partitions=parts)] if parts else [],
-                    forgotten_topics_data=[], rack_id="")
-        try:
-            response = await conn.send(request, api_key=FETCH, version=version,
-                                       timeout_ms=self.source.request_timeout_ms + self.fetch_max_wait_ms)
-        except BaseException:
-            self._session.handle_failure()
-            raise
-        if not self._session.handle_response(plan, response.error_code, response.session_id):
-            if response.error_code in SESSION_ERRORS:
-                return None   # the next fetch opens a new session
-            raise KafkaError(response.error_code, f"fetch {tp}")
-        if not response.responses:
-            # Nothing new in the session: the source answered, its high watermark is unchanged.
-            self.stats.last_source_answer_ms = int(time.time() * 1000)
+        slot = self._slot
+        if slot is None or slot.fetcher.broker_id != leader:
+            self._release_slot()
+            slot = self._slot = self.fetchers.for_broker(leader).slot(tp)
+        slot.ask(self.stats.position)
+        # Caught up, with the end edge recorded: nothing to do until records come (the
+        # fetcher wakes the slot) or a stop does (request_stop interrupts it).
+        answer = await slot.take(IDLE_TAKE_S if self._idle else self.fetch_max_wait_ms / 1000)
+        self._idle = answer is None
+        if slot.last_answer_ms >= 0:
+            self.stats.last_source_answer_ms = slot.last_answer_ms
+        if slot.source_end >= 0:
+            self.stats.source_end = slot.source_end
+        if answer is None:
             return None
-        p = response.responses[0].partitions[0]
-        if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            await self._reset_to_log_start(p.log_start_offset)
+        if answer.error is not None:
+            raise KafkaConnectionError(f"fetch {tp} from broker {leader}: {answer.error}")
+        if answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            await self._reset_to_log_start(answer.log_start_offset)
             return None
-        if p.error_code:
-            raise KafkaError(p.error_code, f"fetch {tp} at {self.stats.position}")
-        self.stats.source_end = p.last_stable_offset if p.last_stable_offset >= 0 else p.high_watermark
-        self.stats.last_source_answer_ms = int(time.time() * 1000)
-        records = p.records
-        if records is None or not len(records):
-            return None
-        return records, p.aborted_transactions or [], p.last_stable_offset
+        if answer.error_code:
+            raise KafkaError(answer.error_code, f"fetch {tp} at {self.stats.position}")
+        return answer.records, answer.aborted, answer.last_stable_offset
 
     async def _start_at_log_start(self) -> None:
         found = await list_offsets(self.source, {(self.source_topic, self.partition): "earliest"})
@@ -403,28 +392,10 @@ class PartitionCopier:
             raise answer
         self.stats.position = answer.offset
 
-    async def _fetch_connection(self, leader: int):
-        """A connection of this copier's own: a broker answers one connection's requests in
-        order, so partitions sharing one would each wait out the others' long polls."""
-        conn = self._fetch_conn
-        if conn is not None and (conn.closed or self._fetch_leader != leader):
-            await self._close_fetch_connection()
-            conn = None
-        if conn is None:
-            broker = self.source.cluster.brokers.get(leader)
-            if broker is None:
-                self.source.request_metadata_update()
-                raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"leader {leader} unknown")
-            conn = self._fetch_conn = await self.source.dedicated_connection(broker.host, broker.port, leader)
-            if self._fetch_leader != leader:
-                self._session = FetchSessionHandler()   # sessions belong to one broker
-            self._fetch_leader = leader
-        return conn
-
-    async def _close_fetch_connection(self) -> None:
-        conn, self._fetch_conn = self._fetch_conn, None
-        if conn is not None:
-            await conn.close()
+    def _release_slot(self) -> None:
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            slot.fetcher.release(slot.key)
 
     async def _reset_to_log_start(self, log_start: int) -> None:
         if log_start < 0:

@@ -48,6 +48,7 @@ from .checkpoints import CheckpointEmitter
 # NOT_COPIED and DYNAMIC_TOPIC_CONFIG are also read from here (dr/observe.py's drift check).
 from .configsync import DYNAMIC_TOPIC_CONFIG, NOT_COPIED, copyable  # noqa: F401
 from .copier import PartitionCopier, ProducerIdentity
+from .fetcher import SourceFetchers
 from .policy import DefaultReplicationPolicy, IdentityReplicationPolicy, TopicFilter, should_replicate
 from .records import (
     Heartbeat, OffsetSync, decode_offset_sync, encode_heartbeat, encode_offset_sync, offset_sync_headers)
@@ -60,6 +61,9 @@ log = logging.getLogger("mirror.link")
 # after the copiers' hand-over (8 s): 11 s in all, inside the 12 s the process gives a stop
 # (mirror/cli.py HAND_OVER_S) and the 20 s `regions` gives the process.
 CLOSE_S = 3.0
+
+# A source broker holds the link's fetch this long when none of its partitions has news.
+FETCH_MAX_WAIT_MS = 500
 
 UNKNOWN_ROLE = "?"      # a copy whose configs could not be read (never a cluster name)
 
@@ -78,7 +82,12 @@ class LinkConfig(BaseModel):
     dr_pair: bool = False
     refresh_topics_s: float = Field(default=5.0, gt=0)
     max_in_flight: int = Field(default=5, ge=1, le=5)
-    fetch_max_bytes: int = Field(default=4 << 20, ge=1024)   # per partition and fetch: 4 MiB a WAN round trip
+    # Per partition and fetch, and per Fetch to a source broker with all its partitions
+    # (mirror/fetcher.py; also what may wait in the mirror, fetched and not yet produced). A
+    # fetch in flight per broker must carry a WAN round trip's worth: 1 Gbit/s over 80 ms is
+    # 10 MB. Kafka's consumer defaults are 1 MiB and 50 MiB.
+    fetch_max_bytes: int = Field(default=16 << 20, ge=1024)
+    fetch_response_max_bytes: int = Field(default=64 << 20, ge=1024)
     replication_factor: int = Field(default=-1)       # of created topics; -1: the target's default
     checkpoint_interval_s: float = Field(default=5.0, gt=0)
     sync_group_offsets: bool = False    # commit translated offsets into idle target groups
@@ -153,6 +162,7 @@ class MirrorLink:
         self._stopping = anyio.Event()
         self._unstarted: anyio.CancelScope | None = None    # startup, before any copier runs
         self._discovering: anyio.CancelScope | None = None
+        self.fetchers: SourceFetchers | None = None     # while copying: one per source broker
 
     @property
     def name(self) -> str:
@@ -225,7 +235,11 @@ class MirrorLink:
 
     async def _copy(self, task_status) -> None:
         identity = ProducerIdentity(self.target)
+        self.fetchers = SourceFetchers(self.source, max_wait_ms=FETCH_MAX_WAIT_MS,
+                                       partition_max_bytes=self.config.fetch_max_bytes,
+                                       max_bytes=self.config.fetch_response_max_bytes)
         async with anyio.create_task_group() as tg:
+            await tg.start(self.fetchers.run, name=f"{self.name} fetchers")
             await self._discover_until_stopped(tg, identity, retry=False)
             tg.start_soon(self.checkpoints.run, name=f"{self.name} checkpoints")
             tg.start_soon(self._heartbeats, name=f"{self.name} heartbeats")
@@ -343,7 +357,10 @@ class MirrorLink:
 
     async def _discover(self, tg, identity: ProducerIdentity) -> None:
         source_admin, target_admin = Admin(self.source), Admin(self.target)
-        topics = await source_admin.list_topics()
+        # One Metadata answer for everything: with thousands of partitions, decoding it is most
+        # of what an idle link does, so it is not asked twice (names, then the wanted topics).
+        everything = await source_admin.describe_topics(None)
+        topics = sorted(name for name, d in everything.items() if not isinstance(d, KafkaError) and not d.is_internal)
         # A DR pair's heartbeats are copied too (as `<source>.heartbeats`, never a DR topic:
         # no roles, never failed over): they are how the surviving region tells that it no
         # longer hears from the other (dr/autofailover.py).
@@ -351,7 +368,7 @@ class MirrorLink:
             t, self.config.source_alias, self.config.target_alias, self.policy, topic_filter=self.filter)]
         if not wanted:
             return
-        described = await source_admin.describe_topics(wanted)
+        described = {topic: everything[topic] for topic in wanted}
         target_topics = await target_admin.describe_topics(None)
         roles = await self._roles(source_admin, target_admin, wanted, target_topics) \
             if self.config.dr_pair else {}
@@ -460,11 +477,13 @@ class MirrorLink:
             # copier's and drop them. A producer id of its own cannot collide.
             identity = ProducerIdentity(self.target)
         self._started_once.add((topic, partition))
+        fetchers = self.fetchers
+        assert fetchers is not None     # copiers start inside _copy, which sets it
         copier = PartitionCopier(
             self.source, self.target, identity, source_topic=topic, target_topic=remote,
             partition=partition, start_offset=start,
             on_synced=lambda u, d, x, t=topic, p=partition: self._record_sync(t, p, u, d, x),
-            max_in_flight=self.config.max_in_flight, fetch_max_bytes=self.config.fetch_max_bytes,
+            fetchers=fetchers, max_in_flight=self.config.max_in_flight,
             keep_producers=self.config.dr_pair)
         self.copiers[(topic, partition)] = copier
         tg.start_soon(copier.run, name=repr(copier))
