@@ -90,6 +90,7 @@ class Slot:
         self.answers: deque[Answer] = deque()
         self.source_end = -1          # the last stable offset (or high watermark) last seen
         self.last_answer_ms = -1
+        self.interrupted = False
         self._arrived = anyio.Event()
 
     @property
@@ -113,7 +114,7 @@ class Slot:
     async def take(self, timeout_s: float) -> Answer | None:
         """The answer at the asked position, or None when none came within `timeout_s` (or
         `interrupt` cut the wait short)."""
-        if not self.answers:
+        if not self.answers and not self.interrupted:
             self._arrived = anyio.Event()
             with anyio.move_on_after(timeout_s):
                 await self._arrived.wait()
@@ -132,7 +133,9 @@ class Slot:
         self._arrived.set()
 
     def interrupt(self) -> None:
-        """End a `take` now, with whatever the slot holds (a stopping copier)."""
+        """End a `take` now, and every later one at once, with whatever the slot holds: its
+        copier is stopping."""
+        self.interrupted = True
         self._arrived.set()
 
 

@@ -256,3 +256,17 @@ async def test_a_released_partition_is_forgotten(anyio_backend):
     await running(fetcher, body)
     assert any(("t", 1) in forgotten(r) for r in broker.requests[1:])
     assert all(("t", 1) not in named(r) for r in broker.requests[1:])
+
+
+async def test_a_stopping_copier_is_not_kept_waiting(anyio_backend):
+    broker = ScriptedBroker(lambda req: response())
+    fetcher = fetcher_of(broker)
+    a = fetcher.slot(("t", 0))
+
+    async def body():
+        a.ask(0)
+        a.interrupt()                                     # before the copier got to take()
+        started = anyio.current_time()
+        assert await a.take(5) is None
+        assert anyio.current_time() - started < 0.5
+    await running(fetcher, body)
