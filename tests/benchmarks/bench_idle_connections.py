@@ -28,7 +28,7 @@ from core.protocol import messages as m  # noqa: E402
 from core.protocol.codegen import Writer  # noqa: E402
 from tests.support.node import SeawayNode  # noqa: E402
 from tests.support.procstat import cpu_seconds, rss_bytes  # noqa: E402
-from tests.support.tansu import TansuBroker  # noqa: E402
+from tests.support.tansu import TansuBroker, recv_exact  # noqa: E402
 
 _SIZE = struct.Struct(">i")
 
@@ -49,16 +49,8 @@ HELLO = (request(m.ApiKey.API_VERSIONS, 0, m.ApiVersionsRequest(), 1)
 
 
 def read_frame(sock: socket.socket) -> bytes:
-    def exactly(n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            buf += chunk
-        return bytes(buf)
-    (size,) = _SIZE.unpack(exactly(4))
-    return exactly(size)
+    (size,) = _SIZE.unpack(recv_exact(sock, 4))
+    return recv_exact(sock, size)
 
 
 def connect_all(bootstrap: str, n: int) -> tuple[list[socket.socket], float]:

@@ -120,8 +120,8 @@ def api_versions(host: str, port: int, timeout: float = 2.0) -> dict[int, tuple[
     with socket.create_connection((host, port), timeout=timeout) as s:
         s.settimeout(timeout)
         s.sendall(struct.pack(">i", len(header)) + header)
-        size = struct.unpack(">i", _recv_exact(s, 4))[0]
-        body = _recv_exact(s, size)
+        size = struct.unpack(">i", recv_exact(s, 4))[0]
+        body = recv_exact(s, size)
     correlation_id, error_code, count = struct.unpack_from(">ihi", body, 0)
     if correlation_id != 1:
         raise TansuError(f"ApiVersions: correlation id {correlation_id}, expected 1")
@@ -134,7 +134,7 @@ def api_versions(host: str, port: int, timeout: float = 2.0) -> dict[int, tuple[
     return versions
 
 
-def _recv_exact(s: socket.socket, n: int) -> bytes:
+def recv_exact(s: socket.socket, n: int) -> bytes:
     buf = bytearray()
     while len(buf) < n:
         chunk = s.recv(n - len(buf))
