@@ -364,7 +364,7 @@ class PartitionCopier:
         slot = self._slot
         if slot is None or slot.fetcher.broker_id != leader:
             self._release_slot()
-            slot = self._slot = self.fetchers.for_broker(leader).slot(tp)
+            slot = self._slot = self.fetchers.for_partition(leader, tp).slot(tp)
         slot.ask(self.stats.position)
         # Caught up, with the end edge recorded: nothing to do until records come (the
         # fetcher wakes the slot) or a stop does (request_stop interrupts it).

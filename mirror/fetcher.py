@@ -34,16 +34,28 @@ Each partition has a Slot, the meeting point of its copier and the fetcher:
   copiers retry (they then look up leaders again and may move to another fetcher). A
   partition's own error is put in its slot alone.
 
+Lanes. One request in flight leaves the WAN idle for a round trip between an answer and the
+next: across 80 ms of round trip, one 48 MiB answer every half second filled 1 Gbit/s to 63%
+(tests/benchmarks/README.md). So a link has `per_broker` fetchers (lanes) per source broker,
+each with its own connection and fetch session, and a partition always uses the same lane:
+(crc32(topic) + partition) mod lanes, so a topic's partitions spread over the lanes in turn.
+While one lane's answer crosses the WAN the others' requests are on their way, as MirrorMaker
+2's tasks (`tasks.max`) each fetch with a consumer of their own. An idle lane costs one long
+poll per `max_wait_ms`. The lanes of a link share one `Budget` of `max_bytes` fetched and not
+yet taken, so the mirror holds no more with four lanes than with one.
+
 Invariants: a slot's answers run back to back (each fetched where the one before it ends,
 the first where its copier asked); a partition is in a request only if its slot has room and
-a position; one request in flight per fetcher; the answers waiting stay within about
-`max_bytes` plus one request's worth.
+a position; one request in flight per fetcher; the answers waiting in a link's slots stay within about
+`max_bytes` plus one request's worth per lane; `Budget.used` is the sum of the record bytes in
+the slots of the fetchers sharing it.
 """
 from __future__ import annotations
 
 import logging
 import struct
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Hashable
@@ -81,6 +93,35 @@ class Answer:
     error_code: int = 0               # the partition's own error, if any
 
 
+class Budget:
+    """Record bytes fetched and not yet taken, shared by the fetchers of one link. Past
+    `limit` nothing more is fetched until copiers take some: what the mirror holds stays
+    bounded however many partitions fall behind."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+        self.fetchers: list["SourceFetcher"] = []
+
+    @property
+    def spent(self) -> bool:
+        return self.used >= self.limit
+
+    def add(self, nbytes: int) -> None:
+        self.used += nbytes
+
+    def give_back(self, nbytes: int) -> None:
+        was_spent = self.spent
+        self.used -= nbytes
+        if was_spent and not self.spent:
+            for fetcher in self.fetchers:   # any of them may be waiting for room
+                fetcher.changed()
+
+
+def _size(answer: "Answer") -> int:
+    return len(answer.records) if answer.records is not None else 0
+
+
 class Slot:
     def __init__(self, key: Key, fetcher: "SourceFetcher"):
         self.key = key
@@ -106,7 +147,7 @@ class Slot:
         (another position, or nothing) starts a new generation there."""
         head = self.answers[0].fetch_offset if self.answers else self.position
         if position != head:
-            self.answers.clear()
+            self.drop_answers()
             self.position = position
             self.generation += 1
         self.fetcher.changed()
@@ -121,11 +162,17 @@ class Slot:
         if not self.answers:
             return None
         answer = self.answers.popleft()
+        self.fetcher.budget.give_back(_size(answer))
         self.fetcher.changed()        # room again: fetch it in the next request
         return answer
 
+    def drop_answers(self) -> None:
+        self.fetcher.budget.give_back(sum(_size(a) for a in self.answers))
+        self.answers.clear()
+
     def put(self, answer: Answer) -> None:
         self.answers.append(answer)
+        self.fetcher.budget.add(_size(answer))
         if answer.error is not None or answer.error_code or answer.next_position is None:
             self.position = -1        # nothing to fetch ahead from: wait for the copier
         else:
@@ -160,12 +207,15 @@ def next_position(records, position: int, last_stable_offset: int) -> int | None
 
 class SourceFetcher:
     def __init__(self, client: KafkaClient, broker_id: int, *, max_wait_ms: int, partition_max_bytes: int,
-                 max_bytes: int):
+                 max_bytes: int, budget: Budget | None = None, lane: int = 0):
         self.client = client
         self.broker_id = broker_id
+        self.lane = lane
         self.max_wait_ms = max_wait_ms
         self.partition_max_bytes = partition_max_bytes
         self.max_bytes = max_bytes
+        self.budget = budget if budget is not None else Budget(max_bytes)
+        self.budget.fetchers.append(self)
         self.slots: dict[Key, Slot] = {}
         self.requests = 0
         self._session: FetchSessionHandler[Hashable, tuple[int, int]] = FetchSessionHandler()
@@ -173,7 +223,7 @@ class SourceFetcher:
         self._conn = None
 
     def __repr__(self) -> str:
-        return f"SourceFetcher(broker {self.broker_id}, {len(self.slots)} partitions)"
+        return f"SourceFetcher(broker {self.broker_id}, lane {self.lane}, {len(self.slots)} partitions)"
 
     def slot(self, key: Key) -> Slot:
         slot = self.slots.get(key)
@@ -182,23 +232,24 @@ class SourceFetcher:
         return slot
 
     def release(self, key: Key) -> None:
-        if self.slots.pop(key, None) is not None:
+        slot = self.slots.pop(key, None)
+        if slot is not None:
+            slot.drop_answers()
             self.changed()
 
     def changed(self) -> None:
         self._changed.set()
 
     def buffered(self) -> int:
-        """Record bytes fetched and not yet taken. Past `max_bytes` nothing more is fetched
-        until copiers take some: what the mirror holds stays bounded however many partitions
-        fall behind."""
-        return sum(len(a.records) for slot in self.slots.values() for a in slot.answers if a.records is not None)
+        """Record bytes fetched and not yet taken in this fetcher's slots (its budget may
+        be shared with other lanes)."""
+        return sum(_size(a) for slot in self.slots.values() for a in slot.answers)
 
     async def run(self) -> None:
         attempt = 0
         try:
             while True:
-                if not any(s.wanted for s in self.slots.values()) or self.buffered() >= self.max_bytes:
+                if self.budget.spent or not any(s.wanted for s in self.slots.values()):
                     self._changed = anyio.Event()
                     await self._changed.wait()
                     continue
@@ -325,15 +376,20 @@ class SourceFetcher:
 
 
 class SourceFetchers:
-    """A link's fetchers, one per source broker, started on demand in the task group `run`
-    holds; each ends with it."""
+    """A link's fetchers, `per_broker` lanes per source broker, started on demand in the task
+    group `run` holds; each ends with it. They share one Budget of `max_bytes`."""
 
-    def __init__(self, client: KafkaClient, *, max_wait_ms: int, partition_max_bytes: int, max_bytes: int):
+    def __init__(self, client: KafkaClient, *, max_wait_ms: int, partition_max_bytes: int, max_bytes: int,
+                 per_broker: int = 1):
+        if per_broker < 1:
+            raise ValueError(f"per_broker must be >= 1, got {per_broker!r}")
         self.client = client
         self.max_wait_ms = max_wait_ms
         self.partition_max_bytes = partition_max_bytes
         self.max_bytes = max_bytes
-        self.by_broker: dict[int, SourceFetcher] = {}
+        self.per_broker = per_broker
+        self.budget = Budget(max_bytes)
+        self.by_lane: dict[tuple[int, int], SourceFetcher] = {}
         self._tg = None
         self._ready = anyio.Event()
 
@@ -346,17 +402,24 @@ class SourceFetchers:
             finally:
                 self._tg = None
 
-    def for_broker(self, broker_id: int) -> SourceFetcher:
-        fetcher = self.by_broker.get(broker_id)
+    def lane_of(self, key: Key) -> int:
+        topic, partition = key
+        return (zlib.crc32(topic.encode()) + partition) % self.per_broker
+
+    def for_partition(self, broker_id: int, key: Key) -> SourceFetcher:
+        """The fetcher that fetches `key` from its leader `broker_id`: always the same lane."""
+        lane = self.lane_of(key)
+        fetcher = self.by_lane.get((broker_id, lane))
         if fetcher is None:
             if self._tg is None:
                 raise KafkaConnectionError("the link's fetchers are not running")
-            fetcher = self.by_broker[broker_id] = SourceFetcher(
+            fetcher = self.by_lane[(broker_id, lane)] = SourceFetcher(
                 self.client, broker_id, max_wait_ms=self.max_wait_ms,
-                partition_max_bytes=self.partition_max_bytes, max_bytes=self.max_bytes)
+                partition_max_bytes=self.partition_max_bytes, max_bytes=self.max_bytes,
+                budget=self.budget, lane=lane)
             self._tg.start_soon(fetcher.run, name=repr(fetcher))
         return fetcher
 
     @property
     def requests(self) -> int:
-        return sum(f.requests for f in self.by_broker.values())
+        return sum(f.requests for f in self.by_lane.values())

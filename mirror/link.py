@@ -88,6 +88,10 @@ class LinkConfig(BaseModel):
     # 10 MB. Kafka's consumer defaults are 1 MiB and 50 MiB.
     fetch_max_bytes: int = Field(default=16 << 20, ge=1024)
     fetch_response_max_bytes: int = Field(default=64 << 20, ge=1024)
+    # Fetches in flight per source broker, each over a connection and a fetch session of its
+    # own (mirror/fetcher.py's lanes; MM2 gets the same from tasks.max): with one, the WAN
+    # idles for a round trip between answers. Idle partitions cost one long poll per lane.
+    fetchers_per_broker: int = Field(default=4, ge=1, le=32)
     replication_factor: int = Field(default=-1)       # of created topics; -1: the target's default
     checkpoint_interval_s: float = Field(default=5.0, gt=0)
     sync_group_offsets: bool = False    # commit translated offsets into idle target groups
@@ -237,7 +241,8 @@ class MirrorLink:
         identity = ProducerIdentity(self.target)
         self.fetchers = SourceFetchers(self.source, max_wait_ms=FETCH_MAX_WAIT_MS,
                                        partition_max_bytes=self.config.fetch_max_bytes,
-                                       max_bytes=self.config.fetch_response_max_bytes)
+                                       max_bytes=self.config.fetch_response_max_bytes,
+                                       per_broker=self.config.fetchers_per_broker)
         async with anyio.create_task_group() as tg:
             await tg.start(self.fetchers.run, name=f"{self.name} fetchers")
             await self._discover_until_stopped(tg, identity, retry=False)

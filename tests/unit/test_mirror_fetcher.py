@@ -11,7 +11,7 @@ from core.client.errors import KafkaConnectionError
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.protocol.records import build_batch
-from mirror.fetcher import HELD_WAIT_MS, SourceFetcher, next_position
+from mirror.fetcher import HELD_WAIT_MS, Budget, SourceFetcher, SourceFetchers, next_position
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 R = m.FetchResponse
@@ -270,3 +270,66 @@ async def test_a_stopping_copier_is_not_kept_waiting(anyio_backend):
         assert await a.take(5) is None
         assert anyio.current_time() - started < 0.5
     await running(fetcher, body)
+
+
+async def test_a_topics_partitions_spread_over_the_lanes_each_with_a_connection_of_its_own(anyio_backend):
+    brokers: list[ScriptedBroker] = []
+
+    async def dedicated_connection(host, port, node_id):
+        brokers.append(ScriptedBroker(lambda req: response()))
+        return brokers[-1]
+    client = SimpleNamespace(cluster=SimpleNamespace(brokers={1: SimpleNamespace(host="h", port=1)}),
+                             dedicated_connection=dedicated_connection, request_timeout_ms=1000,
+                             backoff_ms=lambda attempt: 10, request_metadata_update=lambda: None)
+    fetchers = SourceFetchers(client, max_wait_ms=50, partition_max_bytes=1 << 20, max_bytes=8 << 20,
+                              per_broker=3)
+    async with anyio.create_task_group() as tg:
+        await tg.start(fetchers.run)
+        lanes = [fetchers.for_partition(1, ("t", p)) for p in range(6)]
+        for p, lane in enumerate(lanes):
+            lane.slot(("t", p)).ask(0)
+        await anyio.sleep(0.2)
+        tg.cancel_scope.cancel()
+    assert len({id(f) for f in lanes[:3]}) == 3               # consecutive partitions: three lanes
+    assert lanes[3:] == lanes[:3]                             # and a partition keeps its lane
+    assert len(brokers) == 3 and len(fetchers.by_lane) == 3
+    for broker in brokers:                                     # a lane's session holds its own partitions
+        first = named(broker.requests[0])
+        assert len(first) == 2 and all(fetchers.lane_of(key) == fetchers.lane_of(next(iter(first)))
+                                       for key in first)
+
+
+async def test_the_lanes_of_a_link_share_one_budget(anyio_backend):
+    """Lane a's untaken answer spends the link's budget: lane b fetches nothing until a's
+    copier takes it."""
+    budget = Budget(limit=50)
+    broker_a = ScriptedBroker(lambda req: response(data("t", 0, batches(named(req)[("t", 0)], 3)))
+                              if ("t", 0) in named(req) else response())
+    broker_b = ScriptedBroker(lambda req: response(data("t", 1, batches(named(req)[("t", 1)], 1)))
+                              if ("t", 1) in named(req) else response())
+    lane_a = SourceFetcher(client_for(broker_a), 1, max_wait_ms=500, partition_max_bytes=1 << 20,
+                           max_bytes=50, budget=budget)
+    lane_b = SourceFetcher(client_for(broker_b), 1, max_wait_ms=500, partition_max_bytes=1 << 20,
+                           max_bytes=50, budget=budget, lane=1)
+    a, b = lane_a.slot(("t", 0)), lane_b.slot(("t", 1))
+
+    async def body():
+        a.ask(0)
+        while not a.answers:
+            await anyio.sleep(0.01)
+        assert budget.spent and budget.used == len(a.answers[0].records) > 50
+        b.ask(0)
+        await anyio.sleep(0.2)
+        assert broker_b.requests == [] and not b.answers
+        taken = await a.take(1)
+        assert taken.fetch_offset == 0
+        assert (await b.take(1)).fetch_offset == 0            # woken by a's take, in the other lane
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lane_a.run)
+        tg.start_soon(lane_b.run)
+        with anyio.fail_after(10):
+            await body()
+        tg.cancel_scope.cancel()
+    lane_a.release(("t", 0))
+    lane_b.release(("t", 1))
+    assert budget.used == 0                                   # every byte put was given back
