@@ -66,7 +66,7 @@ from confluent_kafka import (
 )
 from confluent_kafka import version as ck_version
 
-from tests.support.clients import create_topic
+from tests.support.clients import create_topic, drop_topic
 from tests.support.node import SeawayNode
 from tests.support.procstat import prefault
 from tests.support.tansu import TansuBroker, tansu_binary
@@ -420,25 +420,14 @@ def run_scenario(broker: Broker, run: BrokerRun, size: int, partitions: int, arg
     tc = measured("fetch", lambda: bench_consume(broker.bootstrap, topic, size, starts, n, meter))
     run.consume.setdefault((size, partitions), []).append(tc)
     _report(broker.name, f"consume {label}", tc)
-    delete_topic(broker.bootstrap, topic)
-
-
-def delete_topic(bootstrap: str, topic: str) -> None:
-    """Free the run's data (tansu's memory, Seaway's files and page cache) before the next run."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
-    try:
-        admin.delete_topics([topic], operation_timeout=30)[topic].result(30)
-    except Exception as exc:  # noqa: BLE001 - a leftover topic only costs memory
-        print(f"  (could not delete {topic}: {exc})", flush=True)
+    drop_topic(broker.bootstrap, topic)
 
 
 def run_latency(broker: Broker, run: BrokerRun, args) -> None:
     topic = f"bench-latency-{uuid.uuid4().hex[:6]}"
     create_topic(broker.bootstrap, topic, 1)
     run.latency = lat = bench_latency(broker.bootstrap, topic, args)
-    delete_topic(broker.bootstrap, topic)
+    drop_topic(broker.bootstrap, topic)
     print(f"  {broker.name:7s} latency {args.latency_size}B @{args.latency_rate}/s: p50 {lat.pct(.5):.2f} ms "
           f"p99 {lat.pct(.99):.2f} ms max {lat.max:.2f} ms ({len(lat.samples)} samples, pacer at worst "
           f"{lat.behind_ms:.1f} ms late)", flush=True)

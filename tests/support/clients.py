@@ -101,6 +101,19 @@ def create_topic(
         time.sleep(0.05)
 
 
+def drop_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> None:
+    """Delete a benchmark run's topic to free its data (a broker's memory, files and page
+    cache) before the next run; a topic left behind only costs memory, so it is reported,
+    not raised."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
+    try:
+        admin.delete_topics([topic], operation_timeout=timeout)[topic].result(timeout)
+    except Exception as exc:  # noqa: BLE001
+        print(f"  (could not delete {topic}: {exc})", flush=True)
+
+
 def _start_offsets(partitions: Offsets, start: int | str) -> dict[int, int | str]:
     if isinstance(partitions, Mapping):
         return {int(p): o for p, o in partitions.items()}
