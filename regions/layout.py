@@ -10,11 +10,15 @@ answers with the addresses of the listener a request arrived on, as Kafka does.
 
 Ports the topology leaves out are picked once and kept in `ports.json` in the state
 directory, so a platform keeps its addresses across restarts. The DR pairs' gateways get
-theirs as regions/gateways.py says.
+theirs as regions/gateways.py says. Picked ports lie outside the system's ephemeral range
+(Linux: 32768-60999, ip_local_port_range): a port there is handed to outgoing connections,
+so one picked while free could be some node's client connection by the time its owner
+binds it. That happened: a 4-cluster platform's gateway found its port taken.
 """
 from __future__ import annotations
 
 import json
+import random
 import re
 import socket
 from dataclasses import dataclass, field
@@ -335,18 +339,42 @@ def write_gateway_listener(g: GatewayLayout, security: PlatformSecurity) -> None
                                  + "".join(f"{k}={v}\n" for k, v in props.items()))
 
 
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PICKED_PORT = 10000      # below it: the well-known and registered ports people fix
+MIN_PICK_RANGE = 1000
+
+
+def pick_range(ephemeral: tuple[int, int] | None = None) -> range:
+    """Where picked ports come from: above the ephemeral range if that leaves room (61000-65535
+    on Linux's default, above every fixed port the project uses), else below it, else (a
+    system that makes nearly every port ephemeral) anywhere from LOWEST_PICKED_PORT up."""
+    low, high = ephemeral if ephemeral is not None else _ephemeral_range()
+    for room in (range(high + 1, 65536), range(LOWEST_PICKED_PORT, low)):
+        if len(room) >= MIN_PICK_RANGE:
+            return room
+    return range(LOWEST_PICKED_PORT, 65536)
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = (int(x) for x in EPHEMERAL_RANGE_FILE.read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999     # Linux's default; other systems' ranges lie higher still
+
+
 def _free_port(taken: set[int]) -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p not in taken:
+    candidates = pick_range()
+    for _ in range(2000):
+        p = random.choice(candidates)
+        if p not in taken and _bindable(p):
             return p
+    raise RuntimeError(f"no free port on 127.0.0.1 in {candidates.start}-{candidates.stop - 1}")
 
 
 def _free_block(taken: set[int], n: int) -> int:
-    """The first of n consecutive free ports: a free port the system picks and the ones after it
-    (the system hands out ports scattered, so the ones after a free one are usually free)."""
+    """The first of n consecutive free ports: a free port picked at random and the ones after
+    it (picks are scattered, so the ones after a free one are usually free)."""
     for _ in range(200):
         first = _free_port(taken)
         block = range(first, first + n)

@@ -4,11 +4,13 @@ its region do, on ports that collide with nothing and stay put."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pytest
 from cryptography import x509
 
 from regions.gateways import fixed_gateway_ports
-from regions.layout import PORTS_FILE, plan
+from regions.layout import PORTS_FILE, pick_range, plan
 from regions.topology import DEFAULT_TOPOLOGY, parse_topology
 
 PAIR = """\
@@ -134,3 +136,25 @@ def test_the_readme_names_the_gateways_addresses(tmp_path):
     regions = readme[readme.index("## Regions"):readme.index("## Containers")]
     assert "clients/admin.properties" in regions and "clients/seaway-gateway.properties" in regions
     assert "gets none yet" not in regions and "no gateway" not in regions
+
+
+def test_picked_ports_lie_outside_the_ephemeral_range(tmp_path):
+    """A picked port in the ephemeral range can become some process's outgoing connection
+    before its owner binds it (a 4-cluster platform's gateway met that)."""
+    layout = plan(parse_topology(PAIR), tmp_path)
+    picked = [p for n in layout.nodes() for p in (n.client_port, n.controller_port, n.metrics_port,
+                                                  *n.wan_ports.values()) if p is not None]
+    picked += [p.listen_port for p in layout.proxies] + [layout.mirror_metrics_port]
+    picked += [p for g in layout.gateways for p in (*g.ports, g.metrics_port)]
+    low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    assert picked and all(not low <= p <= high for p in picked), sorted(picked)
+    assert all(p in pick_range() for p in picked)
+
+
+@pytest.mark.parametrize("ephemeral, expected", [
+    ((32768, 60999), range(61000, 65536)),         # Linux's default: above it
+    ((49152, 65535), range(10000, 49152)),         # IANA's (BSD, Windows): nothing above, so below
+    ((1024, 65000), range(10000, 65536)),          # nearly everything ephemeral: anywhere
+])
+def test_where_ports_are_picked(ephemeral, expected):
+    assert pick_range(ephemeral) == expected
