@@ -28,7 +28,6 @@ file that `regions up` writes. Errors are one line naming the field.
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from core.client.acl_admin import checked_user_principals
 from core.client.properties import PropertiesFileError, read_properties
 from core.client.security import ClientSecurity, checked_properties, security_from_properties
+from core.platform_file import PLATFORM_FILE, default_state_dir
 
 from mirror.policy import TopicFilter
 
@@ -220,18 +220,14 @@ def _validated(data: dict, source: str) -> DrConfig:
         raise DrConfigError(f"{source}: {where}: {message}") from None
 
 
-def default_platform_dir() -> Path:
-    return Path(os.environ.get("SEAWAY_STATE_DIR") or Path.home() / ".seaway" / "platform")
-
-
 def platform_config(state_dir: Path | None = None) -> DrConfig:
     """The DR configuration of the platform `regions up` runs in `state_dir`: its topology's
     DR pairs (identity links), each cluster's client bootstrap, the admin user's properties,
     the pairs' gateways, and `<state dir>/dr` for the controller's own state."""
     from regions.topology import TopologyError, load_topology
 
-    state_dir = Path(state_dir or default_platform_dir())
-    path = state_dir / "platform.json"
+    state_dir = Path(state_dir or default_state_dir())
+    path = state_dir / PLATFORM_FILE
     try:
         info = json.loads(path.read_text())
         topology = load_topology(Path(info["topology"]))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
@@ -22,6 +21,8 @@ from pathlib import Path
 import anyio
 import yaml
 from pydantic import ValidationError
+
+from core.platform_file import PLATFORM_FILE, default_state_dir
 
 from .link import LinkConfig, MirrorLink
 
@@ -80,9 +81,9 @@ def show_status(args) -> int:
     from urllib.request import urlopen
     url = args.metrics_url
     if url is None:
-        state_dir = args.state_dir or _default_state_dir()
+        state_dir = args.state_dir or default_state_dir()
         try:
-            url = json.loads((state_dir / "platform.json").read_text())["mirror_metrics"]
+            url = json.loads((state_dir / PLATFORM_FILE).read_text())["mirror_metrics"]
         except (OSError, ValueError, KeyError) as exc:
             raise CliError(f"no running platform in {state_dir} ({exc})") from None
         if not url:
@@ -132,10 +133,6 @@ def _ms(value) -> str:
     return "-" if value is None else f"{value:.0f} ms"
 
 
-def _default_state_dir() -> Path:
-    return Path(os.environ.get("SEAWAY_STATE_DIR") or Path.home() / ".seaway" / "platform")
-
-
 def load_links(path: Path) -> list[LinkConfig]:
     try:
         doc = yaml.safe_load(Path(path).read_text())
@@ -153,8 +150,8 @@ def platform_links(state_dir: Path | None) -> tuple[list[LinkConfig], int | None
     """The links of the platform `regions up` runs, and the port of its mirror metrics. The
     platform (regions/) owns the topology and writes each link's configuration into
     platform.json; the mirror only reads it."""
-    state_dir = state_dir or _default_state_dir()
-    path = state_dir / "platform.json"
+    state_dir = state_dir or default_state_dir()
+    path = state_dir / PLATFORM_FILE
     try:
         info = json.loads(path.read_text())
         items, metrics_port = info["mirror_links"], info["mirror_metrics_port"]

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import anyio
 
+from core.platform_file import PLATFORM_FILE, default_state_dir
+
 from .topology import DEFAULT_TOPOLOGY, TopologyError, load_topology
 
 EXIT_ERROR = 1
@@ -38,8 +40,6 @@ class CliError(Exception):
     pass
 
 
-def default_state_dir() -> Path:
-    return Path(os.environ.get("SEAWAY_STATE_DIR") or Path.home() / ".seaway" / "platform")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,6 +165,8 @@ def cmd_up(args, state_dir: Path) -> int:
               f"{gateways[g.spec.name]}; metrics {g.metrics_url}")
     if layout.security is not None:
         _print_security(layout)
+    else:
+        print(f"  try: {seaway_command(state_dir)} topics list --cluster {next(iter(layout.clusters))}")
     if args.detach:
         return 0
     print("live status below; Ctrl-C stops the platform")
@@ -176,16 +178,23 @@ def cmd_up(args, state_dir: Path) -> int:
     return 0
 
 
+def seaway_command(state_dir: Path) -> str:
+    """`seaway`, with --state-dir when the platform is not where seaway looks by default."""
+    import shlex
+    return "seaway" if Path(state_dir) == default_state_dir() else f"seaway --state-dir {shlex.quote(str(state_dir))}"
+
+
 def _print_security(layout) -> None:
     """Where a secured platform's client settings are, and a command that uses them."""
     security = layout.security
     files = security.write_client_files()
-    first = next(iter(layout.clusters.values()))
+    name, first = next(iter(layout.clusters.items()))
     print(f"security: TLS and {security.mechanism} on client listeners, mTLS between nodes, ACLs on "
           f"(CA {security.ca_path})")
     print(f"  admin client properties: {files[security.admin_user]}")
     print(f"  try: kcat -F {files[security.admin_user]} -b {first.bootstrap} -L")
-    print(f"       seaway topics list --command-config {files[security.admin_user]} -b {first.bootstrap}")
+    # --cluster brings the admin properties along (core/cli/common.py resolve_cluster).
+    print(f"       {seaway_command(layout.state_dir)} topics list --cluster {name}")
     for g in layout.gateways[:1]:
         # The gateways take the same logins (relayed to the brokers), with TLS of the same CA.
         print(f"  through a gateway, with the same client properties (each user logs in as itself): "
@@ -296,7 +305,6 @@ def _layout_of_running(state_dir: Path):
     """The running platform's layout (from the topology it was started with)."""
     from .layout import plan
     from .control import send_command
-    from .supervisor import PLATFORM_FILE
     status = anyio.run(send_command, state_dir, {"cmd": "status"}, 10.0)
     if status is None:
         raise CliError(f"no platform is running (no supervisor answers in {state_dir}); "
@@ -384,7 +392,6 @@ def cmd_stop_start(args, state_dir: Path) -> int:
 
 def cmd_down(args, state_dir: Path) -> int:
     from .control import send_command
-    from .supervisor import PLATFORM_FILE
     try:
         supervisor_pid = json.loads((state_dir / PLATFORM_FILE).read_text()).get("supervisor_pid")
     except (OSError, ValueError):

@@ -33,13 +33,14 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskStatus
 
+from core.platform_file import PLATFORM_FILE
+
 from .control import CONTROL_SOCKET, receive_line
 from .layout import GatewayLayout, NodeLayout, PlatformLayout, write_gateway_listener, write_properties
 from .wan import ProxySpec, WanProxy, wan_proxies
 
 log = logging.getLogger("regions.supervisor")
 
-PLATFORM_FILE = "platform.json"
 SUPERVISOR_LOG = "supervisor.log"
 MIRROR_LOG = "mirror.log"
 DR_LOG = "dr.log"

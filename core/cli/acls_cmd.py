@@ -49,7 +49,7 @@ _RESOURCE_FLAGS = {"TOPIC": ("--topic", "a topic"), "GROUP": ("--group", "a grou
 def register(sub) -> None:
     p = sub.add_parser("acls", help="ACLs (add, list, remove)",
                        description="Add, list and remove ACL bindings (like kafka-acls).")
-    add_bootstrap_flag(p)
+    add_bootstrap_flag(p, cluster_flag=False)   # --cluster is the resource here, as in kafka-acls
     asub = p.add_subparsers(dest="action", metavar="ACTION")
     asub.required = True
 
@@ -57,13 +57,13 @@ def register(sub) -> None:
                                                             "and operation.")
     _resource_flags(a, SPECIFIC_PATTERNS, "literal")
     _entry_flags(a)
-    admin_command(a, _add, _prepare_add)
+    admin_command(a, _add, _prepare_add, cluster_flag=False)
 
     ls = asub.add_parser("list", help="list ACLs", description="List ACLs, of some resources or principals.")
     _resource_flags(ls, FILTER_PATTERNS, "any")
     ls.add_argument("--principal", action="append", default=[], metavar="TYPE:NAME",
                     help="only this principal's ACLs (repeatable)")
-    admin_command(ls, _list, _prepare_list)
+    admin_command(ls, _list, _prepare_list, cluster_flag=False)
 
     r = asub.add_parser("remove", help="remove ACLs",
                         description="Remove the ACLs that match the flags exactly, and print them.")
@@ -71,7 +71,7 @@ def register(sub) -> None:
     _entry_flags(r)
     r.add_argument("--force", action="store_true",
                    help="needed to remove the ACLs of every principal (no --allow-principal or --deny-principal)")
-    admin_command(r, _remove, _prepare_remove)
+    admin_command(r, _remove, _prepare_remove, cluster_flag=False)
 
 
 def _resource_flags(parser, patterns, default) -> None:

@@ -13,7 +13,7 @@ import sys
 
 from . import (acls_cmd, gateway_cmd, groups_cmd, health_cmd, leaders_cmd, node_cmd, quorum_cmd, reassign_cmd, storage_cmd,
                topics_cmd, users_cmd)
-from .common import CliError, UsageError
+from .common import CliError, UsageError, resolve_cluster
 
 __all__ = ["CliError", "UsageError", "build_parser", "main"]
 
@@ -28,6 +28,11 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="seaway", description="Seaway: a multi-region, Kafka-compatible streaming platform")
+    parser.add_argument("--cluster", metavar="NAME", dest="platform_cluster", default=None,
+                        help="a cluster of the running platform (`regions up`), for every command "
+                             "that talks to one")
+    parser.add_argument("--state-dir", metavar="DIR", default=None,
+                        help="the platform's state directory (default: $SEAWAY_STATE_DIR or ~/.seaway/platform)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     node_cmd.register(sub)
@@ -48,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if getattr(args, "talks_to_cluster", False):
+            resolve_cluster(args)
         return args.func(args) or 0
     except KeyboardInterrupt:
         return 130

@@ -37,14 +37,28 @@ def add_output_flag(parser) -> None:
                         help="output format (default: table)")
 
 
-def add_bootstrap_flag(parser, *, leaf: bool = False) -> None:
+def add_bootstrap_flag(parser, *, leaf: bool = False, cluster_flag: bool = True) -> None:
     """On the command group and on each action, so it may come before or after the action.
-    Actions use SUPPRESS so that an absent flag there does not undo one given earlier."""
+    Every default is SUPPRESS: an absent flag on an action does not undo one given earlier,
+    and common.resolve_cluster() decides what an absent one means. `cluster_flag=False` where
+    `--cluster` means something else (`seaway acls`, as in kafka-acls): `seaway --cluster NAME
+    acls ...` still picks the cluster."""
     import argparse
-    import os
-    default = argparse.SUPPRESS if leaf else os.environ.get("SEAWAY_BOOTSTRAP", "127.0.0.1:9092")
-    parser.add_argument("--bootstrap-server", "-b", metavar="HOST:PORT", default=default,
-                        help="broker to connect to (default: $SEAWAY_BOOTSTRAP or 127.0.0.1:9092)")
-    parser.add_argument("--command-config", metavar="FILE", default=argparse.SUPPRESS if leaf else None,
+    parser.add_argument("--bootstrap-server", "-b", metavar="HOST:PORT", default=argparse.SUPPRESS,
+                        help="broker to connect to (default: $SEAWAY_BOOTSTRAP, else the running "
+                             "platform's only cluster, else 127.0.0.1:9092)")
+    parser.set_defaults(talks_to_cluster=True)     # main() resolves the cluster for it
+    if cluster_flag:
+        add_cluster_flag(parser)
+    parser.add_argument("--command-config", metavar="FILE", default=argparse.SUPPRESS,
                         help="Kafka client properties to connect with (security.protocol, ssl.*), "
-                             "as Kafka's tools take them")
+                             "as Kafka's tools take them (default with --cluster: the platform's "
+                             "admin properties on a secured platform)")
+
+
+def add_cluster_flag(parser) -> None:
+    import argparse
+    parser.add_argument("--cluster", metavar="NAME", dest="platform_cluster", default=argparse.SUPPRESS,
+                        help="a cluster of the platform `regions up` runs ($SEAWAY_STATE_DIR or "
+                             "--state-dir), by name: its bootstrap servers and, on a secured "
+                             "platform, its admin client properties")

@@ -12,8 +12,8 @@ import time
 
 import anyio
 
-from .common import CliError, command_config_security
-from .output import add_output_flag, emit_json, table
+from .common import CliError, command_config_security, guess_hint, resolve_cluster
+from .output import add_cluster_flag, add_output_flag, emit_json, table
 
 
 def register(sub) -> None:
@@ -22,11 +22,12 @@ def register(sub) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
     d = actions.add_parser("describe", help="leader, epoch, high watermark, voters and observers")
-    where = d.add_mutually_exclusive_group(required=True)
+    where = d.add_mutually_exclusive_group()     # none: common.resolve_cluster's default
     where.add_argument("--bootstrap-controller", "-C", metavar="HOST:PORT[,HOST:PORT]",
                        help="controller listener(s) to ask")
     where.add_argument("--bootstrap-server", "-b", metavar="HOST:PORT[,HOST:PORT]",
                        help="broker(s) to ask; a broker forwards the question to the active controller")
+    add_cluster_flag(where)
     what = d.add_mutually_exclusive_group()
     what.add_argument("--status", action="store_true", help="the quorum's summary (default)")
     what.add_argument("--replication", action="store_true", help="one row per voter and observer")
@@ -41,6 +42,8 @@ def register(sub) -> None:
 async def _describe(args) -> int:
     # not at module level: `seaway --help` stays fast
     from core.client.quorum import QuorumError, describe_quorum, describe_quorum_via_broker
+    if not args.bootstrap_controller:
+        resolve_cluster(args)
     security = command_config_security(args.command_config)
     try:
         with anyio.fail_after(args.timeout):
@@ -53,9 +56,9 @@ async def _describe(args) -> int:
                                                                          security=security)
     except TimeoutError:
         where = args.bootstrap_controller or args.bootstrap_server
-        raise CliError(f"no answer from {where} within {args.timeout:g}s") from None
+        raise CliError(f"no answer from {where} within {args.timeout:g}s{guess_hint(args)}") from None
     except QuorumError as exc:
-        raise CliError(str(exc)) from None
+        raise CliError(f"{exc}{guess_hint(args)}") from None
     now = int(time.time() * 1000)
     if args.replication:
         rows = replication_rows(described)

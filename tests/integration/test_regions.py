@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -177,6 +178,17 @@ def test_two_clusters_in_one_region(tmp_path):
         # From ap-south, the orders cluster is behind the WAN (60 ms a leg in this topology).
         wan = round_trip(p.client("orders", from_region="ap-south"), "payments", "from-ap-south", n=5)
         assert min(wan) >= 0.12, wan
+        # `seaway --cluster NAME` finds each cluster (and the admin login) in the platform's state;
+        # named none of three, it lists them and connects nowhere.
+        seaway = [sys.executable, "-m", "core.cli", "--state-dir", str(p.state_dir), "topics", "list"]
+        for name, mine, theirs in (("orders", "payments", "clicks"), ("analytics", "clicks", "payments")):
+            listed = subprocess.run([*seaway, "--cluster", name], capture_output=True, text=True, cwd=REPO,
+                                    timeout=60)
+            assert listed.returncode == 0 and mine in listed.stdout.split() and theirs not in listed.stdout, (
+                listed.stdout, listed.stderr)
+        unnamed = subprocess.run(seaway, capture_output=True, text=True, cwd=REPO, timeout=60)
+        assert unnamed.returncode == 2 and unnamed.stderr.count("\n") == 1, unnamed.stderr
+        assert all(f"{name} ({p.bootstrap(name)})" in unnamed.stderr for name in ("orders", "analytics", "ap-south-1"))
 
 
 PAIR = "eu-west-1~us-east-1"
@@ -212,6 +224,12 @@ def test_a_plaintext_dr_pair_gets_a_gateway_in_each_region_that_follows_its_fail
         assert set(gateways) == {"eu-west", "us-east"} and {g["pair"] for g in gateways.values()} == {PAIR}
         for region, g in gateways.items():
             assert f"gateway of {PAIR} in {region}: bootstrap {g['bootstrap']}   serving eu-west-1" in p.up_output
+        # The printed `seaway` command works as printed (plaintext: no properties needed).
+        printed = next(line for line in p.up_output.splitlines() if line.strip().startswith("try: seaway"))
+        assert printed.strip() == f"try: seaway --state-dir {state} topics list --cluster eu-west-1"
+        listed = subprocess.run([sys.executable, "-m", "core.cli", *shlex.split(printed.split(":", 1)[1])[1:]],
+                                capture_output=True, text=True, cwd=REPO, timeout=60)
+        assert listed.returncode == 0, listed.stderr
 
         # Clients bootstrap at their region's gateway: both reach the primary, us-east's across the WAN.
         create(gateways["eu-west"]["bootstrap"], "orders", rf=1)
