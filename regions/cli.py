@@ -6,7 +6,7 @@
     regions stop REGION|CLUSTER|CLUSTER/ID [--kill]    an outage, gracefully or kill -9
     regions start REGION|CLUSTER|CLUSTER/ID            the recovery
     regions down                         stop everything (data stays in the state directory)
-    regions compose [TOPOLOGY] [-o FILE] the topology as a Docker Compose file
+    regions compose [TOPOLOGY] [-f FILE] the topology as a Docker Compose file
     regions wan --link ... --proxy ...   the WAN between regions on its own (what compose runs)
     regions pki ...                      a secured compose platform's CA, certificates and
                                          passwords (its `pki` service runs it)
@@ -28,6 +28,7 @@ from pathlib import Path
 
 import anyio
 
+from core.deprecated_flags import deprecated_alias
 from core.platform_file import PLATFORM_FILE, default_state_dir
 
 from .topology import DEFAULT_TOPOLOGY, TopologyError, load_topology
@@ -65,8 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     compose = sub.add_parser("compose", help="write the topology as a Docker Compose file")
     compose.add_argument("topology", nargs="?", type=Path, default=DEFAULT_TOPOLOGY,
                          help="topology file (default: the two-region topology that ships with Seaway)")
-    compose.add_argument("--output", "-o", type=Path, default=None,
+    compose.add_argument("--file", "-f", dest="file", type=Path, default=None,
                          help="where to write it (default: standard output)")
+    # -o/--output is the output format in every other command; here it named the file.
+    for old in ("--output", "-o"):
+        deprecated_alias(compose, old, dest="file", replacement="-f (--file)", prog="regions compose", type=Path)
     wan = sub.add_parser("wan", help="run WAN proxies between regions (the compose file's wan service)")
     wan.add_argument("--link", action="append", default=[], metavar="A,B,LATENCY_MS,MBIT",
                      help="the link between regions A and B: one-way latency and bandwidth per "
@@ -441,22 +445,22 @@ def cmd_compose(args, state_dir: Path) -> int:
     from .compose import compose_file
     topology = load_topology(args.topology)
     source = _relative(args.topology)
-    output = _relative(args.output) if args.output else "FILE"
+    output = _relative(args.file) if args.file else "FILE"
     assets = "."    # compose/ holds the alert rules and Grafana's files; a file elsewhere points back
-    if args.output is not None:
+    if args.file is not None:
         import os
         assets = os.path.relpath(Path(__file__).resolve().parents[1] / "compose",
-                                 Path(args.output).resolve().parent)
-    secrets_on_host = str(Path(output).parent / "secrets") if args.output else "compose/secrets"
+                                 Path(args.file).resolve().parent)
+    secrets_on_host = str(Path(output).parent / "secrets") if args.file else "compose/secrets"
     text = compose_file(topology, source=source, output=output, assets=assets, secrets_on_host=secrets_on_host)
-    if args.output is None:
+    if args.file is None:
         sys.stdout.write(text)
         return 0
     try:
-        Path(args.output).write_text(text)
+        Path(args.file).write_text(text)
     except OSError as exc:
-        raise CliError(f"--output: cannot write {args.output}: {exc.strerror or exc}") from None
-    print(f"wrote {args.output}; start it with: docker compose -f {args.output} up -d --wait")
+        raise CliError(f"--file: cannot write {args.file}: {exc.strerror or exc}") from None
+    print(f"wrote {args.file}; start it with: docker compose -f {args.file} up -d --wait")
     return 0
 
 

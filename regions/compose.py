@@ -1,7 +1,7 @@
 """A topology as a Docker Compose file: the same regions, clusters, WAN and mirror links that
 `regions up` runs on this machine, as containers of one image.
 
-    regions compose [TOPOLOGY] [-o FILE]      # compose/two-regions.yml is the default's output
+    regions compose [TOPOLOGY] [-f FILE]      # compose/two-regions.yml is the default's output
 
 Theory of operation
 -------------------

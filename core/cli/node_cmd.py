@@ -7,13 +7,18 @@ import sys
 
 import anyio
 
+from core.deprecated_flags import deprecated_alias
+
 
 def register(sub) -> None:
     p = sub.add_parser("node", help="run a node", description="Run a Seaway node. Without --config it runs a "
                        "single-node cluster on PLAINTEXT://127.0.0.1:9092 with its data in /tmp/seaway-logs.")
     p.add_argument("--config", "-c", metavar="FILE", help="properties file (Kafka's server.properties format)")
-    p.add_argument("--override", "-o", metavar="KEY=VALUE", action="append", default=[],
+    p.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
                    help="set a property, overriding the file (repeatable)")
+    # -o is --output in every other command; here it was --override.
+    deprecated_alias(p, "-o", dest="override", replacement="--override", prog="seaway node", append=True,
+                     metavar="KEY=VALUE")
     p.add_argument("--cluster-id", metavar="ID",
                    help="format the log dirs with this cluster id first unless they already are (as "
                         "`seaway storage format --ignore-formatted`; what Kafka's container image does "

@@ -33,8 +33,11 @@ def emit_json(data: Any) -> None:
 
 
 def add_output_flag(parser) -> None:
-    parser.add_argument("--output", "-O", choices=["table", "json"], default="table",
+    from core.deprecated_flags import deprecated_alias
+    parser.add_argument("--output", "-o", choices=["table", "json"], default="table",
                         help="output format (default: table)")
+    deprecated_alias(parser, "-O", dest="output", replacement="-o (--output)", prog="seaway",
+                     choices=["table", "json"])
 
 
 def add_bootstrap_flag(parser, *, leaf: bool = False, cluster_flag: bool = True) -> None:

@@ -34,13 +34,14 @@ def generated() -> str:
 def test_the_committed_compose_file_is_what_the_generator_writes():
     assert COMMITTED.read_text() == generated(), (
         "compose/two-regions.yml is stale: regenerate it with "
-        "`regions compose -o compose/two-regions.yml`")
+        "`regions compose -f compose/two-regions.yml`")
 
 
 def test_regions_compose_writes_the_committed_file(tmp_path):
     out = tmp_path / "two-regions.yml"
-    done = regions("compose", "-o", str(out))
+    done = regions("compose", "-f", str(out))
     assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
     assert f"docker compose -f {out} up -d --wait" in done.stdout
     # Written elsewhere, the file points back at compose/ for the alert rules and Grafana's files.
     doc = yaml.safe_load(out.read_text())
@@ -90,7 +91,7 @@ def test_docker_compose_accepts_the_file():
 def test_docker_compose_accepts_a_file_with_gateways(tmp_path):
     plaintext = tmp_path / "plaintext.yaml"
     plaintext.write_text(DEFAULT_TOPOLOGY.read_text().replace("enabled: true", "enabled: false"))
-    assert regions("compose", str(plaintext), "-o", str(tmp_path / "plaintext.yml")).returncode == 0
+    assert regions("compose", str(plaintext), "-f", str(tmp_path / "plaintext.yml")).returncode == 0
     done = subprocess.run(["docker", "compose", "-f", str(tmp_path / "plaintext.yml"), "config", "--quiet"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -225,10 +226,18 @@ def test_the_prometheus_port_is_not_a_node_port():
         compose_file(parse_topology(text))
 
 
+@pytest.mark.parametrize("old", ["-o", "--output"])
+def test_the_old_spelling_of_the_file_flag_still_writes_it_and_says_what_replaces_it(tmp_path, old):
+    out = tmp_path / "old.yml"
+    done = regions("compose", old, str(out))
+    assert done.returncode == 0 and out.exists(), done.stderr
+    assert done.stderr == f"regions compose: note: {old} is deprecated and goes in the next release: use -f (--file)\n"
+
+
 def test_an_unwritable_output_is_one_line(tmp_path):
-    done = regions("compose", "-o", str(tmp_path / "no" / "such" / "dir.yml"))
+    done = regions("compose", "-f", str(tmp_path / "no" / "such" / "dir.yml"))
     assert done.returncode == 1
-    assert done.stderr.startswith("regions compose: --output: cannot write ")
+    assert done.stderr.startswith("regions compose: --file: cannot write ")
     assert "Traceback" not in done.stderr
 
 

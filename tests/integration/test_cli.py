@@ -53,7 +53,7 @@ def test_describe_shows_offsets(node):
     from tests.support.clients import CLIENTS, Record
     topics(node, "create", "counted", "--partitions", "1")
     CLIENTS["confluent"].produce(node.bootstrap, "counted", [Record(value=b"x", partition=0)] * 7)
-    desc = json.loads(topics(node, "describe", "counted", "-O", "json").stdout)[0]
+    desc = json.loads(topics(node, "describe", "counted", "-o", "json").stdout)[0]
     assert (desc["partitions"][0]["start_offset"], desc["partitions"][0]["end_offset"]) == (0, 7)
 
 

@@ -179,7 +179,7 @@ def test_by_time_resets(node):
     recent = groups_json(node, "reset-offsets", "g-time", "--topic", "timed", "--by-duration", "PT10M")
     assert recent["partitions"][0]["new_offset"] == 0     # every record is newer than 10 minutes
     future = groups(node, "reset-offsets", "g-time", "--topic", "timed", "--to-datetime", "2999-01-01T00:00:00",
-                    "-O", "json")
+                    "-o", "json")
     assert json.loads(future.stdout)["partitions"][0]["new_offset"] == 4   # none that late: the log end
     assert "log end" in future.stderr
 

@@ -133,7 +133,7 @@ def test_leaders_elect_moves_leadership_back_after_a_restart(cluster, tmp_path):
 
     # Every partition: nothing left to elect, so nothing listed, and success.
     proc = seaway("leaders", "elect", *via(cluster, 103), "--election-type", "preferred",
-                  "--all-topic-partitions", "-O", "json")
+                  "--all-topic-partitions", "-o", "json")
     doc = json.loads(proc.stdout)
     assert doc["election_type"] == "PREFERRED"
     assert not [r for r in doc["partitions"] if r["status"] != "already_elected"], doc
@@ -143,7 +143,7 @@ def test_leaders_elect_moves_leadership_back_after_a_restart(cluster, tmp_path):
     path = write_json(tmp_path, "elect.json", {"partitions": [{"topic": topic, "partition": 1},
                                                               {"topic": topic, "partition": 7}]})
     proc = seaway("leaders", "elect", *via(cluster), "--election-type", "unclean", "--path-to-json-file", path,
-                  "-O", "json", check=False)
+                  "-o", "json", check=False)
     assert proc.returncode == 1, proc.stderr
     rows = {(r["topic"], r["partition"]): r for r in json.loads(proc.stdout)["partitions"]}
     assert rows[(topic, 1)]["status"] == "already_elected"
@@ -160,7 +160,7 @@ def filtered(cluster, flag: str, topics: list[str]) -> set[tuple[str, int]]:
     proc = seaway("topics", *via(cluster), "describe", *topics, flag, "--timeout", "20")
     table = {(line.split()[0], int(line.split()[1])) for line in proc.stdout.splitlines()[1:]}
     as_json = {(t["topic"], p["partition"]) for t in json.loads(
-        seaway("topics", *via(cluster), "describe", *topics, flag, "-O", "json", "--timeout", "20").stdout)
+        seaway("topics", *via(cluster), "describe", *topics, flag, "-o", "json", "--timeout", "20").stdout)
         for p in t["partitions"]}
     assert table == as_json, (proc.stdout, as_json)
     if not table:
@@ -260,7 +260,7 @@ def test_reassign_generate_is_rack_aware(cluster, tmp_path):
     leaders = [p["replicas"][0] for p in proposed["partitions"]]
     assert sorted(leaders) == BROKERS, proposed                                # leaders spread evenly
     doc = json.loads(seaway("reassign", *via(cluster), "generate", "--topics-to-move-json-file", topics,
-                            "--broker-list", "101,102", "--disable-rack-aware", "-O", "json").stdout)
+                            "--broker-list", "101,102", "--disable-rack-aware", "-o", "json").stdout)
     assert doc["current"] == current
     assert all(sorted(p["replicas"]) == [101, 102] for p in doc["proposed"]["partitions"])
 
@@ -327,7 +327,7 @@ def test_reassign_generate_execute_throttled_verify(cluster, tmp_path):
     assert broker_rates(cluster) == {b: {} for b in BROKERS}
     assert topic_throttles(cluster, topic) == {}
     doc = json.loads(seaway("reassign", *via(cluster), "verify", "--reassignment-json-file", plan,
-                            "--preserve-throttles", "-O", "json").stdout)
+                            "--preserve-throttles", "-o", "json").stdout)
     assert doc == {"complete": True, "throttles_cleared": None, "partitions": [
         {"topic": topic, "partition": p, "status": "completed", "replicas": targets[p], "target_replicas": targets[p]}
         for p in (0, 1)]}

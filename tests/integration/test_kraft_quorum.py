@@ -83,11 +83,11 @@ def check_quorum_cli(cluster, leader: int, epoch: int) -> None:
     import json
     one_controller = f"127.0.0.1:{cluster.controller_ports[(leader % 3) + 1]}"  # not the leader
     for where in (["-C", one_controller], ["-b", cluster.bootstrap]):
-        status = json.loads(seaway("quorum", "describe", *where, "--status", "-O", "json").stdout)
+        status = json.loads(seaway("quorum", "describe", *where, "--status", "-o", "json").stdout)
         assert status["leader_id"] == leader and status["leader_epoch"] == epoch
         assert status["current_voters"] == [1, 2, 3] and status["current_observers"] == [101]
         assert status["cluster_id"] == cluster.cluster_id and status["high_watermark"] > 0
-        rows = json.loads(seaway("quorum", "describe", *where, "--replication", "-O", "json").stdout)
+        rows = json.loads(seaway("quorum", "describe", *where, "--replication", "-o", "json").stdout)
         assert [(r["node_id"], r["status"]) for r in rows][0] == (leader, "Leader")
         assert sorted(r["node_id"] for r in rows) == [1, 2, 3, 101]
         assert {r["status"] for r in rows if r["node_id"] == 101} == {"Observer"}

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from core.cli.common import UsageError, resolve_cluster
+from core.cli.common import resolve_cluster
 from core.cli.main import build_parser, main
 from core.platform_file import running_platform
 
