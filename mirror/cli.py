@@ -108,9 +108,11 @@ def show_status(args) -> int:
                     key += "_" + labels["result"]
                 links.setdefault(labels["link"], {})[key] = value
     if args.output == "json":
-        print(json.dumps({"links": links, "partitions": [dict(link=k[0], topic=k[1], partition=k[2], **v)
-                                                         for k, v in sorted(rows.items())]}, indent=2))
+        print(json.dumps({"metrics_url": url, "links": links,
+                          "partitions": [dict(link=k[0], topic=k[1], partition=k[2], **v)
+                                         for k, v in sorted(rows.items())]}, indent=2))
         return 0
+    print(f"mirror metrics: {url}")
     table = [["LINK", "TOPIC", "PARTITION", "LAG", "LAG S", "RECORDS", "BYTES", "ERRORS"]]
     for (link, topic, partition), v in sorted(rows.items()):
         table.append([link, topic, str(partition), f"{v.get('lag_records', 0):.0f}",

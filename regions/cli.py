@@ -164,6 +164,9 @@ def cmd_up(args, state_dir: Path) -> int:
         print(f"  console: {layout.dr_url}console/ (dr serve, the DR controller: also /metrics and /api/v1/status)"
               + (f"; log in as {layout.security.admin_user} with the password in its client properties below"
                  if layout.security is not None else ""))
+    if layout.mirror_metrics_port:
+        print(f"  mirror metrics: {mirror_metrics_url(layout)} (every link, labelled link=\"SOURCE->TARGET\"; "
+              f"`mirror status` reads it)")
     for g in layout.gateways:
         print(f"  gateway of {g.spec.pair} in {g.spec.region}: bootstrap {g.bootstrap}   "
               f"{gateways[g.spec.name]}; metrics {g.metrics_url}")
@@ -174,12 +177,53 @@ def cmd_up(args, state_dir: Path) -> int:
     if args.detach:
         return 0
     print("live status below; Ctrl-C stops the platform")
-    if not _show_status_until_interrupted(proc, state_dir, layout):
-        raise CliError(f"the supervisor exited ({proc.returncode}); see {log_path}")
-    print("\nstopping the platform ...")
+    header = address_lines(layout)
+    if not _show_status_until_interrupted(proc, state_dir, layout, header):
+        print("\n".join(["", *header]))
+        if proc.returncode == 0:
+            print(f"the platform was stopped by `regions down`; its data stays in {state_dir}")
+            return 0
+        raise CliError(f"the supervisor exited ({_exit_reason(proc.returncode)}); see {log_path}")
+    print("\n".join(["", *header, "", "stopping the platform ..."]))
     anyio.run(send_command, state_dir, {"cmd": "down"}, 10.0)
     proc.wait(timeout=120)
     return 0
+
+
+def _exit_reason(returncode: int) -> str:
+    import signal
+    if returncode > 128 and returncode - 128 in signal.valid_signals():
+        return f"stopped by {signal.Signals(returncode - 128).name}"
+    if returncode < 0 and -returncode in signal.valid_signals():
+        return f"killed by {signal.Signals(-returncode).name}"
+    return f"exit status {returncode}"
+
+
+def address_lines(layout) -> list[str]:
+    """What a user of the running platform needs to see: where its clusters, metrics, console,
+    gateways, client properties and state are. Kept above the live view's status, and printed
+    again when the view ends."""
+    lines = [f"platform {layout.topology.name!r}: state and logs in {layout.state_dir}"]
+    for name, c in layout.clusters.items():
+        lines.append(f"  {c.region:<10} {name:<12} bootstrap {c.bootstrap}")
+        for region in layout.topology.regions:
+            if region != c.region:
+                lines.append(f"  {'':<10} {'':<12} from {region}: {layout.wan_bootstrap(name, region)}")
+        lines.append(f"  {'':<10} {'':<12} metrics " + " ".join(
+            f"http://127.0.0.1:{n.metrics_port}/metrics" for n in c.nodes))
+    if layout.mirror_metrics_port:
+        lines.append(f"  mirror metrics: {mirror_metrics_url(layout)}")
+    if layout.dr_url:
+        lines.append(f"  console: {layout.dr_url}console/")
+    for g in layout.gateways:
+        lines.append(f"  gateway of {g.spec.pair} in {g.spec.region}: bootstrap {g.bootstrap}")
+    if layout.security is not None:
+        lines.append(f"  admin client properties: {layout.security.client_properties_path(layout.security.admin_user)}")
+    return lines
+
+
+def mirror_metrics_url(layout) -> str:
+    return f"http://127.0.0.1:{layout.mirror_metrics_port}/metrics"
 
 
 def seaway_command(state_dir: Path) -> str:
@@ -205,8 +249,10 @@ def _print_security(layout) -> None:
               f"kcat -F {files[security.admin_user]} -b {g.bootstrap} -L")
 
 
-def _show_status_until_interrupted(proc, state_dir: Path, layout) -> bool:
-    """Refresh the status view every 2 s until Ctrl-C (True) or the supervisor exits (False).
+def _show_status_until_interrupted(proc, state_dir: Path, layout, header: list[str] = ()) -> bool:
+    """Refresh the status view every 2 s, under `header` (on a terminal the screen is cleared
+    each time, and the addresses must not go with it), until Ctrl-C (True) or the supervisor
+    exits (False).
 
     Ctrl-C sets a flag, checked between refreshes, instead of raising KeyboardInterrupt
     wherever the main thread happens to be: inside a status query it meets asyncio's runner
@@ -221,7 +267,8 @@ def _show_status_until_interrupted(proc, state_dir: Path, layout) -> bool:
                 if interrupted:
                     return True
                 time.sleep(0.1)
-            print("\033[2J\033[H" if sys.stdout.isatty() else "", end="")
+            if sys.stdout.isatty():
+                print("\033[2J\033[H" + "\n".join([*header, ""]))
             _print_status(state_dir, layout)
         return bool(interrupted)
     finally:
@@ -364,7 +411,8 @@ def _print_status(state_dir: Path, layout, status: dict | None = None) -> None:
     mirror = status.get("mirror")
     if mirror is not None:
         links = ", ".join(f"{m.source} -> {m.target}" for m in layout.topology.mirror_runs())
-        print(f"mirror ({links}): " + (f"running (pid {mirror['pid']})" if mirror["running"]
+        print(f"mirror ({links}): " + (f"running (pid {mirror['pid']}), metrics {mirror_metrics_url(layout)}"
+                                       if mirror["running"]
                                        else f"down (exit {mirror['exit_code']}; see {mirror['log']})"))
     dr = status.get("dr")
     if dr is not None:
@@ -438,7 +486,7 @@ def cmd_supervise(args, state_dir: Path) -> int:
     topology = load_topology(args.topology)
     supervisor = Supervisor(plan(topology, state_dir), topology_path=args.topology.resolve())
     anyio.run(supervisor.run)
-    return 0
+    return supervisor.exit_status
 
 
 def cmd_compose(args, state_dir: Path) -> int:

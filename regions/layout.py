@@ -29,6 +29,7 @@ from .security import CLIENTS_DIR, PlatformSecurity, gateway_listener_properties
 from .topology import Node, Topology
 
 DR_CONSOLE_PORT = 9780          # dr serve's default (dr/serve.py), as compose publishes it
+MIRROR_METRICS_PORT = 9781      # the platform's mirror (every link) where the topology fixes ports
 PORTS_FILE = "ports.json"
 CLUSTER_IDS_FILE = "cluster-ids.json"
 GATEWAYS_DIR = "gateways"       # a secured platform's gateways' listener properties
@@ -194,6 +195,8 @@ def plan(topology: Topology, state_dir: Path, *, cluster_ids: dict[str, str] | N
     reserved = {p for slots, metrics in fixed_gateways.values() for p in (*slots, metrics)}
     if ports_are_fixed(topology) and topology.dr_pairs():
         reserved.add(DR_CONSOLE_PORT)
+    if ports_are_fixed(topology) and topology.mirrors:
+        reserved.add(MIRROR_METRICS_PORT)
     taken |= reserved
 
     def port(key: str, fixed: int | None) -> int:
@@ -235,7 +238,10 @@ def plan(topology: Topology, state_dir: Path, *, cluster_ids: dict[str, str] | N
                           if n.node.is_controller)
         for n in layouts:
             n.properties = _properties(n, voters, cluster.config, proxies, security)
-    mirror_port = port("mirror/metrics_port", None) if topology.mirrors else None
+    # Fixed beside the console where the topology fixes its brokers' ports (the shipped ones
+    # do), so the address is known, and documented, before the platform starts.
+    mirror_port = (port("mirror/metrics_port", MIRROR_METRICS_PORT if ports_are_fixed(topology) else None)
+                   if topology.mirrors else None)
     # `dr serve` and its console: at dr's own default port (as in compose) where the topology
     # fixes its brokers' ports too, so the console's address is known before the platform starts.
     dr_port = port("dr/port", DR_CONSOLE_PORT if ports_are_fixed(topology) else None) if topology.dr_pairs() else None

@@ -171,11 +171,14 @@ class PlatformSecurity:
         return {"security.protocol": "SASL_SSL", "sasl.mechanism": self.mechanism, "sasl.username": user,
                 "sasl.password": self.password(user), "ssl.ca.location": str(self.ca_path)}
 
+    def client_properties_path(self, user: str) -> Path:
+        return self.state_dir / CLIENTS_DIR / f"{user}.properties"
+
     def write_client_files(self) -> dict[str, Path]:
         """clients/<user>.properties for the platform's users; {user: path}."""
         out = {}
         for user in self.users:
-            path = self.state_dir / CLIENTS_DIR / f"{user}.properties"
+            path = self.client_properties_path(user)
             props = self.client_properties(user)
             text = "".join(f"{k}={v}\n" for k, v in props.items())
             _write_private(path, f"# {user} on this platform's client listeners (written by `regions up`)\n" + text)

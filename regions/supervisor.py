@@ -141,11 +141,12 @@ class ServiceProcess(_Child):
                 "log": str(self.log_path), **({"url": self.url} if self.url else {})}
 
 
-def mirror_process(state_dir: Path) -> ServiceProcess:
+def mirror_process(state_dir: Path, metrics_port: int | None = None) -> ServiceProcess:
     """`mirror run --platform`: the topology's mirror links, one process for all of them. The
     mirror's own hand-over gives up after 12 s, +3 s to close: it gets 20."""
     return ServiceProcess("the mirror", ["mirror.cli", "run", "--platform", "--state-dir", str(state_dir)],
-                          state_dir / MIRROR_LOG, stop_s=20)
+                          state_dir / MIRROR_LOG, stop_s=20,
+                          url=f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else None)
 
 
 def dr_serve_process(state_dir: Path, port: int) -> ServiceProcess:
@@ -183,10 +184,14 @@ class Supervisor:
         self.topology_path = topology_path
         self.nodes = {n.key: NodeProcess(n) for n in layout.nodes()}
         self.proxies = self._proxies()
-        self.mirror = mirror_process(layout.state_dir) if layout.topology.mirrors else None
+        self.mirror = (mirror_process(layout.state_dir, layout.mirror_metrics_port)
+                       if layout.topology.mirrors else None)
         self.dr = dr_serve_process(layout.state_dir, layout.dr_port) if layout.dr_port else None
         self.gateways = [GatewayProcess(layout.state_dir, g) for g in layout.gateways]
         self.done = anyio.Event()
+        # Why it stopped: `regions down` (exit status 0) or a signal (128 + its number, as a
+        # shell reports it), so that a foreground `regions up` can tell a stop from a failure.
+        self.exit_status = 0
 
     def _proxies(self) -> list[WanProxy]:
         """One pipe per direction of each region pair, shared by every proxy of that pair."""
@@ -363,7 +368,8 @@ class Supervisor:
 
     async def _on_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for _ in signals:
+            async for signum in signals:
+                self.exit_status = 128 + signum
                 self.done.set()
                 return
 

@@ -282,26 +282,75 @@ def test_bad_input_gets_one_line(tmp_path, args, words):
     assert lines[0].startswith(f"regions {args[0]}: ")
 
 
-def test_up_in_the_foreground_shows_live_status_until_ctrl_c(tmp_path):
-    import signal
+TINY = ("name: tiny\nregions:\n  eu-west:\n    clusters:\n      solo:\n        nodes:\n"
+        "          - {id: 1, roles: [broker, controller], zone: a}\n")
+
+
+def up_in_the_foreground(tmp_path):
+    """`regions up` of a one-node platform, in the foreground, once its live view has refreshed
+    twice: (process, state directory, the lines read so far)."""
     topology = tmp_path / "one.yaml"
-    topology.write_text("name: tiny\nregions:\n  eu-west:\n    clusters:\n      solo:\n        nodes:\n"
-                        "          - {id: 1, roles: [broker, controller], zone: a}\n")
+    topology.write_text(TINY)
     state = tmp_path / "state"
     proc = subprocess.Popen([sys.executable, "-m", "regions.cli", "--state-dir", str(state), "up", str(topology)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    lines = []
+    lines: list[str] = []
+    deadline = time.monotonic() + 90
     try:
-        deadline = time.monotonic() + 90
         while sum("REGION" in line for line in lines) < 2:     # two refreshes of the view
             assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
             lines.append(proc.stdout.readline())
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, state, lines
+
+
+def assert_addresses_printed_again(rest: str, state: Path) -> None:
+    """The view's end repeats where everything is (it had scrolled away, or been cleared)."""
+    assert f"platform 'tiny': state and logs in {state}" in rest, rest
+    assert any(line.split()[:3] == ["eu-west", "solo", "bootstrap"] for line in rest.splitlines()), rest
+
+
+def test_up_in_the_foreground_shows_live_status_until_ctrl_c(tmp_path):
+    import signal
+    proc, state, lines = up_in_the_foreground(tmp_path)
+    try:
         assert any(line.split()[:2] == ["eu-west", "solo"] and "healthy" in line for line in lines), lines
     finally:
         proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=90)
     assert proc.returncode == 0, rest
     assert "stopping the platform" in rest
+    assert_addresses_printed_again(rest, state)
     assert not (state / "control.sock").exists() and not (state / "platform.json").exists()
     assert subprocess.run(["pgrep", "-f", str(state)], capture_output=True).stdout == b""
+
+
+def test_regions_down_from_another_shell_ends_the_foreground_up_with_exit_0(tmp_path):
+    proc, state, _ = up_in_the_foreground(tmp_path)
+    try:
+        down = regions(state, "down")
+        assert down.returncode == 0, down.stderr
+        rest, _ = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, rest
+    assert f"the platform was stopped by `regions down`; its data stays in {state}" in rest
+    assert_addresses_printed_again(rest, state)
+    assert "error" not in rest and "supervisor exited" not in rest, rest
+
+
+def test_a_supervisor_stopped_by_a_signal_ends_the_foreground_up_as_a_failure_that_says_so(tmp_path):
+    import signal
+    proc, state, _ = up_in_the_foreground(tmp_path)
+    try:
+        supervisor = json.loads((state / "platform.json").read_text())["supervisor_pid"]
+        os.kill(supervisor, signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, rest
+    assert "regions up: the supervisor exited (stopped by SIGTERM); see " in rest, rest
+    assert_addresses_printed_again(rest, state)

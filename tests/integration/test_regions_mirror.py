@@ -112,6 +112,14 @@ def test_a_group_moves_to_us_east_after_a_source_outage_with_every_record_mirror
         create(eu, TOPIC, rf=3, min_isr=2)
         mirror_pid = p.status()["mirror"]["pid"]
         assert mirror_pid
+        # The mirror's metrics address: printed by `regions up`, `regions status` and `mirror status`.
+        url = p.info["mirror_metrics"]
+        assert url and f"  mirror metrics: {url} " in p.up_output
+        assert p.status()["mirror"]["url"] == url
+        assert f"metrics {url}" in regions(state, "status").stdout
+        shown = subprocess.run([sys.executable, "-m", "mirror.cli", "status", "--platform", "--state-dir", str(state)],
+                               cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert shown.stdout.splitlines()[0] == f"mirror metrics: {url}", shown.stdout
 
         # A writer in eu-west; the whole of eu-west-1 is killed mid-stream and comes back.
         writer = Writer(eu)

@@ -48,3 +48,22 @@ def test_ctrl_c_during_a_status_refresh_ends_the_view_after_that_refresh(monkeyp
 def test_a_supervisor_that_exits_ends_the_view_without_an_interrupt(monkeypatch):
     monkeypatch.setattr(cli, "_print_status", lambda *a: None)
     assert cli._show_status_until_interrupted(ExitedSupervisor(), None, None) is False
+
+
+def test_on_a_terminal_each_refresh_keeps_the_addresses_above_the_status(monkeypatch, capsys):
+    class TwoRefreshes:
+        returncode = 0
+        polls = 0
+
+        def poll(self):
+            self.polls += 1
+            return None if self.polls <= 2 else 0
+
+    monkeypatch.setattr(cli, "_print_status", lambda *a: print("REGION CLUSTER ..."))
+    monkeypatch.setattr(cli.time, "sleep", lambda s: None)
+    monkeypatch.setattr(cli.sys.stdout, "isatty", lambda: True)
+    header = ["platform 'p': state and logs in /s", "  eu  eu-1  bootstrap 127.0.0.1:1"]
+    assert cli._show_status_until_interrupted(TwoRefreshes(), None, None, header) is False
+    screens = capsys.readouterr().out.split("\033[2J\033[H")[1:]
+    assert len(screens) == 2
+    assert all(screen.splitlines()[:4] == [*header, "", "REGION CLUSTER ..."] for screen in screens), screens

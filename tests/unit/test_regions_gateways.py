@@ -158,3 +158,15 @@ def test_picked_ports_lie_outside_the_ephemeral_range(tmp_path):
 ])
 def test_where_ports_are_picked(ephemeral, expected):
     assert pick_range(ephemeral) == expected
+
+
+def test_the_default_platforms_mirror_and_console_are_where_the_readme_says(tmp_path):
+    from regions.layout import DR_CONSOLE_PORT, MIRROR_METRICS_PORT
+    layout = plan(parse_topology(DEFAULT_TOPOLOGY.read_text()), tmp_path)
+    assert (layout.mirror_metrics_port, layout.dr_port) == (MIRROR_METRICS_PORT, DR_CONSOLE_PORT) == (9781, 9780)
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"`http://127.0.0.1:{MIRROR_METRICS_PORT}/metrics`" in readme
+    assert f"`http://127.0.0.1:{DR_CONSOLE_PORT}/console/`" in readme
+    # Without fixed ports the mirror's is picked once and kept.
+    picked = plan(parse_topology(PAIR), tmp_path / "p").mirror_metrics_port
+    assert picked in pick_range() and plan(parse_topology(PAIR), tmp_path / "p").mirror_metrics_port == picked
