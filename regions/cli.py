@@ -31,6 +31,7 @@ import anyio
 from core.deprecated_flags import deprecated_alias
 from core.platform_file import PLATFORM_FILE, default_state_dir
 
+from .settings import broker_setting_problem
 from .topology import DEFAULT_TOPOLOGY, TopologyError, load_topology
 
 EXIT_ERROR = 1
@@ -126,7 +127,7 @@ def cmd_up(args, state_dir: Path) -> int:
     from .layout import plan
     from .control import send_command
     from .supervisor import SUPERVISOR_LOG
-    topology = load_topology(args.topology)
+    topology = load_topology(args.topology, check_setting=broker_setting_problem)
     running = anyio.run(send_command, state_dir, {"cmd": "status"}, 5.0)
     if running is not None:
         print(f"platform {running.get('name')!r} is already running (supervisor pid "
@@ -483,7 +484,7 @@ def cmd_supervise(args, state_dir: Path) -> int:
     from .supervisor import Supervisor
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    topology = load_topology(args.topology)
+    topology = load_topology(args.topology, check_setting=broker_setting_problem)
     supervisor = Supervisor(plan(topology, state_dir), topology_path=args.topology.resolve())
     anyio.run(supervisor.run)
     return supervisor.exit_status
@@ -491,7 +492,7 @@ def cmd_supervise(args, state_dir: Path) -> int:
 
 def cmd_compose(args, state_dir: Path) -> int:
     from .compose import compose_file
-    topology = load_topology(args.topology)
+    topology = load_topology(args.topology, check_setting=broker_setting_problem)
     source = _relative(args.topology)
     output = _relative(args.file) if args.file else "FILE"
     assets = "."    # compose/ holds the alert rules and Grafana's files; a file elsewhere points back

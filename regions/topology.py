@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Any, Callable, Iterator, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -242,7 +242,7 @@ class Topology(_Strict):
 Problem = tuple[tuple, str]     # (path into the document, message)
 
 
-def _cross_field_problems(t: Topology) -> Iterator[Problem]:
+def _cross_field_problems(t: Topology, check_setting: SettingCheck | None = None) -> Iterator[Problem]:
     seen_names: dict[str, tuple] = {}
     for region_name in t.regions:
         if not re.match(NAME_PATTERN, region_name):
@@ -256,7 +256,7 @@ def _cross_field_problems(t: Topology) -> Iterator[Problem]:
         if cluster_name in seen_names:
             yield at, f"the name {cluster_name!r} is already used at {_dotted(seen_names[cluster_name])}"
         seen_names.setdefault(cluster_name, at)
-        yield from _properties_problems(at + ("config",), cluster.config)
+        yield from _properties_problems(at + ("config",), cluster.config, check_setting)
         if not cluster.controllers:
             yield at + ("nodes",), "a cluster needs at least one node with the controller role"
         if not cluster.brokers:
@@ -273,7 +273,7 @@ def _cross_field_problems(t: Topology) -> Iterator[Problem]:
                 yield node_at + ("port",), "only a node with the broker role has a client port"
             if node.controller_port is not None and not node.is_controller:
                 yield node_at + ("controller_port",), "only a node with the controller role has a controller port"
-            yield from _properties_problems(node_at + ("config",), node.config)
+            yield from _properties_problems(node_at + ("config",), node.config, check_setting)
             for field in ("port", "controller_port", "metrics_port"):
                 port = getattr(node, field)
                 if port is None:
@@ -318,24 +318,32 @@ def _cross_field_problems(t: Topology) -> Iterator[Problem]:
         yield ("dr", "primary"), f"no region named {t.dr.primary!r}"
 
 
-def _properties_problems(at: tuple, config: dict) -> Iterator[Problem]:
-    for key in config:
+# Judges one broker setting of a topology's `config` maps: None, or what is wrong with it.
+# regions/settings.py has the one `regions` uses (it knows the nodes' settings); readers that
+# only need the topology's shape (dr/) load it without one.
+SettingCheck = Callable[[str, Any], "str | None"]
+
+
+def _properties_problems(at: tuple, config: dict, check_setting: SettingCheck | None) -> Iterator[Problem]:
+    for key, value in config.items():
         if key in RESERVED_PROPERTIES:
             yield at + (key,), f"{key} is set by the launcher from the topology"
+        elif check_setting is not None and (problem := check_setting(key, value)):
+            yield at + (key,), problem
 
 
 # ---------------------------------------------------------------------------- loading
 
-def load_topology(path: Path) -> Topology:
+def load_topology(path: Path, *, check_setting: SettingCheck | None = None) -> Topology:
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
         raise TopologyError(f"{path}: cannot read the topology: {exc.strerror or exc}") from None
-    return parse_topology(text, str(path))
+    return parse_topology(text, str(path), check_setting=check_setting)
 
 
-def parse_topology(text: str, source: str = "<topology>") -> Topology:
+def parse_topology(text: str, source: str = "<topology>", *, check_setting: SettingCheck | None = None) -> Topology:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
@@ -359,7 +367,7 @@ def parse_topology(text: str, source: str = "<topology>") -> Topology:
         first = exc.errors()[0]
         path = tuple(first["loc"])
         raise TopologyError(_say(source, lines, path, _message(first))) from None
-    for path, message in _cross_field_problems(topology):
+    for path, message in _cross_field_problems(topology, check_setting):
         raise TopologyError(_say(source, lines, path, message))
     return topology
 

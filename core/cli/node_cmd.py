@@ -31,13 +31,21 @@ def register(sub) -> None:
 
 
 def _props(args) -> dict[str, str]:
+    """The file's properties with the overrides on top; a key neither Seaway nor Kafka knows
+    is an error naming where it came from (the file or --override) and the nearest known key."""
     from core.config import load_properties
     from core.config.defs import ConfigError
+    from core.config.unknown import unknown_broker_setting
     props = load_properties(args.config) if args.config else {}
+    for key in props:
+        if reason := unknown_broker_setting(key):
+            raise ConfigError(f"{args.config}: {reason}")
     for item in args.override:
         if "=" not in item:
             raise ConfigError(f"--override: {item!r} is not KEY=VALUE")
         key, value = item.split("=", 1)
+        if reason := unknown_broker_setting(key.strip()):
+            raise ConfigError(f"--override {reason}")
         props[key.strip()] = value.strip()
     return props
 

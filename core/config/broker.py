@@ -1,8 +1,9 @@
 """A node's settings, read from a Kafka-style properties file.
 
-Unknown keys are reported and ignored, as Kafka does ("supplied but not used"), so an
-existing server.properties works. Values are checked at load time and an error names the
-key, so that a bad file fails in one readable line before anything starts.
+Kafka's keys that Seaway does not use are reported and ignored, as Kafka does ("supplied but
+not used"), so an existing server.properties works; a key neither knows is an error naming the
+nearest known one (core/config/unknown.py). Values are checked at load time and an error names
+the key, so that a bad file fails in one readable line before anything starts.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from .defs import INT_MAX, LONG_MAX, ConfigDef, ConfigError, ConfigType
 from .sasl import SASL_CONFIG_LIST, SASL_CONFIGS
 from .tls import SSL_CONFIG_LIST, SSL_CONFIGS
 from .topic import TOPIC_CONFIG_LIST
+from .unknown import unknown_broker_setting
 
 log = logging.getLogger(__name__)
 _T = ConfigType
@@ -290,6 +292,10 @@ class BrokerConfig:
                 self.explicit.add(name)
             else:
                 self.values[name] = definition.default
+        mistakes = [reason for key in props if (reason := unknown_broker_setting(key))]
+        if mistakes:
+            more = f" (and {len(mistakes) - 1} more)" if len(mistakes) > 1 else ""
+            raise ConfigError(mistakes[0] + more)
         self.unused = {k: v for k, v in props.items() if k not in _ACCEPTED_UNUSED}
         if warn_unknown and self.unused:
             log.warning("these settings were supplied but are not used: %s", ", ".join(sorted(self.unused)))

@@ -267,6 +267,9 @@ def test_a_plaintext_dr_pair_gets_a_gateway_in_each_region_that_follows_its_fail
 @pytest.mark.parametrize("args, words", [
     (["up", "{bad}"], "roles[1]: Input should be 'broker' or 'controller'"),
     (["up", "{missing}"], "cannot read the topology"),
+    (["up", "{typo}"], "typo.yaml:5: regions.eu-west.clusters.a.config.log.retension.ms: not a broker setting "
+                       "of Seaway or Kafka (did you mean log.retention.ms?)"),
+    (["compose", "{typo}"], "did you mean log.retention.ms?"),
     (["status"], "no platform is running"),
     (["stop", "eu-west"], "no platform is running"),
 ])
@@ -274,9 +277,13 @@ def test_bad_input_gets_one_line(tmp_path, args, words):
     bad = tmp_path / "bad.yaml"
     bad.write_text("regions:\n  eu-west:\n    clusters:\n      a:\n        nodes:\n"
                    "          - {id: 1, roles: [broker, controler], zone: z}\n")
-    args = [a.format(bad=bad, missing=tmp_path / "missing.yaml") for a in args]
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("regions:\n  eu-west:\n    clusters:\n      a:\n        config: {log.retension.ms: 1000}\n"
+                    "        nodes:\n          - {id: 1, roles: [broker, controller], zone: z}\n")
+    args = [a.format(bad=bad, missing=tmp_path / "missing.yaml", typo=typo) for a in args]
     out = regions(tmp_path / "state", *args)
     assert out.returncode != 0
+    assert not (tmp_path / "state").exists() or args[0] != "up", "a topology refused left a state directory"
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in out.stderr, out.stderr
     assert lines[0].startswith(f"regions {args[0]}: ")
