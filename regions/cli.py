@@ -133,8 +133,12 @@ def cmd_up(args, state_dir: Path) -> int:
         print(f"platform {running.get('name')!r} is already running (supervisor pid "
               f"{running.get('pid')}, state in {state_dir}); `regions status` shows it")
         return 0
-    layout = plan(topology, state_dir)
-    _check_ports_free(layout)
+    before = _entries(state_dir)         # None: this start makes the state directory
+    try:
+        layout = plan(topology, state_dir)
+        _check_ports_free(layout)
+    except CliError as exc:
+        raise CliError(f"{exc}{_clean_failed_start(state_dir, before, started=False)}") from None
     log_path = state_dir / SUPERVISOR_LOG
     with open(log_path, "ab") as logf:
         proc = subprocess.Popen(
@@ -146,8 +150,15 @@ def cmd_up(args, state_dir: Path) -> int:
     try:
         healths = _wait_healthy(layout, proc, args.timeout, log_path)
         gateways = _wait_gateways(layout, proc, started + args.timeout)
-    except BaseException:
+    except BaseException as exc:
         proc.terminate()
+        try:
+            proc.wait(timeout=60)       # it stops what it started before anything is removed
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if isinstance(exc, CliError):
+            raise CliError(f"{exc}{_clean_failed_start(state_dir, before, started=True)}") from None
         raise
     took = time.monotonic() - started
     print(f"platform {topology.name!r} is up in {took:.1f}s (state and logs in {state_dir})")
@@ -225,6 +236,40 @@ def address_lines(layout) -> list[str]:
 
 def mirror_metrics_url(layout) -> str:
     return f"http://127.0.0.1:{layout.mirror_metrics_port}/metrics"
+
+
+def _entries(state_dir: Path) -> set[Path] | None:
+    """Every file and directory under `state_dir` now, or None if it does not exist."""
+    if not state_dir.exists():
+        return None
+    return set(state_dir.rglob("*"))
+
+
+def _clean_failed_start(state_dir: Path, before: set[Path] | None, *, started: bool) -> str:
+    """Remove what a failed `regions up` made, and say, for the error line, what is left.
+
+    A state directory this start made goes, apart from the logs of processes that ran (they
+    say what went wrong). In one that held a platform already, only the files this start made
+    go: the data and logs from before stay."""
+    import shutil
+    if before is None and not started:
+        shutil.rmtree(state_dir, ignore_errors=True)
+        return f"; removed {state_dir}, which this start had made"
+    made = sorted(_entries(state_dir) - (before or set()), key=lambda p: len(p.parts), reverse=True)
+    for path in made:
+        if path.is_file() and path.suffix != ".log" or path.is_symlink() or path.is_socket():
+            path.unlink(missing_ok=True)
+    for path in made:              # deepest first: directories left empty go too
+        if path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+    if before is None:
+        if not any(state_dir.rglob("*.log")):
+            shutil.rmtree(state_dir, ignore_errors=True)
+            return f"; removed {state_dir}, which this start had made"
+        return (f"; removed what this start made in {state_dir} except its logs (supervisor.log, "
+                f"each node's node.log), which show what went wrong: `rm -r {state_dir}` removes them")
+    return (f"; removed the files this start added to {state_dir}, and kept what was there before "
+            f"(the platform's data, and the logs this start appended to)")
 
 
 def seaway_command(state_dir: Path) -> str:

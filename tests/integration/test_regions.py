@@ -361,3 +361,40 @@ def test_a_supervisor_stopped_by_a_signal_ends_the_foreground_up_as_a_failure_th
     assert proc.returncode == 1, rest
     assert "regions up: the supervisor exited (stopped by SIGTERM); see " in rest, rest
     assert_addresses_printed_again(rest, state)
+
+
+def test_a_start_refused_for_a_taken_port_leaves_nothing_behind(tmp_path):
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        topology = tmp_path / "taken.yaml"
+        topology.write_text(TINY.replace("zone: a}", f"zone: a, port: {port}}}"))
+        fresh, used = tmp_path / "fresh", tmp_path / "used"
+        out = regions(fresh, "up", str(topology), "--detach")
+        assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+        assert f"port {port} on 127.0.0.1 is in use" in out.stderr
+        assert out.stderr.rstrip().endswith(f"; removed {fresh}, which this start had made")
+        assert not fresh.exists()
+        # A state directory that held something already keeps it; only this start's files go.
+        used.mkdir()
+        (used / "notes.txt").write_text("mine")
+        out = regions(used, "up", str(topology), "--detach")
+        assert out.returncode == 1 and "kept what was there before" in out.stderr, out.stderr
+        assert sorted(p.name for p in used.iterdir()) == ["notes.txt"]
+
+
+def test_a_start_that_times_out_keeps_only_the_logs_that_say_why(tmp_path):
+    topology = tmp_path / "one.yaml"
+    topology.write_text(TINY)
+    state = tmp_path / "state"
+    out = regions(state, "up", str(topology), "--detach", "--timeout", "0.3")
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert "not healthy within 0.3s" in out.stderr
+    assert f"except its logs (supervisor.log, each node's node.log), which show what went wrong: `rm -r {state}`" \
+        in out.stderr
+    left = sorted(str(p.relative_to(state)) for p in state.rglob("*") if p.is_file())
+    assert left and all(name.endswith(".log") for name in left), left
+    assert "supervisor.log" in left
+    assert subprocess.run(["pgrep", "-f", str(state)], capture_output=True).stdout == b""
