@@ -69,6 +69,20 @@ _SASL_KEYS = (m.ApiKey.SASL_HANDSHAKE, m.ApiKey.SASL_AUTHENTICATE)
 API_KEY_OF: dict[type, int] = {api.request.cls: key for key, api in m.API.items()}
 
 
+def not_kafka(first: bytes) -> str | None:
+    """What answered, when the first bytes back cannot begin a Kafka response (whose size
+    prefix they failed to be): a one-line reason naming what was expected instead, or None."""
+    if first.startswith(b"HTTP/") or first[:5].lower() in (b"<!doc", b"<html"):
+        return ("an HTTP server answered, not a Kafka listener (a metrics, console or other web port? "
+                "the bootstrap address is the broker's listener)")
+    if len(first) >= 2 and first[0] in (0x15, 0x16) and first[1] == 0x03:
+        return ("a TLS server answered, not a plaintext Kafka listener (connect with security.protocol=SSL "
+                "or SASL_SSL: --command-config)")
+    if first.startswith(b"SSH-"):
+        return "an SSH server answered, not a Kafka listener"
+    return None
+
+
 class _FrameProtocol(asyncio.BufferedProtocol):
     """Cuts the byte stream into frames and hands each to the connection."""
 
@@ -122,6 +136,9 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         while end - start >= 4 and not self.conn.closed:
             (size,) = _SIZE.unpack_from(buf, start)
             if size < 4 or size > self.max_size:
+                if not self.conn.answered and (what := not_kafka(bytes(view[start:end]))):
+                    self.conn._fail(KafkaConnectionError(f"{self.conn}: {what}"))
+                    return
                 self.conn._fail(ProtocolError(
                     f"{self.conn}: response size prefix {size} is outside 4..{self.max_size} "
                     f"(max_response_size); closing the connection"))
@@ -160,6 +177,10 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         if not self.lost.done():
             self.lost.set_result(None)
         reason = f"lost: {exc}" if exc else "closed by the broker"
+        if not self.conn.answered and self.conn.in_flight and exc is None and self.conn.ssl_context is None:
+            # Nothing came back but a close: not Kafka, or a Kafka listener that expects TLS.
+            reason = ("closed before any answer: not a Kafka listener, or one that expects TLS "
+                      "(security.protocol=SSL or SASL_SSL)")
         self.conn._fail(KafkaConnectionError(f"connection to {self.conn} {reason}"))
 
 
@@ -195,6 +216,7 @@ class BrokerConnection:
         self.api_versions: dict[int, tuple[int, int]] = {}
         self.api_versions_version = -1  # the ApiVersions version the broker accepted
         self.closed = False
+        self.answered = False        # a frame came back: whatever is there speaks Kafka
         self.close_error: KafkaError | None = None
         self._proto: _FrameProtocol | None = None
         self._transport: asyncio.Transport | None = None
@@ -226,6 +248,9 @@ class BrokerConnection:
                     ssl=self.ssl_context, server_hostname=self.host if self.ssl_context else None)
         except (OSError, TimeoutError) as exc:
             self.closed = True
+            if isinstance(exc, ConnectionRefusedError):
+                raise KafkaConnectionError(f"cannot connect to {self}: nothing listens there "
+                                           f"(connection refused)") from None
             raise KafkaConnectionError(f"cannot connect to {self}: {exc or 'timed out'}") from None
         self._transport, self._proto = transport, proto
         sock = transport.get_extra_info("socket")
@@ -459,6 +484,7 @@ class BrokerConnection:
             raise error from None
 
     def _on_frame(self, frame) -> None:
+        self.answered = True
         if len(frame) < 4:  # checked by the framer; kept for safety
             self._fail(ProtocolError(f"{self}: response frame too short"))
             return

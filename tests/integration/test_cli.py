@@ -6,14 +6,17 @@ import json
 import pytest
 
 from tests.support.cli import seaway
-from tests.support.node import SeawayNode
+from tests.support.node import SeawayNode, free_port
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    with SeawayNode(tmp_path_factory.mktemp("cli"), {"auto.create.topics.enable": "false"}) as n:
+    metrics = free_port()
+    with SeawayNode(tmp_path_factory.mktemp("cli"), {"auto.create.topics.enable": "false",
+                                                      "metrics.port": str(metrics)}) as n:
+        n.metrics_port = metrics
         yield n
 
 
@@ -127,3 +130,37 @@ def test_quorum_describe_on_a_one_node_cluster_shows_its_one_voter(node):
     proc = seaway("quorum", "describe", "--timeout", "3", check=False)
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
     assert "so 127.0.0.1:9092 was tried: give --bootstrap-server HOST:PORT or --cluster NAME" in proc.stderr
+
+
+def test_a_bootstrap_that_is_no_kafka_listener_says_what_answered(node, tmp_path):
+    """The wrong port: each case one line that says what was there and what was expected."""
+    import socket
+    import threading
+
+    with socket.socket() as closed:          # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        closed_port = closed.getsockname()[1]
+    hangup = socket.socket()                  # accepts, reads, closes without a word
+    hangup.bind(("127.0.0.1", 0))
+    hangup.listen()
+
+    def hang_up():
+        while True:
+            try:
+                conn, _ = hangup.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(1024)
+    threading.Thread(target=hang_up, daemon=True).start()
+    try:
+        for address, words in (
+                (f"127.0.0.1:{node.metrics_port}", "an HTTP server answered, not a Kafka listener"),
+                (f"127.0.0.1:{closed_port}", "nothing listens there (connection refused)"),
+                (f"127.0.0.1:{hangup.getsockname()[1]}",
+                 "closed before any answer: not a Kafka listener, or one that expects TLS")):
+            proc = seaway("topics", "list", "-b", address, "--timeout", "5", check=False)
+            assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+            assert f"{address}: {words}" in proc.stderr or f"{address} {words}" in proc.stderr, proc.stderr
+    finally:
+        hangup.close()

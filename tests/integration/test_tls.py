@@ -340,3 +340,10 @@ def test_a_cluster_runs_with_mtls_between_brokers_and_controllers(tmp_path, pki)
             while chunk := raw.recv(4096):
                 answer += chunk
             assert answer == b"" or answer[0] == 0x15
+
+
+def test_the_cli_says_when_a_tls_port_is_asked_in_plaintext(node):
+    from tests.support.cli import seaway
+    proc = seaway("topics", "list", "-b", address(node, "TLS"), "--timeout", "5", check=False)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "security.protocol=SSL or SASL_SSL" in proc.stderr, proc.stderr

@@ -269,3 +269,19 @@ async def test_connect_refused_is_retriable_connection_error():
     with pytest.raises(KafkaConnectionError) as info:
         await BrokerConnection("127.0.0.1", port, connect_timeout_ms=2000).connect()
     assert info.value.retriable
+
+
+@pytest.mark.parametrize("first, expected", [
+    (b"HTTP/1.0 400 Bad Request\r\n", "an HTTP server answered"),
+    (b"HTTP/1.1 404 Not Found\r\n", "an HTTP server answered"),
+    (b"<!DOCTYPE HTML PUBLIC", "an HTTP server answered"),      # Python's http.server to a non-HTTP request
+    (b"\x15\x03\x03\x00\x02\x02\x32", "a TLS server answered"),  # an alert
+    (b"\x16\x03\x03\x00\x7a\x02", "a TLS server answered"),      # a handshake record
+    (b"SSH-2.0-OpenSSH_9.2\r\n", "an SSH server answered"),
+    (b"\x7f\xff\xff\xff\x00\x00", None),                         # just a bad size: no guess
+    (b"\x00\x00", None),
+])
+def test_what_answered_where_kafka_was_expected(first, expected):
+    from core.client.connection import not_kafka
+    said = not_kafka(first)
+    assert (said is None) if expected is None else said.startswith(expected), said
