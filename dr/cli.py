@@ -38,6 +38,8 @@ from pathlib import Path
 
 import anyio
 
+from core.arguments import OneLineParser
+
 from .config import DrConfig, DrConfigError, PairConfig, load_config, platform_config
 from .drill import Drill
 from .gateway_probe import describe as describe_gateway
@@ -58,7 +60,7 @@ class CliError(Exception):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dr", description="Seaway's DR controller: status, plans, failovers.")
+    parser = OneLineParser(prog="dr", description="Seaway's DR controller: status, plans, failovers.")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--platform", action="store_true", help="the platform `regions up` runs (the default)")
     where.add_argument("--config", type=Path, help="a DR configuration file (see the README)")

@@ -11,7 +11,6 @@ are one line.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import signal
@@ -22,6 +21,7 @@ import anyio
 import yaml
 from pydantic import ValidationError
 
+from core.arguments import OneLineParser
 from core.platform_file import PLATFORM_FILE, default_state_dir
 
 from .link import LinkConfig, MirrorLink
@@ -35,7 +35,7 @@ class CliError(Exception):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="mirror", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="mirror", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     run = sub.add_parser("run", help="run mirror links until stopped")

@@ -18,7 +18,6 @@ The platform runs under a supervisor process (regions/supervisor.py) that outliv
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import anyio
 
-from core.deprecated_flags import deprecated_alias
+from core.arguments import OneLineParser, deprecated_alias
 from core.platform_file import PLATFORM_FILE, default_state_dir
 
 from .settings import broker_setting_problem
@@ -45,7 +44,7 @@ class CliError(Exception):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="regions", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="regions", description=__doc__.split("\n\n")[0])
     parser.add_argument("--state-dir", type=Path, default=None,
                         help="where the platform keeps its data, logs and socket "
                              "($SEAWAY_STATE_DIR, default ~/.seaway/platform)")

@@ -52,7 +52,8 @@ async def with_admin(func, args) -> int:
             async with client:     # closes its connections even when the time is up
                 return await func(Admin(client, timeout_ms=timeout_ms), args) or 0
     except TimeoutError:
-        raise CliError(f"no answer from {args.bootstrap_server} within {args.timeout:g}s{hint}") from None
+        last = f" (the last attempt: {client.last_metadata_error})" if client.last_metadata_error else ""
+        raise CliError(f"no answer from {args.bootstrap_server} within {args.timeout:g}s{last}{hint}") from None
     except KafkaError as exc:
         if hint and exc.code == ErrorCode.NETWORK_EXCEPTION:
             raise CliError(f"{exc}{hint}") from None

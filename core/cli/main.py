@@ -13,21 +13,15 @@ import sys
 
 from . import (acls_cmd, gateway_cmd, groups_cmd, health_cmd, leaders_cmd, node_cmd, quorum_cmd, reassign_cmd, storage_cmd,
                topics_cmd, users_cmd)
+from core.arguments import OneLineParser
+
 from .common import CliError, UsageError, resolve_cluster
 
 __all__ = ["CliError", "UsageError", "build_parser", "main"]
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage mistakes are one line too (subparsers inherit the class), exit status 2."""
-
-    def error(self, message: str):
-        where = self.prog.removeprefix("seaway").strip()
-        self.exit(2, f"seaway: error: {where + ': ' if where else ''}{message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="seaway", description="Seaway: a multi-region, Kafka-compatible streaming platform")
+    parser = OneLineParser(prog="seaway", description="Seaway: a multi-region, Kafka-compatible streaming platform")
     parser.add_argument("--cluster", metavar="NAME", dest="platform_cluster", default=None,
                         help="a cluster of the running platform (`regions up`), for every command "
                              "that talks to one")

@@ -7,7 +7,7 @@ import sys
 
 import anyio
 
-from core.deprecated_flags import deprecated_alias
+from core.arguments import deprecated_alias
 
 
 def register(sub) -> None:

@@ -33,7 +33,7 @@ def emit_json(data: Any) -> None:
 
 
 def add_output_flag(parser) -> None:
-    from core.deprecated_flags import deprecated_alias
+    from core.arguments import deprecated_alias
     parser.add_argument("--output", "-o", choices=["table", "json"], default="table",
                         help="output format (default: table)")
     deprecated_alias(parser, "-O", dest="output", replacement="-o (--output)", prog="seaway",

@@ -113,6 +113,7 @@ class KafkaClient:
         self._dedicated: set[BrokerConnection] = set()
         self._connecting: dict[int, _Connect] = {}
         self._last_connect_failure: dict[int, float] = {}
+        self.last_metadata_error: str | None = None
         self._tracked_topics: set[str] = set()
         self._metadata_lock = asyncio.Lock()
         self._metadata_stale = False
@@ -457,7 +458,9 @@ class KafkaClient:
                 continue
             self._adopt_bootstrap_connection(conn, response)
             return response
-        raise KafkaConnectionError("metadata unavailable from every broker: " + "; ".join(errors))
+        # Kept for a caller whose own deadline ends the retries: what the brokers last said.
+        self.last_metadata_error = "; ".join(errors)
+        raise KafkaConnectionError("metadata unavailable from every broker: " + self.last_metadata_error)
 
     def _adopt_bootstrap_connection(self, conn: BrokerConnection, response) -> None:
         """Keep the bootstrap connection as its broker's node connection if it is one."""

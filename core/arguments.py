@@ -1,15 +1,32 @@
-"""Old spellings of command-line flags that still work for one release, and say so.
+"""What the command lines (seaway, regions, mirror, dr) share about parsing arguments: a parser
+whose usage mistakes are one line, and old spellings of flags that still work for a release.
+
+A mistake in a command line (an unknown flag, a missing value) is one line on stderr with exit
+status 2, naming the command and pointing at its --help, instead of argparse's usage block:
+
+    regions: error: up: unrecognized arguments: --detatch (see regions up --help)
+
+Old spellings of flags still work for one release, and say so.
 
 The CLIs (seaway, regions, mirror, dr) use `-o/--output` for the output format, as kubectl and
 kcat users expect. Where a flag had another spelling, the old one is registered with
 `deprecated_alias`: it sets the same destination, and the first use prints one line on stderr
 naming what replaces it. Kept out of core/cli so that regions/ (which may not import the seaway
-CLI) uses the same helper.
+CLI) uses the same helpers.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage mistakes in one line, exit status 2; subparsers made from it are the same class."""
+
+    def error(self, message: str):
+        top = self.prog.split()[0]
+        where = self.prog.removeprefix(top).strip()
+        self.exit(2, f"{top}: error: {where + ': ' if where else ''}{message} (see {self.prog} --help)\n")
 
 
 class _DeprecatedAlias(argparse.Action):
