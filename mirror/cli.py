@@ -102,6 +102,8 @@ def show_status(args) -> int:
             if "partition" in labels:
                 row = rows.setdefault((labels["link"], labels["topic"], int(labels["partition"])), {})
                 row[name.removeprefix("seaway_mirror_").removeprefix("partition_").removesuffix("_total")] = value
+            elif name == "seaway_mirror_link_state_info":
+                links.setdefault(labels["link"], {}).update(state=labels["state"], reason=labels["reason"])
             elif "link" in labels:
                 key = name.removeprefix("seaway_mirror_").removesuffix("_total")
                 if "result" in labels:      # topic_config_syncs_applied, ..._failed
@@ -124,7 +126,11 @@ def show_status(args) -> int:
     for link, v in sorted(links.items()):
         p50, p99 = v.get("replication_latency_p50_ms"), v.get("replication_latency_p99_ms")
         age = v.get("checkpoint_age_seconds", -1)
-        print(f"{link}: replication latency p50 {_ms(p50)} p99 {_ms(p99)}, checkpoint age "
+        if v.get("state") == "degraded":
+            print(f"{link}: DEGRADED: {v.get('reason')}")
+        latency = (f"replication latency p50 {_ms(p50)} p99 {_ms(p99)}" if p50 is not None
+                   else "no batches acknowledged in the last minute")
+        print(f"{link}: {latency}, checkpoint age "
               f"{'none yet' if age < 0 else f'{age:.1f}s'}, errors {v.get('errors', 0):.0f}, "
               f"lost to retention {v.get('lost_to_retention', 0):.0f}, "
               f"topics with unsynced configs {v.get('topic_configs_unsynced', 0):.0f}")

@@ -119,10 +119,19 @@ class CopierStats:
     records: int = 0
     bytes: int = 0
     batches: int = 0
+    # The upstream offset below which the target has acknowledged everything (the oldest
+    # unacknowledged batch's base, or `position` when nothing is in flight): lag counts from it.
+    mirrored: int = -1
     last_batch_timestamp_ms: int = -1  # max timestamp of the last acknowledged batch
     last_source_answer_ms: int = -1    # wall clock of the last fetch the source answered
+    # Wall clock since which the source has held records the target has not acknowledged
+    # (-1: caught up). Lag in seconds counts from it (mirror/metrics.py).
+    behind_since_ms: int = -1
+    # (wall clock in s, ms from the batch's newest timestamp to the target's acknowledgement)
     latencies_ms: deque = field(default_factory=lambda: deque(maxlen=1024))
     errors: int = 0
+    failing_since_ms: int = -1         # wall clock of the first failure since the last good step
+    last_error: str = ""
     skipped_aborted: int = 0
     skipped_control: int = 0
     lost_to_retention: int = 0
@@ -130,7 +139,16 @@ class CopierStats:
 
     @property
     def lag(self) -> int:
-        return max(0, self.source_end - self.position) if self.source_end >= 0 and self.position >= 0 else 0
+        """Records on the source the target has not acknowledged (fetched or not)."""
+        done = self.mirrored if self.mirrored >= 0 else self.position
+        return max(0, self.source_end - done) if self.source_end >= 0 and done >= 0 else 0
+
+    def observe(self, now_ms: int) -> None:
+        """After the source end or the mirrored offset moved: start or stop the lag clock."""
+        if self.lag == 0:
+            self.behind_since_ms = -1
+        elif self.behind_since_ms < 0:
+            self.behind_since_ms = now_ms
 
 
 class _Answer:
@@ -284,6 +302,7 @@ class PartitionCopier:
                     await self._start_at_log_start()
                 await self._step()
                 attempt = 0
+                self.stats.failing_since_ms = -1
 
         while not self._stop_requested.is_set():
             # A corrupt source batch is never forwarded: it is retried (a replica with good
@@ -294,6 +313,9 @@ class PartitionCopier:
             self._release_slot()
             attempt += 1
             self.stats.errors += 1
+            self.stats.last_error = str(exc)
+            if self.stats.failing_since_ms < 0:
+                self.stats.failing_since_ms = int(time.time() * 1000)
             log.info("%r: %s; retrying", self, exc)
             self.source.request_metadata_update()
             self.target.request_metadata_update()
@@ -325,6 +347,7 @@ class PartitionCopier:
                                           batch.records_count, _max_timestamp(view), extent=batch.run))
         self._next_seq = prepared.next_sequence
         self.stats.position = prepared.next_fetch_offset
+        self._note_mirrored()
         if self._slot is not None:
             self._slot.ask(self.stats.position)     # the fetcher's next request fetches on from here
         await self._fill_window()
@@ -374,6 +397,7 @@ class PartitionCopier:
             self.stats.last_source_answer_ms = slot.last_answer_ms
         if slot.source_end >= 0:
             self.stats.source_end = slot.source_end
+            self._note_mirrored()
         if answer is None:
             return None
         if answer.error is not None:
@@ -487,13 +511,20 @@ class PartitionCopier:
         stats.records += entry.records
         stats.bytes += len(entry.data)
         stats.batches += 1
+        now = time.time()
         if entry.max_timestamp >= 0:
             stats.last_batch_timestamp_ms = entry.max_timestamp
-            stats.latencies_ms.append(max(0, int(time.time() * 1000) - entry.max_timestamp))
+            stats.latencies_ms.append((now, max(0, int(now * 1000) - entry.max_timestamp)))
+        self._note_mirrored(int(now * 1000))
         self._downstream_end = downstream_base + entry.records
         if not entry.extent:
             stats.inexact_batches += 1
         await self._sync(entry.upstream_base, downstream_base, entry.extent)
+
+    def _note_mirrored(self, now_ms: int | None = None) -> None:
+        stats = self.stats
+        stats.mirrored = self._window[0].upstream_base if self._window else stats.position
+        stats.observe(int(time.time() * 1000) if now_ms is None else now_ms)
 
     async def _record_end(self) -> None:
         """The end edge: where the next upstream record will land downstream."""
