@@ -127,7 +127,7 @@ def test_seaway_node_puts_the_file_credentials_in_a_new_metadata_log(tmp_path):
     specs = tmp_path / "scram.txt"
     specs.write_text("# users\nSCRAM-SHA-512=[name=alice,password=a-secret]\n\nSCRAM-SHA-256=[name=bob]\n")
     data = tmp_path / "data"
-    proc = subprocess.run([sys.executable, "-m", "core.cli", "node", "-o", f"log.dirs={data}", "-o", "node.id=1",
+    proc = subprocess.run([sys.executable, "-m", "core.cli", "node", "--override", f"log.dirs={data}", "--override", "node.id=1",
                            "--cluster-id", "QDKHU8itVi22MRW8shkB6w", "--add-scram-file", str(specs)],
                           cwd=REPO, capture_output=True, text=True, timeout=60, env=dict(os.environ))
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
