@@ -52,7 +52,7 @@ def running_platform(state_dir: Path | None = None) -> RunningPlatform | None:
     try:
         data = json.loads((state_dir / PLATFORM_FILE).read_text())
         pid = int(data["supervisor_pid"])
-        if not _alive(pid):
+        if not process_alive(pid):
             return None
         security = data.get("security") or None
         admin_properties = None
@@ -65,8 +65,9 @@ def running_platform(state_dir: Path | None = None) -> RunningPlatform | None:
         return None
 
 
-def _alive(pid: int) -> bool:
-    if pid <= 0:
+def process_alive(pid: int | None) -> bool:
+    """Whether `pid` is a running process (a zombie, exited but not yet reaped, is not)."""
+    if not pid or pid <= 0:
         return False
     try:
         os.kill(pid, 0)
@@ -74,4 +75,7 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True         # someone else's process: it exists
-    return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True         # no /proc here: kill(0) is all there is

@@ -19,7 +19,6 @@ The platform runs under a supervisor process (regions/supervisor.py) that outliv
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 import anyio
 
 from core.arguments import OneLineParser, deprecated_alias
-from core.platform_file import PLATFORM_FILE, default_state_dir
+from core.platform_file import PLATFORM_FILE, default_state_dir, process_alive
 
 from .settings import broker_setting_problem
 from .topology import DEFAULT_TOPOLOGY, TopologyError, load_topology
@@ -500,25 +499,10 @@ def cmd_down(args, state_dir: Path) -> int:
     # Done when the supervisor has exited, not merely when it removed platform.json: a
     # script that starts another platform right after must not meet this one's processes.
     deadline = time.monotonic() + 120
-    while ((state_dir / PLATFORM_FILE).exists() or _alive(supervisor_pid)) and time.monotonic() < deadline:
+    while ((state_dir / PLATFORM_FILE).exists() or process_alive(supervisor_pid)) and time.monotonic() < deadline:
         time.sleep(0.1)
     print("platform stopped; its data stays in " + str(state_dir))
     return 0
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:   # a zombie (its parent has not reaped it yet) has exited
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def cmd_supervise(args, state_dir: Path) -> int:
