@@ -17,11 +17,16 @@ METRICS = re.compile(r"metrics: (http://\S+)/metrics")
 
 
 def free_ports(n: int) -> int:
-    """The first of n consecutive free ports on 127.0.0.1 (a gateway's slots)."""
+    """The first of n consecutive free ports on 127.0.0.1 (a gateway's slots), above the
+    ephemeral range (regions/layout.py pick_range): a gateway started again on them after a
+    kill must not find one taken by some outgoing connection meanwhile (CI met that)."""
     import random
     import socket
+
+    from regions.layout import pick_range
+    candidates = pick_range()
     for _ in range(200):
-        base = random.randint(20_000, 60_000)
+        base = random.randint(candidates.start, candidates.stop - n - 1)
         socks = []
         try:
             for port in range(base, base + n):
