@@ -240,11 +240,6 @@ class SourceFetcher:
     def changed(self) -> None:
         self._changed.set()
 
-    def buffered(self) -> int:
-        """Record bytes fetched and not yet taken in this fetcher's slots (its budget may
-        be shared with other lanes)."""
-        return sum(_size(a) for slot in self.slots.values() for a in slot.answers)
-
     async def run(self) -> None:
         attempt = 0
         try:

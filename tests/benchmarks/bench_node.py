@@ -66,7 +66,7 @@ from confluent_kafka import (
 )
 from confluent_kafka import version as ck_version
 
-from tests.support.clients import create_topic, drop_topic
+from tests.support.clients import create_topic, drop_topic, produce_many
 from tests.support.node import SeawayNode
 from tests.support.procstat import prefault
 from tests.support.tansu import TansuBroker, tansu_binary
@@ -171,19 +171,6 @@ def producer_conf(bootstrap: str, args, *, linger_ms: int) -> dict:
         "compression.type": "none",
         "enable.idempotence": False,
     }
-
-
-def produce_many(producer: Producer, topic: str, payload: bytes, n: int) -> None:
-    produce, poll = producer.produce, producer.poll
-    for i in range(n):
-        while True:
-            try:
-                produce(topic, payload)
-                break
-            except BufferError:
-                poll(0.002)
-        if not i & 0x3FFF:
-            poll(0)
 
 
 def bench_produce(bootstrap: str, topic: str, size: int, n: int, warmup: int, partitions: int,

@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.support.clients import create_topic, drop_topic  # noqa: E402
+from tests.support.clients import create_topic, drop_topic, produce_many  # noqa: E402
 from tests.support.node import SeawayNode  # noqa: E402
 from tests.support.procstat import cpu_seconds, prefault  # noqa: E402
 from tests.support.tansu import TansuBroker  # noqa: E402
@@ -73,26 +73,13 @@ def produce_worker(bootstrap: str, topic: str, size: int, n: int, ready, go, res
                          "delivery.report.only.error": True,
                          "on_delivery": lambda err, msg: failures.append(str(err)) if err else None})
     payload = os.urandom(size)
-    produce, poll = producer.produce, producer.poll
-
-    def send(count: int) -> None:
-        for i in range(count):
-            while True:
-                try:
-                    produce(topic, payload)
-                    break
-                except BufferError:
-                    poll(0.002)
-            if not i & 0x3FFF:
-                poll(0)
-
-    send(WARMUP)
+    produce_many(producer, topic, payload, WARMUP)
     if producer.flush(30):
         failures.append("warm-up records not delivered in 30 s")
     ready.release()
     go.wait()
     cpu0, start = time.process_time(), time.monotonic()
-    send(n)
+    produce_many(producer, topic, payload, n)
     left = producer.flush(120)
     end = time.monotonic()
     if left:

@@ -101,6 +101,21 @@ def create_topic(
         time.sleep(0.05)
 
 
+def produce_many(producer, topic: str, payload: bytes, n: int) -> None:
+    """n records of `payload` through a confluent-kafka Producer as fast as it takes them,
+    waiting (not failing) while its local queue is full; no flush."""
+    produce, poll = producer.produce, producer.poll
+    for i in range(n):
+        while True:
+            try:
+                produce(topic, payload)
+                break
+            except BufferError:
+                poll(0.002)
+        if not i & 0x3FFF:
+            poll(0)
+
+
 def drop_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> None:
     """Delete a benchmark run's topic to free its data (a broker's memory, files and page
     cache) before the next run; a topic left behind only costs memory, so it is reported,
