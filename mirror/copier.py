@@ -10,7 +10,10 @@ them to the target leader, one batch per Produce request, up to `max_in_flight` 
 once on one connection. Requests on one connection are answered in order, and each carries
 the mirror's idempotent producer id and the next sequences, so a retry after a lost answer
 is written once (the target's idempotence), and a window of requests keeps a cross-region
-link busy instead of paying one round trip per batch.
+link busy instead of paying one round trip per batch. The window is kept in order by the
+target's sequence check, which binds only batches of one producer the target already knows:
+so a batch goes out behind unanswered ones only if they are all of its producer and the
+target has acknowledged that producer here before (`_may_follow`); otherwise it waits.
 
 When a batch is acknowledged at downstream offset d, the copier reports an offset sync
 (upstream base, d, extent) to its `on_synced` callback: the extent is the batch's offset count
@@ -53,6 +56,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from itertools import islice
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
@@ -64,7 +68,7 @@ from core.client.errors import KafkaConnectionError, KafkaError
 from core.client.offsets import list_offsets
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
-from core.protocol.records import MAX_TIMESTAMP_AT
+from core.protocol.records import MAX_TIMESTAMP_AT, PRODUCER_ID_AT
 
 from .batches import MirrorBatchError, prepare_for_target, restamp_producer
 from .fetcher import Slot, SourceFetchers
@@ -154,12 +158,13 @@ class CopierStats:
 class _Answer:
     """What a Produce request in flight gets: a response, or the error its send raised."""
 
-    __slots__ = ("done", "response", "error")
+    __slots__ = ("done", "response", "error", "at")
 
     def __init__(self):
         self.done = anyio.Event()
         self.response: Any = None
         self.error: BaseException | None = None
+        self.at = 0.0       # wall clock when it came (the copier may look at it much later)
 
     async def get(self):
         await self.done.wait()
@@ -177,6 +182,10 @@ class _InFlight:
     max_timestamp: int
     extent: int = 0                   # its run: upstream offsets that keep their distance downstream
     sent: _Answer | None = None       # the batch's Produce request, once sent
+    producer_id: int = -1             # as stamped in `data`
+
+    def __post_init__(self):
+        self.producer_id = _producer_id(self.data)
 
 
 class PartitionCopier:
@@ -198,6 +207,8 @@ class PartitionCopier:
         self.keep_producers = keep_producers
         self._pid, self._epoch, self._next_seq = -1, -1, 0
         self._window: deque[_InFlight] = deque()
+        # Producer ids the target has acknowledged a batch of, in this partition (_may_follow).
+        self._known_producers: set[int] = set()
         self._downstream_end: int | None = None     # target offset after the last acked batch
         self._last_sync: tuple[int, int, int] | None = None
         self._slot: Slot | None = None              # where this partition's fetcher answers
@@ -353,19 +364,39 @@ class PartitionCopier:
         await self._fill_window()
 
     async def _fill_window(self) -> None:
-        """Send what is unsent, completing the oldest whenever max_in_flight are out; returns
-        with up to max_in_flight requests still in flight."""
+        """Send what is unsent, completing the oldest whenever max_in_flight are out or the
+        next may not follow the ones in flight (_may_follow); returns with up to
+        max_in_flight requests still in flight."""
         while True:
             unsent = [e for e in self._window if e.sent is None]
             if not unsent:
                 return
-            if len(self._window) - len(unsent) >= self.max_in_flight:
+            in_flight = len(self._window) - len(unsent)
+            if in_flight >= self.max_in_flight or (in_flight and not self._may_follow(unsent[0], in_flight)):
                 await self._complete_oldest()
                 continue
             await self._send(unsent[0])
             # Answers that are already in are taken now: they carry the offset syncs.
             while self._window and self._window[0].sent is not None and self._window[0].sent.done.is_set():
                 await self._complete_oldest()
+
+    def _may_follow(self, entry: _InFlight, in_flight: int) -> bool:
+        """May `entry` be sent while the batches before it are still unanswered?
+
+        Only behind batches of its own producer id, and only once the target knows that id.
+        The target's sequence check is what keeps pipelined batches in order: if the first
+        in flight fails with a retriable error (a leader that moved, too few replicas) and
+        the broker accepts the next, the next is refused as out of order, and both are sent
+        again. That check holds only within one producer, and not for a producer the target
+        has no state of, whose first batch may have any sequence (Kafka's rule too: retention
+        may have removed its state). So a batch of another producer, or of one not yet
+        acknowledged here, waits until everything before it is answered; otherwise it could
+        be written ahead of a batch that is then retried, out of order, and a retry refused
+        as out of order is sent again under a new producer id: written twice."""
+        pid = entry.producer_id
+        # The batches in flight are the window's oldest (sends keep its order).
+        return pid in self._known_producers and all(
+            e.producer_id == pid for e in islice(self._window, in_flight))
 
     async def _drain_window(self) -> None:
         await self._fill_window()
@@ -466,6 +497,7 @@ class PartitionCopier:
             answer.error = KafkaConnectionError(f"{self!r}: produce request abandoned")
             raise
         finally:
+            answer.at = time.time()
             answer.done.set()
 
     def _forget_sends(self) -> None:
@@ -481,7 +513,8 @@ class PartitionCopier:
         code = part.error_code
         if code == ErrorCode.NONE:
             self._window.popleft()
-            await self._acknowledged(entry, part.base_offset)
+            self._known_producers.add(entry.producer_id)
+            await self._acknowledged(entry, part.base_offset, entry.sent.at)
             return
         if code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:      # written before; its offset is unknown
             self._window.popleft()
@@ -502,20 +535,23 @@ class PartitionCopier:
         seq = 0
         for entry in self._window:
             entry.data = memoryview(restamp_producer(entry.data, self._pid, self._epoch, seq))
+            entry.producer_id = self._pid
             entry.base_sequence = seq
             seq += entry.records
         self._next_seq = seq
 
-    async def _acknowledged(self, entry: _InFlight, downstream_base: int) -> None:
+    async def _acknowledged(self, entry: _InFlight, downstream_base: int, acknowledged_at: float) -> None:
         stats = self.stats
         stats.records += entry.records
         stats.bytes += len(entry.data)
         stats.batches += 1
-        now = time.time()
+        # Latency ends when the target's answer came, not when the copier looked at it: a
+        # caught-up copier completes its window only when its next take times out.
         if entry.max_timestamp >= 0:
             stats.last_batch_timestamp_ms = entry.max_timestamp
-            stats.latencies_ms.append((now, max(0, int(now * 1000) - entry.max_timestamp)))
-        self._note_mirrored(int(now * 1000))
+            stats.latencies_ms.append((acknowledged_at,
+                                       max(0, int(acknowledged_at * 1000) - entry.max_timestamp)))
+        self._note_mirrored(int(time.time() * 1000))
         self._downstream_end = downstream_base + entry.records
         if not entry.extent:
             stats.inexact_batches += 1
@@ -541,6 +577,10 @@ class PartitionCopier:
         if result is not None:
             await result
         self._last_sync = (upstream, downstream, extent)   # only once it was handed to the producer
+
+
+def _producer_id(batch: memoryview) -> int:
+    return int.from_bytes(batch[PRODUCER_ID_AT:PRODUCER_ID_AT + 8], "big", signed=True)
 
 
 def _max_timestamp(batch: memoryview) -> int:

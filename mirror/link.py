@@ -91,10 +91,7 @@ class LinkConfig(BaseModel):
     # Fetches in flight per source broker, each over a connection and a fetch session of its
     # own (mirror/fetcher.py's lanes; MM2 gets the same from tasks.max): with one, the WAN
     # idles for a round trip between answers. Idle partitions cost one long poll per lane.
-    # 1 by default for now: with 4, the full DR drill (tests/integration/test_dr_platform.py)
-    # finds 5 records twice in the partner's log (2 runs of 2; 1 lane passes). Not explained
-    # yet: the broker already refuses a mirror's produce into a promoted topic.
-    fetchers_per_broker: int = Field(default=1, ge=1, le=32)
+    fetchers_per_broker: int = Field(default=4, ge=1, le=32)
     replication_factor: int = Field(default=-1)       # of created topics; -1: the target's default
     checkpoint_interval_s: float = Field(default=5.0, gt=0)
     sync_group_offsets: bool = False    # commit translated offsets into idle target groups
