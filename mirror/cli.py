@@ -50,9 +50,10 @@ def main(argv: list[str] | None = None) -> int:
                      help="the address metrics listen on (default 127.0.0.1; 0.0.0.0 in a container)")
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     status = sub.add_parser("status", help="per link, topic and partition: lag, latency, throughput")
-    where = status.add_mutually_exclusive_group(required=True)
+    where = status.add_mutually_exclusive_group()
     where.add_argument("--metrics-url", help="a running mirror's /metrics URL")
-    where.add_argument("--platform", action="store_true", help="the mirror of the running platform")
+    where.add_argument("--platform", action="store_true",
+                       help="the mirror of the running platform (the default without --metrics-url)")
     status.add_argument("--state-dir", type=Path, default=None)
     status.add_argument("--output", "-o", choices=("table", "json"), default="table")
     args = parser.parse_args(argv)
@@ -85,7 +86,8 @@ def show_status(args) -> int:
         try:
             url = json.loads((state_dir / PLATFORM_FILE).read_text())["mirror_metrics"]
         except (OSError, ValueError, KeyError) as exc:
-            raise CliError(f"no running platform in {state_dir} ({exc})") from None
+            raise CliError(f"no running platform in {state_dir} ({exc}); start one with `regions up`, "
+                           f"or name a mirror's metrics with --metrics-url") from None
         if not url:
             raise CliError("the platform has no mirror links")
     try:

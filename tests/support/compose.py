@@ -30,6 +30,8 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from .fixed_ports import DefaultPorts
+
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "compose" / "two-regions.yml"
 BASE_IMAGE = "seaway-base:bookworm"
@@ -62,6 +64,7 @@ class ComposePlatform:
         self.build_s: float | None = None
         self.build_log = ""
         self.secrets = Path(tempfile.mkdtemp(prefix=f"{self.project}-secrets-"))
+        self.ports = DefaultPorts()
         self.env = dict(os.environ, SEAWAY_IMAGE=self.image, PROMETHEUS_IMAGE=self.prometheus_image,
                         SEAWAY_PROMETHEUS_IMAGE=self.prometheus_image, SEAWAY_BASE_IMAGE=BASE_IMAGE,
                         SEAWAY_SECRETS_DIR=str(self.secrets))
@@ -98,6 +101,7 @@ class ComposePlatform:
                    timeout=timeout, check=check, env=self.env)
 
     def up(self, timeout: float = 180) -> float:
+        self.ports.acquire()        # published on the host: see tests/support/fixed_ports.py
         started = time.monotonic()
         self.compose("up", "-d", "--wait", "--wait-timeout", str(int(timeout)), timeout=timeout + 60)
         return time.monotonic() - started
@@ -165,6 +169,7 @@ class ComposePlatform:
         run(["docker", "image", "rm", "-f", *images], check=False)
         run(["docker", "image", "prune", "-f", "--filter", "label=io.seaway.stage=build"], check=False)
         shutil.rmtree(self.secrets, ignore_errors=True)
+        self.ports.release()
 
     def __enter__(self) -> "ComposePlatform":
         try:

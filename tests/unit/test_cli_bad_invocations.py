@@ -73,6 +73,7 @@ CASES = [
     ("mirror.cli", ["run", "--config", "{links_typo}"], "refresh_topic_s"),
     ("mirror.cli", ["status", "--metrics-url", "http://{closed}/metrics"], "cannot read"),
     ("mirror.cli", ["status", "--platform"], "no running platform"),
+    ("mirror.cli", ["status"], "start one with `regions up`, or name a mirror's metrics with --metrics-url"),
     # dr
     ("dr.cli", ["status", "--bogus"], "dr: error: unrecognized arguments: --bogus"),
     ("dr.cli", ["failover"], "dr: error: failover: the following arguments are required: REGION"),
