@@ -24,6 +24,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .port_ledger import recent_picks
 from .gateways import GatewaySpec, fixed_gateway_ports, gateway_specs, ports_are_fixed
 from .security import CLIENTS_DIR, PlatformSecurity, gateway_listener_properties
 from .topology import Node, Topology
@@ -135,6 +136,7 @@ class PlatformLayout:
     security: PlatformSecurity | None = None   # the topology's `security:` when enabled
     dr_port: int | None = None                 # `dr serve`'s HTTP (metrics, API), if there are DR pairs
     gateways: list[GatewayLayout] = field(default_factory=list)
+    picked_ports: set[int] = field(default_factory=set)   # kept in ports.json (port_ledger.py)
 
     @property
     def dr_url(self) -> str | None:
@@ -180,8 +182,16 @@ class PlatformLayout:
 
 
 def plan(topology: Topology, state_dir: Path, *, cluster_ids: dict[str, str] | None = None) -> PlatformLayout:
-    """The platform's layout; picks (and records) the ports the topology leaves out."""
-    state_dir = Path(state_dir)
+    """The platform's layout; picks (and records) the ports the topology leaves out, clear
+    of those another platform on this machine picked moments ago (regions/port_ledger.py)."""
+    with recent_picks() as (recent, mine):
+        layout = _plan(topology, Path(state_dir), cluster_ids, recent)
+        mine.update(layout.picked_ports)
+    return layout
+
+
+def _plan(topology: Topology, state_dir: Path, cluster_ids: dict[str, str] | None,
+          recent: set[int]) -> PlatformLayout:
     ports = _load_json(state_dir / PORTS_FILE)
     ids = _load_json(state_dir / CLUSTER_IDS_FILE)
     if cluster_ids:
@@ -198,6 +208,7 @@ def plan(topology: Topology, state_dir: Path, *, cluster_ids: dict[str, str] | N
     if ports_are_fixed(topology) and topology.mirrors:
         reserved.add(MIRROR_METRICS_PORT)
     taken |= reserved
+    taken |= recent - {int(p) for p in ports.values()}
 
     def port(key: str, fixed: int | None) -> int:
         if fixed is not None:
@@ -256,6 +267,7 @@ def plan(topology: Topology, state_dir: Path, *, cluster_ids: dict[str, str] | N
             "listener_config": state_dir / GATEWAYS_DIR / f"{spec.name}.listener.properties",
             "command_config": state_dir / CLIENTS_DIR / f"{security.gateway_user}.properties"}
         layout.gateways.append(GatewayLayout(spec, reach, slots, metrics, **secured))
+    layout.picked_ports = {int(p) for p in ports.values()}
     state_dir.mkdir(parents=True, exist_ok=True)
     _save_json(state_dir / PORTS_FILE, ports)
     _save_json(state_dir / CLUSTER_IDS_FILE, ids)
