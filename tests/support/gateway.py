@@ -24,21 +24,27 @@ def free_ports(n: int) -> int:
     import socket
 
     from regions.layout import pick_range
+    from regions.port_ledger import recent_picks
     candidates = pick_range()
-    for _ in range(200):
-        base = random.randint(candidates.start, candidates.stop - n - 1)
-        socks = []
-        try:
-            for port in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
+    # Clear of what a platform on another worker just picked, and recorded for the next one.
+    with recent_picks() as (recent, mine):
+        for _ in range(200):
+            base = random.randint(candidates.start, candidates.stop - n - 1)
+            if recent & set(range(base, base + n)):
+                continue
+            socks = []
+            try:
+                for port in range(base, base + n):
+                    s = socket.socket()
+                    socks.append(s)
+                    s.bind(("127.0.0.1", port))
+                mine.update(range(base, base + n))
+                return base
+            except OSError:
+                continue
+            finally:
+                for s in socks:
+                    s.close()
     raise RuntimeError(f"no {n} consecutive free ports")
 
 
