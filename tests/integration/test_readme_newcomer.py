@@ -42,8 +42,8 @@ class Foreground:
         self.proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, start_new_session=True)
         self.output: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -116,7 +116,7 @@ def test_a_newcomer_follows_the_readme_from_a_fresh_home(tmp_path):
             # README says: exit status 0, and why.
             assert first is not None
             first.proc.wait(timeout=90)
-            first._reader.join(timeout=10)
+            first.reader.join(timeout=10)
             assert first.proc.returncode == 0, first.text()[-3000:]
             assert "the platform was stopped by `regions down`; its data stays in ~/.seaway/platform" in \
                 as_written(first.text(), home), first.text()[-3000:]
