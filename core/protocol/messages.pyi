@@ -1639,6 +1639,340 @@ class OffsetForLeaderEpochResponse(Message):
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None: ...
 
+class AddPartitionsToTxnRequest(Message):
+    transactions: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction]
+    v3_and_below_transactional_id: str
+    v3_and_below_producer_id: int
+    v3_and_below_producer_epoch: int
+    v3_and_below_topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        transactions: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction] = ...,
+        v3_and_below_transactional_id: str = ...,
+        v3_and_below_producer_id: int = ...,
+        v3_and_below_producer_epoch: int = ...,
+        v3_and_below_topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class AddPartitionsToTxnTransaction(Message):
+        transactional_id: str
+        producer_id: int
+        producer_epoch: int
+        verify_only: bool
+        topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            transactional_id: str = ...,
+            producer_id: int = ...,
+            producer_epoch: int = ...,
+            verify_only: bool = ...,
+            topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+    class AddPartitionsToTxnTopic(Message):
+        name: str
+        partitions: list[int]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            name: str = ...,
+            partitions: list[int] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+class AddPartitionsToTxnResponse(Message):
+    throttle_time_ms: int
+    error_code: int
+    results_by_transaction: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult]
+    results_by_topic_v3_and_below: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        results_by_transaction: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult] = ...,
+        results_by_topic_v3_and_below: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class AddPartitionsToTxnResult(Message):
+        transactional_id: str
+        topic_results: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            transactional_id: str = ...,
+            topic_results: list[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+    class AddPartitionsToTxnTopicResult(Message):
+        name: str
+        results_by_partition: list[AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            name: str = ...,
+            results_by_partition: list[AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+    class AddPartitionsToTxnPartitionResult(Message):
+        partition_index: int
+        partition_error_code: int
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            partition_index: int = ...,
+            partition_error_code: int = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+class AddOffsetsToTxnRequest(Message):
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        transactional_id: str = ...,
+        producer_id: int = ...,
+        producer_epoch: int = ...,
+        group_id: str = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+class AddOffsetsToTxnResponse(Message):
+    throttle_time_ms: int
+    error_code: int
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+class EndTxnRequest(Message):
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        transactional_id: str = ...,
+        producer_id: int = ...,
+        producer_epoch: int = ...,
+        committed: bool = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+class EndTxnResponse(Message):
+    throttle_time_ms: int
+    error_code: int
+    producer_id: int
+    producer_epoch: int
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        producer_id: int = ...,
+        producer_epoch: int = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+class WriteTxnMarkersRequest(Message):
+    markers: list[WriteTxnMarkersRequest.WritableTxnMarker]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        markers: list[WriteTxnMarkersRequest.WritableTxnMarker] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class WritableTxnMarker(Message):
+        producer_id: int
+        producer_epoch: int
+        transaction_result: bool
+        topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic]
+        coordinator_epoch: int
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            producer_id: int = ...,
+            producer_epoch: int = ...,
+            transaction_result: bool = ...,
+            topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = ...,
+            coordinator_epoch: int = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+    class WritableTxnMarkerTopic(Message):
+        name: str
+        partition_indexes: list[int]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            name: str = ...,
+            partition_indexes: list[int] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+class WriteTxnMarkersResponse(Message):
+    markers: list[WriteTxnMarkersResponse.WritableTxnMarkerResult]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        markers: list[WriteTxnMarkersResponse.WritableTxnMarkerResult] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class WritableTxnMarkerResult(Message):
+        producer_id: int
+        topics: list[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            producer_id: int = ...,
+            topics: list[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+    class WritableTxnMarkerTopicResult(Message):
+        name: str
+        partitions: list[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            name: str = ...,
+            partitions: list[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+    class WritableTxnMarkerPartitionResult(Message):
+        partition_index: int
+        error_code: int
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            partition_index: int = ...,
+            error_code: int = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+class TxnOffsetCommitRequest(Message):
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        transactional_id: str = ...,
+        group_id: str = ...,
+        producer_id: int = ...,
+        producer_epoch: int = ...,
+        generation_id: int = ...,
+        member_id: str = ...,
+        group_instance_id: str | None = ...,
+        topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class TxnOffsetCommitRequestTopic(Message):
+        name: str
+        partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            name: str = ...,
+            partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+    class TxnOffsetCommitRequestPartition(Message):
+        partition_index: int
+        committed_offset: int
+        committed_leader_epoch: int
+        committed_metadata: str | None
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            partition_index: int = ...,
+            committed_offset: int = ...,
+            committed_leader_epoch: int = ...,
+            committed_metadata: str | None = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+class TxnOffsetCommitResponse(Message):
+    throttle_time_ms: int
+    topics: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        topics: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class TxnOffsetCommitResponseTopic(Message):
+        name: str
+        partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            name: str = ...,
+            partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+    class TxnOffsetCommitResponsePartition(Message):
+        partition_index: int
+        error_code: int
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            partition_index: int = ...,
+            error_code: int = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
 class DescribeAclsRequest(Message):
     resource_type_filter: int
     resource_name_filter: str | None
@@ -3431,6 +3765,88 @@ class DescribeClusterResponse(Message):
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None: ...
 
+class DescribeProducersRequest(Message):
+    topics: list[DescribeProducersRequest.TopicRequest]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        topics: list[DescribeProducersRequest.TopicRequest] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class TopicRequest(Message):
+        name: str
+        partition_indexes: list[int]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            name: str = ...,
+            partition_indexes: list[int] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+class DescribeProducersResponse(Message):
+    throttle_time_ms: int
+    topics: list[DescribeProducersResponse.TopicResponse]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        topics: list[DescribeProducersResponse.TopicResponse] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class TopicResponse(Message):
+        name: str
+        partitions: list[DescribeProducersResponse.PartitionResponse]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            name: str = ...,
+            partitions: list[DescribeProducersResponse.PartitionResponse] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+    class PartitionResponse(Message):
+        partition_index: int
+        error_code: int
+        error_message: str | None
+        active_producers: list[DescribeProducersResponse.ProducerState]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            partition_index: int = ...,
+            error_code: int = ...,
+            error_message: str | None = ...,
+            active_producers: list[DescribeProducersResponse.ProducerState] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+    class ProducerState(Message):
+        producer_id: int
+        producer_epoch: int
+        last_sequence: int
+        last_timestamp: int
+        coordinator_epoch: int
+        current_txn_start_offset: int
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            producer_id: int = ...,
+            producer_epoch: int = ...,
+            last_sequence: int = ...,
+            last_timestamp: int = ...,
+            coordinator_epoch: int = ...,
+            current_txn_start_offset: int = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
 class BrokerRegistrationRequest(Message):
     broker_id: int
     cluster_id: str
@@ -3562,6 +3978,108 @@ class UnregisterBrokerResponse(Message):
         error_message: str | None = ...,
         unknown_tags: dict[int, bytes] | None = None,
     ) -> None: ...
+
+class DescribeTransactionsRequest(Message):
+    transactional_ids: list[str]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        transactional_ids: list[str] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+class DescribeTransactionsResponse(Message):
+    throttle_time_ms: int
+    transaction_states: list[DescribeTransactionsResponse.TransactionState]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        transaction_states: list[DescribeTransactionsResponse.TransactionState] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class TransactionState(Message):
+        error_code: int
+        transactional_id: str
+        transaction_state: str
+        transaction_timeout_ms: int
+        transaction_start_time_ms: int
+        producer_id: int
+        producer_epoch: int
+        topics: list[DescribeTransactionsResponse.TopicData]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            error_code: int = ...,
+            transactional_id: str = ...,
+            transaction_state: str = ...,
+            transaction_timeout_ms: int = ...,
+            transaction_start_time_ms: int = ...,
+            producer_id: int = ...,
+            producer_epoch: int = ...,
+            topics: list[DescribeTransactionsResponse.TopicData] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+    class TopicData(Message):
+        topic: str
+        partitions: list[int]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            topic: str = ...,
+            partitions: list[int] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+class ListTransactionsRequest(Message):
+    state_filters: list[str]
+    producer_id_filters: list[int]
+    duration_filter: int
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        state_filters: list[str] = ...,
+        producer_id_filters: list[int] = ...,
+        duration_filter: int = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+class ListTransactionsResponse(Message):
+    throttle_time_ms: int
+    error_code: int
+    unknown_state_filters: list[str]
+    transaction_states: list[ListTransactionsResponse.TransactionState]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        unknown_state_filters: list[str] = ...,
+        transaction_states: list[ListTransactionsResponse.TransactionState] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class TransactionState(Message):
+        transactional_id: str
+        producer_id: int
+        transaction_state: str
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            transactional_id: str = ...,
+            producer_id: int = ...,
+            transaction_state: str = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
 
 class AllocateProducerIdsRequest(Message):
     broker_id: int
@@ -4048,6 +4566,56 @@ class SnapshotHeaderRecord(Message):
         last_contained_log_timestamp: int = ...,
         unknown_tags: dict[int, bytes] | None = None,
     ) -> None: ...
+
+class TransactionLogKey(Message):
+    transactional_id: str
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        transactional_id: str = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+class TransactionLogValue(Message):
+    producer_id: int
+    previous_producer_id: int
+    next_producer_id: int
+    producer_epoch: int
+    transaction_timeout_ms: int
+    transaction_status: int
+    transaction_partitions: list[TransactionLogValue.PartitionsSchema] | None
+    transaction_last_update_timestamp_ms: int
+    transaction_start_timestamp_ms: int
+    client_transaction_version: int
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        producer_id: int = ...,
+        previous_producer_id: int = ...,
+        next_producer_id: int = ...,
+        producer_epoch: int = ...,
+        transaction_timeout_ms: int = ...,
+        transaction_status: int = ...,
+        transaction_partitions: list[TransactionLogValue.PartitionsSchema] | None = ...,
+        transaction_last_update_timestamp_ms: int = ...,
+        transaction_start_timestamp_ms: int = ...,
+        client_transaction_version: int = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class PartitionsSchema(Message):
+        topic: str
+        partition_ids: list[int]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            topic: str = ...,
+            partition_ids: list[int] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
 
 class VotersRecord(Message):
     version: int
