@@ -4,8 +4,9 @@ from .index import IndexCorrupt
 from .log import Log
 from .results import AppendResult, OffsetOutOfRange, OffsetsOutOfOrder, ReadResult
 from .segment import LogCorrupted, SegmentInfo
+from .txn_index import AbortedTxn
 
 __all__ = [
-    "AppendResult", "IndexCorrupt", "Log", "LogConfig", "LogCorrupted", "OffsetOutOfRange",
-    "OffsetsOutOfOrder", "ReadResult", "SegmentInfo", "now_ms",
+    "AbortedTxn", "AppendResult", "IndexCorrupt", "Log", "LogConfig", "LogCorrupted",
+    "OffsetOutOfRange", "OffsetsOutOfOrder", "ReadResult", "SegmentInfo", "now_ms",
 ]

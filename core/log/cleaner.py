@@ -43,14 +43,23 @@ its max timestamp becomes the survivors' (CreateTime) and the CRC is recomputed.
 that loses every record disappears, except that the last batch of each producer id in the
 log is kept as an empty batch (header only, zero records) so idempotent producer state can
 be rebuilt from the log; Kafka does the same (BatchRetention.RETAIN_EMPTY). Control batches
-are copied unchanged. Transactions are not looked at: aborted data is not removed here.
+are copied unchanged.
+
+Transactions. Transactional record removal is not done yet: records of aborted
+transactions and the COMMIT/ABORT markers are kept like any other records (Kafka's
+CleanedTransactionMetadata removes aborted records, then the markers once
+delete.retention.ms has passed). Since every marker survives, a cleaned segment inherits
+every aborted-transaction entry (`.txnindex`) of the segments it replaces;
+Log.replace_segments writes them at commit time, so entries a replay added while `prepare`
+ran are not lost.
 
 Crash safety. A group is written as `<base>.log.cleaned` plus `.index.cleaned` and
 `.timeindex.cleaned` (base = its first segment's base offset), fsynced, then swapped in by
-Log.replace_segments: rename to `.swap`, delete the old segments, rename `.swap` to the
-final names. Log.open (recovery.finish_cleaner_swaps) deletes `.cleaned` files and
-completes a `.swap`. The checkpoint is written after every swap, so a crash before it only
-means the next clean redoes some work.
+Log.replace_segments (which adds `.txnindex.cleaned` when there are aborted-transaction
+entries): rename to `.swap`, delete the old segments, rename `.swap` to the final names.
+Log.open (recovery.finish_cleaner_swaps) deletes `.cleaned` files and completes a `.swap`.
+The checkpoint is written after every swap, so a crash before it only means the next clean
+redoes some work.
 
 Threads (the contract with the broker)
 --------------------------------------

@@ -35,6 +35,16 @@ segments and `replace_segments` swaps them in (`.cleaned` -> `.swap` -> `.log`);
 completes or discards a swap a crash interrupted (recovery.finish_cleaner_swaps). Cleaned
 segments have offset gaps, and may be empty. Truncation lowers the cleaner checkpoint.
 
+Aborted transactions. Each segment may have a `.txnindex` (txn_index.py) holding the
+aborted transactions whose abort markers it holds. The partition layer, which owns the
+producer state, appends the marker batch and then, in the same serialized step,
+`append_aborted_txn`; read_committed fetches ask `collect_aborted_txns`. The entries follow
+the log through truncation, retention, DeleteRecords and compaction, are fsynced with their
+segment, and are discarded by crash recovery for the segments it re-reads: see
+`txn_index_complete_below` for what the partition must then do. While they are not
+re-derived the recovery point stays at that offset, so a crash in between re-derives them
+again rather than trusting a half-rebuilt index.
+
 Descriptors. A segment holds one descriptor, its `.log` (reads pread it); the active
 segment also keeps writers for its `.index` and `.timeindex`, opened by its first index
 entry and closed when it rolls. Indexes of other segments are read whole into memory and
@@ -88,6 +98,7 @@ from .checkpoint import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_FILE, RECOVERY_PO
 from .config import INT32_MAX, LogConfig, now_ms
 from .results import AppendResult, OffsetOutOfRange, OffsetsOutOfOrder, ReadResult
 from .segment import Segment, SegmentInfo
+from .txn_index import SUFFIX as TXN_INDEX_SUFFIX, AbortedTxn, collect_across, write_index_file
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +131,8 @@ class Log:
         self.failed = False               # an I/O error made the files untrustworthy
         self._failure = ""
         self.truncations = 0              # bumped by truncate_to/_fully (cleaner.commit checks)
+        self._txn_complete_below = 0
+        self._txn_segs: list[Segment] | None = None   # those with entries; None: recount
 
     # ------------------------------------------------------------------ open
 
@@ -157,12 +170,22 @@ class Log:
         self._checkpoint_ms = self._clock()
         stored = read_offset(d / RECOVERY_POINT_FILE)
         self._checkpointed_offset = -1 if stored is None else stored
+        gap = loaded.txn_discarded_from
+        self._txn_complete_below = (self._leo if gap is None else
+                                    min(self._leo, max(gap, self._segments[0].base_offset)))
+        if gap is not None:
+            self._dir_dirty = True   # .txnindex files were removed
         if loaded.clean:
             # Gone before the first append, or a crash would be mistaken for a clean stop.
             (d / CLEAN_SHUTDOWN_FILE).unlink()
             fsync_dir(d)
         elif recover:
             self._flush(len(self._segments))   # what recovery kept is now durable
+        if self._txn_complete_below < self._leo:
+            # The segments from there on lack entries until the partition re-derives them;
+            # the next flush makes those durable and moves the recovery point on.
+            self._flushed_offset = self._txn_complete_below
+        if (not loaded.clean and recover) or self._flushed_offset < self._leo:
             self._write_recovery_point(self._flushed_offset)
 
     def _activate(self, seg: Segment) -> None:
@@ -187,6 +210,22 @@ class Log:
     @property
     def flushed_offset(self) -> int:
         return self._flushed_offset
+
+    @property
+    def txn_index_complete_below(self) -> int:
+        """Below this offset the aborted-transaction index is complete after `open`.
+
+        It is the base offset of the first segment whose `.txnindex` crash recovery
+        discarded, or the log end offset if none was (a clean shutdown, a new log). The
+        partition layer must replay the batch headers from a producer snapshot at or below
+        it (or from the log start) and `append_aborted_txn` for every abort marker at or
+        after it, before anything else changes or flushes the log. Markers below it may be
+        re-appended too: those are ignored. Until a flush makes the re-derived entries
+        durable the recovery point stays here, so a crash meanwhile discards them again.
+        truncate_to lowers it to the truncation offset; truncate_fully_and_start_at sets it
+        to the new start (nothing is left to re-derive). It never rises otherwise.
+        """
+        return self._txn_complete_below
 
     @property
     def size_bytes(self) -> int:
@@ -296,6 +335,7 @@ class Log:
         if old.size == 0:
             self._segments.pop()
             self._bases.pop()
+            self._txn_segs = None
             try:
                 old.delete()
             except OSError as exc:   # an empty file left behind holds no offsets
@@ -378,6 +418,57 @@ class Log:
         found = best.find_batch(best.offset_of_max_timestamp)
         base = found[1].base_offset if found else best.offset_of_max_timestamp
         return best.max_timestamp, max(base, self._log_start_offset)
+
+    # ------------------------------------------------- aborted transactions
+
+    def append_aborted_txn(self, txn: AbortedTxn) -> bool:
+        """Record an aborted transaction in the index of the segment holding its marker
+        (`txn.last_offset`, already appended). Returns False when the entry was already
+        there (a replay; see txn_index.py) or its segment is gone (below the log's first
+        segment). Raises ValueError for a marker at or past the log end.
+
+        Call it in the same serialized step as the marker's append: a flush in between would
+        let the recovery point pass the marker without its entry. If one did (or the append
+        itself flushed, flush.messages=1), the entry is fsynced here at once."""
+        if txn.last_offset >= self._leo:
+            raise ValueError(f"abort marker at {txn.last_offset} is not in the log "
+                             f"(log end {self._leo})")
+        if txn.last_offset < self._segments[0].base_offset:
+            return False
+        seg = self._segments[self._segment_index(txn.last_offset)]
+        with self._io():
+            created = not seg.txn_index.has_file
+            if not seg.txn_index.append(txn):
+                return False
+            if created:
+                self._dir_dirty = True
+                self._txn_segs = None
+            if txn.last_offset < self._flushed_offset:
+                seg.txn_index.flush()
+                if self._dir_dirty:
+                    fsync_dir(self.directory)
+                    self._dir_dirty = False
+        return True
+
+    def collect_aborted_txns(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start_offset, upper_bound_offset): their
+        markers are at or after start_offset and their first offsets below upper_bound_offset
+        (Kafka's collectAbortedTransactions). The search goes from the segment holding
+        start_offset forward and stops at the first segment whose entries say it is complete
+        (an abort written once the last stable offset had passed upper_bound_offset); a
+        transaction may begin in the range and be aborted several segments later, so the
+        next segment's base offset is no reason to stop. Segments without entries are
+        skipped without a look; a log that has none answers at once."""
+        with_entries = self._txn_segs
+        if with_entries is None:
+            with_entries = self._txn_segs = [s for s in self._segments
+                                             if s.txn_index.may_have_entries]
+        if not with_entries:
+            return []
+        first = self._bases[self._segment_index(start_offset)]
+        i = bisect.bisect_left(with_entries, first, key=lambda s: s.base_offset)
+        return collect_across((s.txn_index for s in with_entries[i:]), start_offset,
+                              upper_bound_offset)
 
     # ----------------------------------------------------------------- flush
 
@@ -531,6 +622,7 @@ class Log:
         del self._segments[:n]
         del self._bases[:n]
         self._dir_dirty = True
+        self._txn_segs = None
         # Files that fail to go lie below the log start; the next open deletes them.
         error: OSError | None = None
         for seg in doomed:
@@ -556,12 +648,14 @@ class Log:
         self.truncations += 1
         with self._io():
             segs = self._segments
+            self._txn_segs = None
+            self._txn_complete_below = min(self._txn_complete_below, offset)
             while len(segs) > 1 and segs[-1].base_offset >= offset:
                 self._bases.pop()
                 self._dir_dirty = True
                 segs.pop().delete()
             seg = segs[-1]
-            seg.truncate_to(offset)
+            seg.truncate_to(offset)   # its txn index too
             self._activate(seg)
             self._leo = offset
             self._lower_cleaner_checkpoint(offset)
@@ -576,6 +670,8 @@ class Log:
         with self._io():
             old, self._segments, self._bases = self._segments, [], []
             self._dir_dirty = True
+            self._txn_segs = None
+            self._txn_complete_below = offset
             for seg in old:
                 seg.delete()
             seg = Segment.create(self.directory, offset, self.config.index_interval_bytes,
@@ -608,8 +704,11 @@ class Log:
         """Swap in the cleaned segment the cleaner wrote for `old` (see cleaner.py).
 
         `old` are consecutive closed segments of this log; `<old[0] base>.log.cleaned` and
-        its `.index.cleaned`/`.timeindex.cleaned` are complete and fsynced. Kafka's
-        replaceSegments order: rename the three to `.swap` (indexes first, the log last,
+        its `.index.cleaned`/`.timeindex.cleaned` are complete and fsynced. The cleaned
+        segment keeps every marker, so it inherits every aborted-transaction entry of `old`:
+        they are written here as `.txnindex.cleaned` (only if there are any), from the
+        entries as they are now, since a replay may add some while the cleaner runs.
+        Kafka's replaceSegments order: rename these to `.swap` (indexes first, the log last,
         which marks the swap as decided), fsync the directory; delete the old segments
         (the first one's files are replaced by the rename that follows); rename the
         `.swap` files to their final names (indexes first, the log last), fsync the
@@ -624,7 +723,11 @@ class Log:
             d = self.directory
             base = old[0].base_offset
             stem = old[0].log_path.stem
-            kinds = ("index", "timeindex", "log")
+            txns = [t for seg in old for t in seg.txn_index.entries()]
+            kinds: tuple[str, ...] = ("index", "timeindex", "log")
+            if txns:
+                write_index_file(d / f"{stem}{TXN_INDEX_SUFFIX}.cleaned", txns)
+                kinds = ("index", "timeindex", TXN_INDEX_SUFFIX[1:], "log")
             for kind in kinds:
                 (d / f"{stem}.{kind}.cleaned").replace(d / f"{stem}.{kind}.swap")
             fsync_dir(d)
@@ -632,6 +735,8 @@ class Log:
                 hook("swap")
             for seg in old:
                 seg.close()
+            if not txns:
+                old[0].txn_index.delete()   # no entries, so no file for the cleaned segment
             for seg in old[1:]:
                 seg.delete()
             if hook:
@@ -641,10 +746,11 @@ class Log:
             fsync_dir(d)
             if hook:
                 hook("renamed")
-            new = Segment.open(d, base, self.config.index_interval_bytes)
+            new = Segment.open(d, base, self.config.index_interval_bytes, txn_file=bool(txns))
             new.ensure_state()
             self._segments[i:i + len(old)] = [new]
             self._bases[i:i + len(old)] = [base]
+            self._txn_segs = None
             return new
 
     # ----------------------------------------------------------------- close

@@ -1,4 +1,5 @@
-"""One log segment: a `.log` file of record batches and its two sparse indexes.
+"""One log segment: a `.log` file of record batches, its two sparse indexes and its
+aborted-transaction index (txn_index.py; usually no file at all).
 
 A segment finds batches by header only: an index lookup gives a position at or before the
 target, then `_walk` reads 61-byte headers forward (many per pread when batches are small,
@@ -12,7 +13,12 @@ therefore never read at startup.
 
 Descriptors: a segment keeps its `.log` open (reads pread it); only the active segment
 keeps writers for its indexes too, opened by its first index write and closed when it is
-rolled (`deactivate`). See index.py.
+rolled (`deactivate`). See index.py. The `.txnindex` never keeps one.
+
+The txn index follows the log: `truncate_to` cuts it with the log, a `rebuild` that cuts the
+log drops the entries whose markers went, `flush` fsyncs it and `delete` removes it. It is
+derived data that only the partition layer can re-derive, so the segment never discards it
+on its own; recovery (recovery.py) does, for the segments it re-reads after a crash.
 
 Threads: `flush` may run in a worker thread while the event loop reads, and a read may
 rebuild a stale index (`_indexed_seek`). `_lock` (shared with both indexes) serializes every
@@ -34,6 +40,7 @@ from core.protocol.records import CRC_START, HEADER_SIZE, MAGIC, BatchInfo, read
 
 from .config import INT32_MAX
 from .index import IndexCorrupt, OffsetIndex, TimeIndex, datasync, write_all
+from .txn_index import SUFFIX as TXN_INDEX_SUFFIX, TransactionIndex
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +112,8 @@ class _Tracker:
 
 
 class Segment:
-    def __init__(self, directory: Path, base_offset: int, fd: int, size: int, index_interval: int):
+    def __init__(self, directory: Path, base_offset: int, fd: int, size: int, index_interval: int,
+                 *, txn_file: bool = False):
         self.base_offset = base_offset
         self.log_path = directory / f"{file_stem(base_offset)}.log"
         self.fd = fd
@@ -114,6 +122,10 @@ class Segment:
         self._lock = threading.RLock()  # index file I/O and sync bookkeeping (see above)
         self.index = OffsetIndex(self.log_path, self._lock)
         self.time_index = TimeIndex(self.log_path, self._lock)
+        # Each entry needs a marker batch of its own in the .log: that bounds a sane file.
+        self.txn_index = TransactionIndex(self.log_path.with_suffix(TXN_INDEX_SUFFIX), base_offset,
+                                          file_exists=txn_file, lock=self._lock,
+                                          max_entries=lambda: self.size // HEADER_SIZE)
         self.created_ms = 0            # segment.ms counts from here
         self.flushed_size = size       # bytes known to be fsynced
         self._needs_sync = False       # a truncation of the .log awaits an fsync
@@ -130,6 +142,7 @@ class Segment:
         try:
             seg.index.reset()          # empty files now; writers open on the first entry
             seg.time_index.reset()
+            seg.txn_index.discard()    # a leftover of an earlier segment at this offset
         except OSError:
             seg.delete()
             raise
@@ -138,9 +151,16 @@ class Segment:
         return seg
 
     @classmethod
-    def open(cls, directory: Path, base_offset: int, index_interval: int) -> "Segment":
-        fd = os.open(directory / f"{file_stem(base_offset)}.log", os.O_RDWR | os.O_APPEND)
-        return cls(directory, base_offset, fd, os.fstat(fd).st_size, index_interval)
+    def open(cls, directory: Path, base_offset: int, index_interval: int, *,
+             txn_file: bool | None = None) -> "Segment":
+        """txn_file: whether `<stem>.txnindex` exists, when the caller already knows (a
+        directory scan); None looks."""
+        stem = file_stem(base_offset)
+        if txn_file is None:
+            txn_file = (directory / f"{stem}{TXN_INDEX_SUFFIX}").exists()
+        fd = os.open(directory / f"{stem}.log", os.O_RDWR | os.O_APPEND)
+        return cls(directory, base_offset, fd, os.fstat(fd).st_size, index_interval,
+                   txn_file=txn_file)
 
     # ------------------------------------------------------------------ state
 
@@ -233,6 +253,7 @@ class Segment:
                 self.size = end
                 self.flushed_size = min(self.flushed_size, end)
                 self._needs_sync = True
+                self.txn_index.truncate_to(next_offset)   # markers that went take their entries
             self.index.reset(tracker.idx)
             self.time_index.reset(tracker.tidx)
         self._next_offset = next_offset
@@ -350,14 +371,16 @@ class Segment:
             self._needs_sync = True
         self.index.truncate_before_offset(offset - self.base_offset)
         self.time_index.truncate_before_offset(offset - self.base_offset)
+        self.txn_index.truncate_to(offset)
         self._next_offset = None
         self.ensure_state()
         return removed
 
     def flush(self) -> None:
-        """fsync the .log if it changed, then the indexes; on OSError nothing counts as
-        flushed. The .log fsync runs outside the lock so a read's index rebuild need not
-        wait for it; a rebuild that cuts the file meanwhile sets _needs_sync again."""
+        """fsync the .log if it changed, then the indexes (the txn index too); on OSError
+        nothing counts as flushed. The .log fsync runs outside the lock so a read's index
+        rebuild need not wait for it; a rebuild that cuts the file meanwhile sets
+        _needs_sync again."""
         with self._lock:
             size = self.size
             log_dirty = self.flushed_size != size or self._needs_sync
@@ -371,12 +394,13 @@ class Segment:
         with self._lock:
             self.index.flush()
             self.time_index.flush()
+            self.txn_index.flush()
             self.flushed_size = min(size, self.size)
 
     @property
     def dirty(self) -> bool:
         return (self.flushed_size != self.size or self._needs_sync
-                or self.index.dirty or self.time_index.dirty)
+                or self.index.dirty or self.time_index.dirty or self.txn_index.dirty)
 
     def close(self) -> None:
         with self._lock:
@@ -386,6 +410,7 @@ class Segment:
             self.index.keep_open = self.time_index.keep_open = False
             self.index.close()
             self.time_index.close()
+            self.txn_index.close()
 
     def delete(self) -> None:
         with self._lock:
@@ -393,6 +418,7 @@ class Segment:
             self.log_path.unlink(missing_ok=True)
             self.index.delete()
             self.time_index.delete()
+            self.txn_index.delete()
 
     # ------------------------------------------------------------------ reads
 
