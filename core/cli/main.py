@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from . import (acls_cmd, gateway_cmd, groups_cmd, health_cmd, leaders_cmd, node_cmd, quorum_cmd, reassign_cmd, storage_cmd,
-               topics_cmd, users_cmd)
+               topics_cmd, transactions_cmd, users_cmd)
 from core.arguments import OneLineParser
 
 from .common import CliError, UsageError, resolve_cluster
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     node_cmd.register(sub)
     topics_cmd.register(sub)
     groups_cmd.register(sub)
+    transactions_cmd.register(sub)
     storage_cmd.register(sub)
     quorum_cmd.register(sub)
     reassign_cmd.register(sub)

@@ -20,7 +20,8 @@ Metadata (in KRaft a broker, which forwards); configs of a broker go to that bro
 cluster-wide default, ConfigResource.broker(), to any broker), topic configs to any broker;
 DeleteRecords and ListOffsets go to partition leaders. Consumer-group operations
 (group_admin.py) go to each group's coordinator. Leader elections and partition
-reassignments (replica_admin.py) go to the controller.
+reassignments (replica_admin.py) go to the controller. Transaction operations (txn_admin.py)
+go to partition leaders, transaction coordinators or every broker, as Kafka's Admin sends them.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from .cluster import NO_TOPIC_ID, BrokerInfo
 from .group_admin import GroupAdmin, GroupDescription, GroupListing, MemberDescription, OffsetAndMetadata
 from .offsets import OffsetAndTimestamp, list_offsets
 from .replica_admin import ElectionType, PartitionReassignment, ReplicaAdmin
+from .txn_admin import TxnAdmin
 from .user_admin import UserAdmin
 
 __all__ = ["Admin", "NewTopic", "TopicDescription", "PartitionDescription", "ConfigResource",
@@ -135,9 +137,10 @@ class ClusterDescription:
     brokers: list[BrokerInfo]
 
 
-class Admin(GroupAdmin, ReplicaAdmin, UserAdmin):
+class Admin(GroupAdmin, ReplicaAdmin, UserAdmin, TxnAdmin):
     """Topics, configs, records, offsets and the cluster here; consumer groups in GroupAdmin;
-    leader elections and reassignments in ReplicaAdmin; SCRAM credentials in UserAdmin."""
+    leader elections and reassignments in ReplicaAdmin; SCRAM credentials in UserAdmin;
+    transactions (producers, descriptions, listings, aborts) in TxnAdmin."""
 
     async def __aenter__(self) -> "Admin":
         await self.client.start()

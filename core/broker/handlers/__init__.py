@@ -7,6 +7,7 @@ silent override by whichever module comes last.
 """
 from core.protocol.api_keys import ApiKey
 
+from . import (describe_producers, describe_transactions, list_transactions)
 from . import (api_versions, delete_groups, delete_records, describe_acls, describe_cluster, describe_configs,
                describe_user_scram_credentials,
                describe_groups, describe_quorum, envelope, fetch, find_coordinator, forwarded, heartbeat,
@@ -17,7 +18,8 @@ _MODULES = (forwarded, produce, fetch, list_offsets, metadata, api_versions, del
             describe_configs, describe_cluster, describe_quorum, init_producer_id, find_coordinator,
             join_group, sync_group, heartbeat, leave_group, describe_groups, list_groups, delete_groups,
             offset_commit, offset_fetch, offset_delete, offset_for_leader_epoch, sasl,
-            describe_user_scram_credentials, describe_acls, envelope)
+            describe_user_scram_credentials, describe_acls, envelope,
+            describe_producers, describe_transactions, list_transactions)
 
 
 class DuplicateHandlerError(RuntimeError):
