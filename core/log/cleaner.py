@@ -7,12 +7,15 @@ segment. The log is split at the cleaner checkpoint (`cleaner-offset-checkpoint`
 partition directory, written after each clean): below it lies the *clean* section, already
 compacted once; from it the *dirty* section. A clean:
 
-1. finds the first uncleanable offset: the active segment's base, the base of the segment
-   holding `upper_bound_offset` (the broker passes its high watermark), or, when
+1. finds the first uncleanable offset: the lowest of the active segment's base, the base
+   of the segment holding `upper_bound_offset`, the base of the segment holding the first
+   record of a transaction that has no marker in the log yet (see Transactions), and, when
    min.compaction.lag.ms > 0, the base of the first dirty segment whose largest timestamp
-   is newer than now - min.compaction.lag.ms, whichever is lowest;
+   is newer than now - min.compaction.lag.ms. Nothing in or after that segment is mapped
+   or rewritten;
 2. builds an offset map over the dirty section up to there: key -> latest offset, keyed by
-   16-byte blake2b digests of the keys (as Kafka's SkimpyOffsetMap keys by MD5). The map
+   16-byte blake2b digests of the keys (as Kafka's SkimpyOffsetMap keys by MD5). Control
+   batches and batches of aborted transactions are not mapped (see Transactions). The map
    holds at most `max_map_entries(dedupe_buffer_size)` keys; when the dirty section has
    more, only a prefix of it (whole batches) is mapped and the checkpoint moves only that
    far, so the next clean goes on from there. The budget is counted Kafka's way (24 bytes
@@ -24,16 +27,17 @@ compacted once; from it the *dirty* section. A clean:
    offsets (Kafka's groupSegmentsBySize). A record is kept when its offset is at least the
    map's offset for its key (or its key is not in the map). Records without a key are
    dropped, as Kafka's cleaner does (the broker refuses them at produce time).
-   A group whose records all survive is not rewritten at all, so cleaning an already clean
-   log changes no file.
+   A group whose batches all survive unchanged is not rewritten at all, so cleaning an
+   already clean log changes no file.
 
 Tombstones (null value). This is Kafka's pre-KIP-534 rule, made deterministic: a tombstone
 that is the latest record of its key is removed only when (a) it lies below the cleaner
 checkpoint the clean started from, i.e. an earlier clean already kept it once, and (b) the
 segment holding it has a largest timestamp older than now - delete.retention.ms. Kafka
 (KIP-534) instead stamps a delete horizon into the batch header (attribute 0x40) when it
-first cleans a tombstone; we do not write that bit. Records of a key whose tombstone went
-are gone too, because the tombstone was the key's latest record and already hid them.
+first cleans a tombstone; we write that bit only on transaction markers (below). Records of
+a key whose tombstone went are gone too, because the tombstone was the key's latest record
+and already hid them.
 
 Batches. Offsets never change: a batch whose records all survive is copied byte for byte;
 one that loses some is rebuilt around the surviving records' own bytes, with the original
@@ -42,16 +46,44 @@ base timestamp, attributes, compression codec, partition leader epoch and produc
 its max timestamp becomes the survivors' (CreateTime) and the CRC is recomputed. A batch
 that loses every record disappears, except that the last batch of each producer id in the
 log is kept as an empty batch (header only, zero records) so idempotent producer state can
-be rebuilt from the log; Kafka does the same (BatchRetention.RETAIN_EMPTY). Control batches
-are copied unchanged.
+be rebuilt from the log; Kafka does the same (BatchRetention.RETAIN_EMPTY). Such an empty
+batch goes once its producer has a later batch.
 
-Transactions. Transactional record removal is not done yet: records of aborted
-transactions and the COMMIT/ABORT markers are kept like any other records (Kafka's
-CleanedTransactionMetadata removes aborted records, then the markers once
-delete.retention.ms has passed). Since every marker survives, a cleaned segment inherits
-every aborted-transaction entry (`.txnindex`) of the segments it replaces;
-Log.replace_segments writes them at commit time, so entries a replay added while `prepare`
-ran are not lost.
+Transactions (Kafka's CleanedTransactionMetadata). The caller passes as
+`upper_bound_offset` min(high watermark, last stable offset), so every transaction with
+records below the first uncleanable offset is decided: its marker is in the log and, if it
+aborted with records, its entry (AbortedTxn) is in the `.txnindex` of the marker's segment.
+As a second guard the cleaner stops by itself before the first record of any transaction
+whose producer has no later marker in the log (no substitute for the bound: an abort
+marker appended while `prepare` runs may be seen before its entry is). The entries come
+from the `.txnindex` files (not from the Segments' in-memory lists, which belong to the
+owner's thread); a transactional batch of producer P lies in an aborted transaction when
+an entry of P has first_offset <= its base offset <= last_offset. Then:
+- batches of aborted transactions are not mapped, so an aborted record never hides the
+  committed record of its key, and they lose every record, without being decoded: a
+  read_committed consumer never sees them and a read_uncommitted one is not promised them
+  after compaction, as in Kafka. Committed transactional records compact like any other.
+- a marker (control batch) of P is kept while its transaction has batches in the log: each
+  pass goes over the log from its first segment, and keeps the marker if a transactional
+  batch of P came after P's previous marker in this pass (even one this pass removes; the
+  next pass then finds the transaction empty). The first pass that finds it empty stamps a
+  delete horizon into it (KIP-534: attribute 0x40, the base timestamp becomes now +
+  delete.retention.ms, each record's timestamp delta is re-encoded so its timestamp
+  stays); a pass at or after the horizon removes it. A producer's last batch stays whole
+  even then (its epoch fences zombies); control records other than COMMIT/ABORT stay.
+- an ABORT marker that an aborted-transaction entry names is kept even past its horizon.
+  Log.replace_segments copies every entry of the replaced segments into the cleaned one,
+  and an entry whose marker is gone does harm: a read_committed consumer (Kafka's
+  CompletedFetch, core/client's too) adds P to its aborted producers at the entry's first
+  offset and drops it only at P's ABORT marker, so it would skip P's later transactions in
+  the same fetch. So an entry and its marker stay together, and no entry is dropped while
+  its records or marker remain. (Kafka drops the entry of an emptied transaction when it
+  rewrites the segment; once replace_segments takes the surviving entries from the plan,
+  this exception can go.) An abort without records has no entry and follows the rule above.
+Hence a cleaned segment inherits every aborted-transaction entry of the segments it
+replaces; Log.replace_segments writes them at commit time, so entries a replay added while
+`prepare` ran are not lost. The partition re-derives missing entries (its replay at open)
+before its first clean, so the files hold every entry the clean needs.
 
 Crash safety. A group is written as `<base>.log.cleaned` plus `.index.cleaned` and
 `.timeindex.cleaned` (base = its first segment's base offset), fsynced, then swapped in by
@@ -66,8 +98,10 @@ Threads (the contract with the broker)
 `prepare(log, now_ms)` is the expensive part and takes no lock: run it in a worker thread
 while the owner keeps appending and reading. It reads closed segments through descriptors
 of its own (a segment deleted meanwhile by retention stays readable until closed, and its
-absence is noticed at commit), only reads immutable attributes of the Log (segment list
-copy, base offsets, sizes of closed segments, config) and writes only `.cleaned` files.
+absence is noticed at commit), as well as the batch headers of the active segment up to its
+size then and every `.txnindex` file; it only reads immutable attributes of the Log
+(segment list copy, base offsets, sizes of closed segments, config) and writes only
+`.cleaned` files.
 `commit(plan)` is short (a few renames, unlinks and three directory fsyncs per group,
 then the checkpoint) and must be called under the same serialization as append and
 apply_retention, on the thread that reads (it closes the old segments' descriptors). It
@@ -78,6 +112,7 @@ commit under `lock`. Only one clean of a log may run at a time.
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
 import os
@@ -90,10 +125,10 @@ from typing import Callable, ContextManager, Iterator, Literal, overload
 from crc32c import crc32c
 
 from core.protocol.compression import compress, decompress
-from core.protocol.records import (ATTR_COMPRESSION_MASK, ATTR_LOG_APPEND_TIME, CRC_AT, CRC_START,
-                                   HEADER_SIZE, LOG_OVERHEAD, MAGIC, MAX_TIMESTAMP_AT, BatchInfo,
-                                   read_batch_header)
-from core.protocol.varint import read_varint, read_varlong
+from core.protocol.records import (ATTR_COMPRESSION_MASK, ATTR_DELETE_HORIZON, ATTR_LOG_APPEND_TIME,
+                                   CRC_AT, CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAGIC,
+                                   MAX_TIMESTAMP_AT, BatchInfo, read_batch_header)
+from core.protocol.varint import read_varint, read_varlong, write_varint
 
 from .checkpoint import fsync_dir, read_offset, write_offset
 from .config import INT32_MAX
@@ -101,6 +136,7 @@ from .index import datasync, write_all
 from .log import Log
 from .recovery import CLEANER_CHECKPOINT_FILE
 from .segment import Segment, _Tracker
+from .txn_index import ENTRY_SIZE, AbortedTxn, _valid_prefix
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +150,8 @@ WRITE_CHUNK = 1 << 20
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _CRC = struct.Struct(">I")
+_CONTROL_KEY = struct.Struct(">hh")   # version, type
+ABORT, COMMIT = 0, 1                  # control record types of transaction markers
 
 
 def max_map_entries(dedupe_buffer_size: int) -> int:
@@ -138,6 +176,8 @@ class CleanResult:
     bytes_after: int = 0
     records_removed: int = 0
     tombstones_removed: int = 0
+    aborted_records_removed: int = 0  # of records_removed: records of aborted transactions
+    markers_removed: int = 0          # transaction markers (control batches) removed
 
 
 @dataclass
@@ -239,8 +279,10 @@ def prepare(log: Log, now_ms: int, *, dedupe_buffer_size: int = DEFAULT_DEDUPE_B
             hook: Callable[[str], None] | None = None) -> CleanPlan:
     """Build the offset map and write the `.cleaned` files; takes no lock (see above).
 
-    upper_bound_offset: the high watermark (or last stable offset); no segment holding an
-    offset at or above it is mapped or rewritten (Kafka's firstUncleanableOffset)."""
+    upper_bound_offset: min(high watermark, last stable offset), which the caller computes
+    before the call; no segment holding an offset at or above it is mapped or rewritten
+    (Kafka's firstUncleanableDirtyOffset is at most the LSO). None: no bound but the active
+    segment, min.compaction.lag.ms and the transactions still open in the log."""
     cfg = log.config
     plan = CleanPlan(log, truncations=log.truncations)
     res = plan.result
@@ -263,19 +305,23 @@ def prepare(log: Log, now_ms: int, *, dedupe_buffer_size: int = DEFAULT_DEDUPE_B
                 res.skipped = "log changed"
                 return plan
         scans = [_scan_headers(fds[id(s)], s) for s in closed]
-        last_batch_of_pid = _last_batches(scans, segs[-1])
+        last_batch_of_pid, first_open_txn = _producers(scans, segs[-1])
 
-        # 1. the first uncleanable offset (active segment, min.compaction.lag.ms)
+        # 1. the first uncleanable offset: the active segment, the upper bound (the LSO), the
+        # first open transaction, min.compaction.lag.ms; the lowest wins
         uncleanable = segs[-1].base_offset
-        if upper_bound_offset is not None:
+        bounds = [b for b in (upper_bound_offset, first_open_txn) if b is not None]
+        if bounds:
+            bound = min(bounds)
             for sc in scans:
-                if sc.next_offset > upper_bound_offset:
+                if sc.next_offset > bound:
                     uncleanable = min(uncleanable, sc.seg.base_offset)
                     break
         for sc in scans if cfg.min_compaction_lag_ms > 0 else ():   # as Kafka: only if > 0
             if sc.next_offset > first_dirty and sc.max_ts > now_ms - cfg.min_compaction_lag_ms:
-                uncleanable = sc.seg.base_offset
+                uncleanable = min(uncleanable, sc.seg.base_offset)
                 break
+        txns = _Txns(_aborted_txns(segs))
 
         # 2. the offset map over [first_dirty, uncleanable)
         limit = max_map_entries(dedupe_buffer_size)
@@ -290,10 +336,10 @@ def prepare(log: Log, now_ms: int, *, dedupe_buffer_size: int = DEFAULT_DEDUPE_B
             for pos, info, data in _iter_batches(fds[id(sc.seg)], sc.size):
                 if info.base_offset + info.last_offset_delta < first_dirty:
                     continue
-                if len(offsets) + info.records_count > limit:
-                    full = True
-                    break
-                if not info.is_control:
+                if not info.is_control and not txns.aborted(info):
+                    if len(offsets) + info.records_count > limit:
+                        full = True
+                        break
                     for rec in _records(data, info):
                         if rec.offset >= first_dirty and rec.key is not None:
                             offsets[key_digest(rec.key)] = rec.offset
@@ -309,9 +355,11 @@ def prepare(log: Log, now_ms: int, *, dedupe_buffer_size: int = DEFAULT_DEDUPE_B
         # 3. rewrite the closed segments below the end of the map, in groups
         to_clean = [sc for sc in scans if sc.seg.base_offset < max(end, first_dirty)
                     and sc.seg.base_offset < uncleanable]
-        flt = _Filter(offsets, first_dirty, now_ms - cfg.delete_retention_ms,
-                      last_batch_of_pid)
+        flt = _Filter(offsets, first_dirty, now_ms, cfg.delete_retention_ms,
+                      last_batch_of_pid, txns)
+        flt.begin()   # each pass over to_clean goes through the transactions from the start
         sizes = {id(sc.seg): flt.output_size(fds[id(sc.seg)], sc) for sc in to_clean}
+        flt.begin()
         for group in _group(to_clean, sizes, cfg.segment_bytes, cfg.segment_index_bytes):
             g = _Group([sc.seg for sc in group], [sc.size for sc in group],
                        group[0].seg.base_offset)
@@ -380,9 +428,12 @@ def _scan_headers(fd: int, seg: Segment) -> _SegScan:
     return _SegScan(seg, size, nxt, max_ts)
 
 
-def _last_batches(scans: list[_SegScan], active: Segment) -> dict[int, int]:
-    """producer id -> base offset of its last batch in the log."""
+def _producers(scans: list[_SegScan], active: Segment) -> tuple[dict[int, int], int | None]:
+    """(producer id -> base offset of its last batch in the log, the first offset of the
+    earliest transaction that has no marker after it in the log, or None), from the headers
+    of every segment, the active one included."""
     last: dict[int, int] = {}
+    open_txns: dict[int, int] = {}   # producer id -> first offset of its unended transaction
     try:
         fd = os.open(active.log_path, os.O_RDONLY)
     except FileNotFoundError:
@@ -395,15 +446,92 @@ def _last_batches(scans: list[_SegScan], active: Segment) -> dict[int, int]:
             own = fd if seg is active else os.open(seg.log_path, os.O_RDONLY)
             try:
                 for _pos, info, _d in _iter_batches(own, size, with_data=False):
-                    if info.producer_id >= 0:
-                        last[info.producer_id] = info.base_offset
+                    pid = info.producer_id
+                    if pid >= 0:
+                        last[pid] = info.base_offset
+                        if info.is_control:
+                            open_txns.pop(pid, None)
+                        elif info.is_transactional:
+                            open_txns.setdefault(pid, info.base_offset)
             finally:
                 if own != fd:
                     os.close(own)
     finally:
         if fd >= 0:
             os.close(fd)
-    return last
+    return last, min(open_txns.values(), default=None)
+
+
+def _aborted_txns(segs: list[Segment]) -> list[AbortedTxn]:
+    """Every entry of the aborted-transaction indexes of `segs`, read from their files.
+
+    The worker thread must not load a TransactionIndex (its in-memory lists belong to the
+    owner's thread). An entry reaches the file before the Segment's list, and the caller's
+    upper bound was computed after the entries of every transaction below it were appended,
+    so the files hold all the entries this clean needs; a torn tail (an entry being appended
+    to the active segment's index right now) ends the read, as `load` would cut it."""
+    out: list[AbortedTxn] = []
+    for seg in segs:
+        index = seg.txn_index
+        if not index.may_have_entries:
+            continue
+        try:
+            fd = os.open(index.path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            limit = max(0, seg.size // HEADER_SIZE) * ENTRY_SIZE   # as TransactionIndex.load
+            data = os.pread(fd, limit, 0) if limit else b""
+        finally:
+            os.close(fd)
+        out += _valid_prefix(data, seg.base_offset)
+    return out
+
+
+class _Txns:
+    """The transactions one clean meets (Kafka's CleanedTransactionMetadata).
+
+    `aborted` answers from the aborted-transaction entries alone. The rest is the state of
+    one pass over the log from its first segment (`begin` starts one): which producers had
+    a transactional batch since their previous marker, i.e. whose next marker still has
+    batches of its transaction in the log."""
+
+    def __init__(self, entries: list[AbortedTxn]):
+        spans: dict[int, list[tuple[int, int]]] = {}
+        for t in entries:
+            spans.setdefault(t.producer_id, []).append((t.last_offset, t.first_offset))
+        for lst in spans.values():
+            lst.sort()
+        self._spans = spans
+        self._indexed = {(t.producer_id, t.last_offset) for t in entries}
+        self._open: set[int] = set()
+
+    def begin(self) -> None:
+        self._open.clear()
+
+    def aborted(self, info: BatchInfo) -> bool:
+        """Whether the data batch lies in an aborted transaction of its producer."""
+        if not info.is_transactional or info.is_control:
+            return False
+        spans = self._spans.get(info.producer_id)
+        if not spans:
+            return False
+        i = bisect.bisect_left(spans, info.base_offset, key=lambda t: t[0])
+        return i < len(spans) and spans[i][1] <= info.base_offset
+
+    def on_data(self, info: BatchInfo) -> None:
+        if info.is_transactional:
+            self._open.add(info.producer_id)
+
+    def on_marker(self, info: BatchInfo) -> bool:
+        """Whether the transaction the marker ends had a batch in this pass."""
+        had = info.producer_id in self._open
+        self._open.discard(info.producer_id)
+        return had
+
+    def indexed(self, info: BatchInfo) -> bool:
+        """Whether an aborted-transaction entry names this marker."""
+        return (info.producer_id, info.base_offset) in self._indexed
 
 
 @overload
@@ -517,21 +645,53 @@ def _index_size(seg: Segment) -> int:
     return total
 
 
-class _Filter:
-    """Which records of a batch survive (shared by the sizing pass and the writer)."""
+_COPY, _DROP, _REBUILD, _STAMP = range(4)
 
-    def __init__(self, offsets: dict[bytes, int], first_dirty: int, horizon: int,
-                 last_batch_of_pid: dict[int, int]):
+
+@dataclass(slots=True)
+class _Verdict:
+    action: int                                  # _COPY, _DROP, _REBUILD or _STAMP
+    keep: list[_Rec] = field(default_factory=list)
+    payload: memoryview = memoryview(b"")
+    removed: int = 0                             # records removed
+    tombstones: int = 0                          # of them, tombstones
+    aborted: int = 0                             # of them, records of aborted transactions
+
+
+_KEEP = _Verdict(_COPY)
+_GONE = _Verdict(_DROP)
+
+
+class _Filter:
+    """What becomes of each batch (shared by the sizing pass and the writer). Both passes
+    must go over the batches in log order from the log's first segment, each after
+    `begin()`, since markers depend on the batches before them."""
+
+    def __init__(self, offsets: dict[bytes, int], first_dirty: int, now_ms: int,
+                 delete_retention_ms: int, last_batch_of_pid: dict[int, int], txns: _Txns):
         self.offsets = offsets
         self.first_dirty = first_dirty
-        self.horizon = horizon
+        self.now_ms = now_ms
+        self.delete_retention_ms = delete_retention_ms
+        self.horizon = now_ms - delete_retention_ms   # for tombstones (see the docstring)
         self.last_batch_of_pid = last_batch_of_pid
+        self.txns = txns
 
-    def apply(self, sc: _SegScan, info: BatchInfo, data: memoryview, res: CleanResult | None
-              ) -> tuple[bool, bytes]:
-        """(changed, the batch to write: b"" for none)."""
+    def begin(self) -> None:
+        self.txns.begin()
+
+    def _last_of_producer(self, info: BatchInfo) -> bool:
+        return (info.producer_id >= 0
+                and self.last_batch_of_pid.get(info.producer_id) == info.base_offset)
+
+    def decide(self, sc: _SegScan, info: BatchInfo, data: memoryview) -> _Verdict:
         if info.is_control:
-            return False, bytes(data)
+            return self._marker(info, data)
+        txns = self.txns
+        txns.on_data(info)
+        if txns.aborted(info):   # header checks only: its records are not decoded
+            n = info.records_count   # (never a producer's last batch: its marker follows)
+            return _Verdict(_DROP, removed=n, aborted=n)
         recs, payload = _parse(data, info)
         removable_tombstones = sc.max_ts < self.horizon
         keep = []
@@ -543,33 +703,68 @@ class _Filter:
                 tombstones += 1
                 continue
             keep.append(r)
-        if len(keep) == len(recs):
+        if len(keep) == len(recs) and (keep or self._last_of_producer(info)):
+            return _KEEP   # (an empty batch stays only as its producer's last)
+        removed = len(recs) - len(keep)
+        if keep or self._last_of_producer(info):
+            return _Verdict(_REBUILD, keep, payload, removed, tombstones)
+        return _Verdict(_DROP, removed=removed, tombstones=tombstones)
+
+    def _marker(self, info: BatchInfo, data: memoryview) -> _Verdict:
+        """A control batch: kept while its transaction has batches in the log; then stamped
+        with a delete horizon, and removed in a pass at or after it (see the docstring)."""
+        if info.producer_id < 0:
+            return _KEEP
+        recs, payload = _parse(data, info)
+        ctype = None   # an empty control batch (one Kafka's cleaner emptied) has none
+        if recs:
+            key = recs[0].key
+            if key is None or len(key) < _CONTROL_KEY.size:
+                return _KEEP
+            ctype = _CONTROL_KEY.unpack_from(key)[1]
+            if ctype not in (ABORT, COMMIT):
+                return _KEEP   # not a transaction marker: Kafka keeps it too
+        if self.txns.on_marker(info):
+            return _KEEP       # its transaction still has batches in the log
+        if ctype is None:
+            return _KEEP if self._last_of_producer(info) else _GONE
+        if not info.attributes & ATTR_DELETE_HORIZON:
+            return _Verdict(_STAMP, recs, payload)
+        if (info.base_timestamp > self.now_ms or self._last_of_producer(info)
+                or ctype == ABORT and self.txns.indexed(info)):
+            return _KEEP
+        return _GONE
+
+    def apply(self, sc: _SegScan, info: BatchInfo, data: memoryview, res: CleanResult | None
+              ) -> tuple[bool, bytes]:
+        """(changed, the batch to write: b"" for none)."""
+        v = self.decide(sc, info, data)
+        if v.action == _COPY:
             return False, bytes(data)
         if res is not None:
-            res.records_removed += len(recs) - len(keep)
-            res.tombstones_removed += tombstones
-        if keep or (info.producer_id >= 0
-                    and self.last_batch_of_pid.get(info.producer_id) == info.base_offset):
-            return True, _rebuild(info, keep, payload)
+            res.records_removed += v.removed
+            res.tombstones_removed += v.tombstones
+            res.aborted_records_removed += v.aborted
+            if v.action == _DROP and info.is_control:
+                res.markers_removed += 1
+        if v.action == _REBUILD:
+            return True, _rebuild(info, v.keep, v.payload)
+        if v.action == _STAMP:
+            return True, _stamp(info, v.keep, v.payload, self.now_ms + self.delete_retention_ms)
         return True, b""
 
     def output_size(self, fd: int, sc: _SegScan) -> int:
         """An upper bound of the segment's size once cleaned (compression not redone)."""
         total = 0
         for _pos, info, data in _iter_batches(fd, sc.size):
-            if info.is_control:
+            v = self.decide(sc, info, data)
+            if v.action == _COPY:
                 total += info.size
-                continue
-            recs, _payload = _parse(data, info)
-            horizon_ok = sc.max_ts < self.horizon
-            kept = [r for r in recs
-                    if r.key is not None and r.offset >= self.offsets.get(key_digest(r.key), -1)
-                    and not (r.tombstone and horizon_ok and r.offset < self.first_dirty)]
-            if len(kept) == len(recs):
-                total += info.size
-            elif kept or (info.producer_id >= 0
-                          and self.last_batch_of_pid.get(info.producer_id) == info.base_offset):
-                total += HEADER_SIZE + sum(r.end - r.start for r in kept)
+            elif v.action == _REBUILD:
+                total += HEADER_SIZE + sum(r.end - r.start for r in v.keep)
+            elif v.action == _STAMP:   # a marker: one small record, built for its size
+                total += len(_stamp(info, v.keep, v.payload,
+                                    self.now_ms + self.delete_retention_ms))
         return total
 
 
@@ -626,18 +821,44 @@ def _write_group(log: Log, g: _Group, group: list[_SegScan], fds: dict[int, int]
 def _rebuild(info: BatchInfo, keep: list[_Rec], payload: memoryview) -> bytes:
     """The batch with only `keep`, each record's bytes unchanged (offset deltas stay)."""
     body = b"".join(payload[r.start:r.end] for r in keep)
-    if info.compression and keep:
-        body = compress(info.compression, body)
     if info.attributes & ATTR_LOG_APPEND_TIME or not keep:
         max_ts = info.max_timestamp
     else:
         max_ts = info.base_timestamp + max(r.ts_delta for r in keep)
     attributes = info.attributes if keep else info.attributes & ~ATTR_COMPRESSION_MASK
+    return _pack(info, body, len(keep), attributes, info.base_timestamp, max_ts)
+
+
+def _stamp(info: BatchInfo, recs: list[_Rec], payload: memoryview, horizon: int) -> bytes:
+    """The batch with its delete horizon set (KIP-534): attribute 0x40, the base timestamp
+    holding the horizon, and each record's timestamp delta re-encoded against it so every
+    record keeps its timestamp (as Kafka's MemoryRecordsBuilder does)."""
+    body = bytearray()
+    rec = bytearray()
+    for r in recs:
+        _length, pos = read_varint(payload, r.start)
+        _delta, rest = read_varlong(payload, pos + 1)   # after the attributes byte
+        rec.clear()
+        rec.append(payload[pos])
+        write_varint(rec, info.base_timestamp + r.ts_delta - horizon)
+        rec += payload[rest:r.end]
+        write_varint(body, len(rec))
+        body += rec
+    return _pack(info, bytes(body), len(recs), info.attributes | ATTR_DELETE_HORIZON, horizon,
+                 info.max_timestamp)
+
+
+def _pack(info: BatchInfo, body: bytes, count: int, attributes: int, base_timestamp: int,
+          max_timestamp: int) -> bytes:
+    """A batch of `count` records (`body`, compressed here with the batch's codec if it has
+    any) with the header fields of `info`, except those given."""
+    if attributes & ATTR_COMPRESSION_MASK and count:
+        body = compress(attributes & ATTR_COMPRESSION_MASK, body)
     batch = bytearray(HEADER_SIZE)
     _HEADER.pack_into(batch, 0, info.base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body),
                       info.partition_leader_epoch, MAGIC, 0, attributes, info.last_offset_delta,
-                      info.base_timestamp, max_ts, info.producer_id, info.producer_epoch,
-                      info.base_sequence, len(keep))
+                      base_timestamp, max_timestamp, info.producer_id, info.producer_epoch,
+                      info.base_sequence, count)
     batch += body
     _CRC.pack_into(batch, CRC_AT, crc32c(memoryview(batch)[CRC_START:]))
     return bytes(batch)
