@@ -27,6 +27,7 @@ from core.raft.storage import METADATA_PARTITION_DIR
 
 from .fetch_session import FetchSessionCache
 from .groups.manager import GroupManager
+from .transactions.manager import TxnManager
 from .metrics import BrokerMetrics
 from .open_connections import OpenConnections
 from .partition import Partition
@@ -78,6 +79,7 @@ class Broker:
         # awaits I/O, and must not interleave with another.
         self.admin_lock = anyio.Lock()
         self.groups = GroupManager(self)
+        self.transactions = TxnManager(self)
         # Partitions written since the flush scheduler / producer snapshots last looked at them
         # (Partition.written): those jobs visit these, not every partition.
         self._flush_candidates: set[Partition] = set()

@@ -186,6 +186,7 @@ class MetadataSync:
             self._swept = True
             await anyio.to_thread.run_sync(self._sweep, image)
         await broker.groups.on_metadata(image)
+        await broker.transactions.on_metadata(image)
 
     async def _remove(self, topic: Topic) -> None:
         broker = self.broker

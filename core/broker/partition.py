@@ -8,11 +8,18 @@ the high watermark, the leader epoch and who may append; appends, truncations an
 changes all go through the partition lock, so the log bytes and the replica's idea of them
 change together. A partition gets its replica as soon as it is opened (metadata_sync.py), and
 leads only when the metadata image makes its replica the leader.
+
+Transactions: the producer state (producer_state.py) knows each producer's ongoing transaction
+here; `append_marker` writes the commit or abort marker that ends one, and an abort's entry
+goes to the log's aborted-transaction index (core/log/txn_index.py), which read_committed
+fetches read (`aborted_transactions`). `last_stable_offset` is where those fetches stop, and
+retention and compaction never pass it. Followers and restarts rebuild both from the batch
+headers, reading each marker's type from its one control record.
 """
 from __future__ import annotations
 
-import copy
 import logging
+from functools import partial
 import os
 import uuid
 from typing import Callable
@@ -21,12 +28,15 @@ from pathlib import Path
 import anyio
 
 from core.log import Log, LogConfig, LogCorrupted
+from core.log.txn_index import AbortedTxn
 from core.protocol.errors import ErrorCode
 from core.log import cleaner
 from core.log.checkpoint import TMP_SUFFIX, fsync_dir, write_unpublished
-from core.protocol.records import BatchInfo, iter_batch_headers, set_partition_leader_epoch
+from core.protocol.records import BatchInfo, iter_batch_headers, scan_batches, set_partition_leader_epoch
 
-from .producer_state import ProducerState, Verdict, delete_snapshots, latest_snapshot, snapshot_path
+from .producer_state import (AbortedTxnEntry, ProducerState, Verdict, delete_snapshots, latest_snapshot,
+                             read_end_txn_marker, snapshot_path)
+from .transactions.markers import marker_batch
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +101,15 @@ class Partition:
     @staticmethod
     def load_producer_state(plog: Log) -> tuple[ProducerState, int]:
         """Latest snapshot at or below the log end, then the batch headers after it (worker
-        thread, at open). Snapshots above the end (recovery cut the log) are dropped."""
+        thread, at open). Snapshots above the end (recovery cut the log) are dropped.
+
+        The aborted-transaction index is derived from the same replay: recovery discarded the
+        index of every segment it rebuilt, so the snapshot must lie at or below
+        `txn_index_complete_below`, and each abort marker met on the way is appended to the
+        index again (an entry already there is ignored, txn_index.py)."""
         directory, end = plog.directory, plog.log_end_offset
         delete_snapshots(directory, above=end)
-        found = latest_snapshot(directory, max_offset=end)
+        found = latest_snapshot(directory, max_offset=min(end, plog.txn_index_complete_below))
         state, offset = (found[1], found[0]) if found else (ProducerState(), plog.log_start_offset)
         snapshot_offset = found[0] if found else -1
         offset = max(offset, plog.log_start_offset)
@@ -103,7 +118,8 @@ class Partition:
             headers = [h for h in iter_batch_headers(data) if h.last_offset >= offset]
             if not headers:
                 break
-            state.replay(headers)
+            for entry in state.replay_batches(headers, markers=partial(read_end_txn_marker, data)):
+                plog.append_aborted_txn(_aborted(entry))
             offset = headers[-1].next_offset
         return state, snapshot_offset
 
@@ -132,7 +148,9 @@ class Partition:
         return self.log.log_start_offset
 
     async def append(self, data, batches: list[BatchInfo], now_ms: int, *, acks: int = -1,
-                     timeout_ms: int = 30_000, admit: Callable[[], str | None] | None = None):
+                     timeout_ms: int = 30_000, admit: Callable[[], str | None] | None = None,
+                     verification_guard=None, require_verification: bool = False,
+                     coordinator: bool = False):
         """Append validated client batches; returns once the flush policy is satisfied.
 
         Returns the log's AppendResult, or a Verdict when the idempotent-producer check refuses
@@ -142,7 +160,12 @@ class Partition:
         Check, append and state update happen under the lock, so no other append to this
         partition can slip between them. `admit` (the topic's DR role, read when the lock is
         held) may refuse new records: Refused; a duplicate is still answered as one, since
-        its records were admitted when they were appended."""
+        its records were admitted when they were appended.
+
+        Transactions: with `require_verification` (KIP-890) a transaction's first batch here
+        needs the `verification_guard` the producer state handed out before the coordinator
+        was asked, still in place; `coordinator` marks a group coordinator's transactional
+        offset commit, which carries no sequence to check (Kafka's origin COORDINATOR)."""
         async with self._lock:
             if self.offline:
                 raise OSError(f"partition is offline: {self.failure}")
@@ -150,7 +173,10 @@ class Partition:
                 # Before the producer checks, as Kafka: a follower's sequence verdicts mean
                 # nothing to the client, and OUT_OF_ORDER_SEQUENCE_NUMBER is fatal to it.
                 return ErrorCode.NOT_LEADER_OR_FOLLOWER
-            verdict = self._check_producers(batches)
+            if coordinator:
+                verdict = self._check_coordinator_batches(batches)
+            else:
+                verdict = self._check_producers(batches, verification_guard, require_verification)
             if verdict is not None and verdict.is_duplicate:
                 error, waiter = self.replicas.duplicate_as_leader(
                     self, verdict.base_offset, verdict.last_offset, acks, timeout_ms)
@@ -198,7 +224,8 @@ class Partition:
         """Batches fetched from the leader, offsets and epochs as they are (caller holds the
         lock: replication/manager.py)."""
         self.log.append(data, batches, assign_offsets=False, apply_flush_policy=False)
-        self.producers.replay(batches)
+        for entry in self.producers.replay_batches(batches, markers=lambda b: read_end_txn_marker(data, b)):
+            self.log.append_aborted_txn(_aborted(entry))
         self.note_written()
         if self.log.flush_due():
             await anyio.to_thread.run_sync(self.log.maybe_flush)
@@ -215,37 +242,96 @@ class Partition:
         if self.written is not None:
             self.written(self)
 
-    def _check_producers(self, batches: list[BatchInfo]) -> Verdict | None:
+    def _check_producers(self, batches: list[BatchInfo], guard=None, require_verification: bool = False
+                         ) -> Verdict | None:
         """None to append; else the verdict to answer with (an error or a duplicate)."""
         idempotent = [b for b in batches if b.producer_id >= 0]
         if not idempotent:
             return None
         if len(batches) == 1:
-            verdict = self.producers.validate(batches[0], self.own_producer_ids)
+            verdict = self.producers.validate(batches[0], self.own_producer_ids, verification_guard=guard,
+                                              require_verification=require_verification)
             return None if verdict.ok else verdict
         # Several batches in one request: each is checked against the state the ones before
         # it would leave, on a copy of just the producers concerned.
-        staged = ProducerState()
-        for pid in {b.producer_id for b in idempotent}:
-            entry = self.producers.entry(pid)
-            if entry is not None:
-                staged.producers[pid] = copy.deepcopy(entry)
+        staged = self.producers.stage({b.producer_id for b in idempotent})
         offset = self.log.log_end_offset
         for b in batches:
-            verdict = staged.validate(b, self.own_producer_ids)
+            verdict = staged.validate(b, self.own_producer_ids, verification_guard=guard,
+                                      require_verification=require_verification)
             if not verdict.ok:
                 return verdict
             staged.update(b, offset)
             offset += b.last_offset_delta + 1
         return None
 
+    def _check_coordinator_batches(self, batches: list[BatchInfo]) -> Verdict | None:
+        """A group coordinator's transactional offset commit (origin COORDINATOR in Kafka):
+        no sequence to check, but a producer fenced by a newer epoch is refused."""
+        for b in batches:
+            entry = self.producers.entry(b.producer_id) if b.producer_id >= 0 else None
+            if entry is not None and b.producer_epoch < entry.epoch:
+                return Verdict.error(ErrorCode.INVALID_PRODUCER_EPOCH,
+                                     f"epoch {b.producer_epoch} is older than the producer's {entry.epoch}")
+        return None
+
+    async def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                            now_ms: int, *, timeout_ms: int = 30_000):
+        """Append a transaction's commit or abort marker (WriteTxnMarkers) with acks=all: the
+        log's AppendResult (await wait_replicated), or the ErrorCode that refused it."""
+        async with self._lock:
+            if self.offline:
+                raise OSError(f"partition is offline: {self.failure}")
+            if self.replica is None or not self.replica.is_leader:
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            verdict = self.producers.validate_marker(producer_id, producer_epoch, coordinator_epoch)
+            if not verdict.ok:
+                return verdict.code
+            data = marker_batch(producer_id, producer_epoch, coordinator_epoch, commit, now_ms)
+            batches = scan_batches(data)
+            replicated, waiter = self.replicas.append_as_leader(self, 1, -1, timeout_ms)
+            if replicated.error:
+                return replicated.error
+            set_partition_leader_epoch(data, batches, replicated.leader_epoch)
+            try:
+                result = self.log.append(data, batches, apply_flush_policy=False)
+                self.replicas.appended(self, replicated, waiter, result)
+                completed = self.producers.complete_txn(producer_id, producer_epoch, coordinator_epoch,
+                                                        result.base_offset, commit, now_ms)
+                entry = completed.aborted_entry() if completed is not None else None
+                if entry is not None:
+                    self.log.append_aborted_txn(_aborted(entry))
+                if self.log.flush_due():
+                    await anyio.to_thread.run_sync(self.log.maybe_flush)
+            except OSError as exc:
+                self.fail(exc)
+                raise
+            self.note_written()
+        self.wake_waiters()
+        return result
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed consumers stop: the first offset of the earliest transaction
+        not yet decided (or whose marker the ISR does not hold yet), at most the high
+        watermark."""
+        hw = self.high_watermark
+        self.producers.on_high_watermark(hw)
+        return self.producers.last_stable_offset(hw, self.log.log_start_offset)
+
+    def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of [start, upper bound) must skip."""
+        return self.log.collect_aborted_txns(start_offset, upper_bound_offset)
+
     async def compact(self, now_ms: int, dedupe_buffer_size: int):
         """One cleaner pass (cleanup.policy=compact): the long part reads and writes cleaned
         copies in a worker thread without the lock; only the swap takes it, and runs on the
         event loop, which owns the file descriptors that reads use."""
-        hw = self.high_watermark
+        # never past the last stable offset: an undecided transaction's records may yet be
+        # aborted, and the cleaner must know which are before it compacts them
+        bound = self.last_stable_offset
         plan = await anyio.to_thread.run_sync(
-            lambda: cleaner.prepare(self.log, now_ms, dedupe_buffer_size=dedupe_buffer_size, upper_bound_offset=hw))
+            lambda: cleaner.prepare(self.log, now_ms, dedupe_buffer_size=dedupe_buffer_size, upper_bound_offset=bound))
         async with self._lock:
             if self.offline:
                 cleaner.abort(plan)
@@ -314,15 +400,19 @@ class Partition:
         async with self._lock:
             if self.replica is None:
                 return 0   # stopped: its files are about to go
-            # Never past the high watermark: followers may still need what lies above it.
-            deleted = self.log.apply_retention(high_watermark=self.replica.high_watermark)
+            # Never past the high watermark: followers may still need what lies above it; and
+            # never past the last stable offset: an open transaction keeps its records.
+            deleted = self.log.apply_retention(high_watermark=min(self.replica.high_watermark,
+                                                                  self.last_stable_offset))
             if deleted:
+                self.producers.on_log_start_offset(self.log.log_start_offset)
                 self.replicas.log_start_advanced(self)
             return deleted
 
     async def delete_records(self, before_offset: int) -> int:
         async with self._lock:
             start = self.log.delete_records(before_offset)
+            self.producers.on_log_start_offset(start)
             self.note_written()
             if self.replica is not None:
                 self.replicas.log_start_advanced(self)
@@ -331,14 +421,16 @@ class Partition:
     def update_config(self, config: LogConfig) -> None:
         self.log.update_config(config)
 
-    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True, committed: bool = True):
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True, committed: bool = True,
+             stable: bool = False):
         """Raises OffsetOutOfRange, or OSError (and the partition goes offline). Consumers
-        read only committed records (below the high watermark); followers read to the end."""
+        read only committed records (below the high watermark), read_committed ones only
+        below the last stable offset (`stable`); followers read to the end."""
         if self.offline:
             raise OSError(f"partition is offline: {self.failure}")
+        limit = self.last_stable_offset if stable else self.high_watermark if committed else None
         try:
-            return self.log.read(offset, max_bytes, max_offset=self.high_watermark if committed else None,
-                                 min_one_batch=min_one_batch)
+            return self.log.read(offset, max_bytes, max_offset=limit, min_one_batch=min_one_batch)
         except (OSError, LogCorrupted) as exc:
             self.fail(exc)
             raise OSError(str(exc)) from exc
@@ -364,6 +456,10 @@ class Partition:
             event.set()
         for session, key in self._watchers.items():
             session.mark_dirty(key)
+
+
+def _aborted(entry: AbortedTxnEntry) -> AbortedTxn:
+    return AbortedTxn(entry.producer_id, entry.first_offset, entry.last_offset, entry.last_stable_offset)
 
 
 def _unlink_quietly(path: Path) -> None:

@@ -22,13 +22,14 @@ Produce path, per batch, as Kafka's UnifiedLog.analyzeAndValidateProducerState d
    - same epoch and (first seq, last seq) equal to one of the 5 cached batches: a duplicate.
      Kafka answers it with error NONE and the *original* base offset, so the verdict is
      `Verdict.duplicate(...)` with `code == NONE`; the broker must not append it.
+   - epoch lower than the entry's: INVALID_PRODUCER_EPOCH (Kafka 2.7+ answers produce with it
+     rather than PRODUCER_FENCED). Seaway checks this before the verification guard (Kafka
+     after it), so that a fenced producer is always told so.
    - KIP-890 part 1, only with `require_verification` (Kafka's
      transaction.partition.verification.enable, default true): a transactional data batch of a
      producer without an ongoing transaction on this partition must present the verification
      guard that `start_verification` handed out and that is still recorded, else
      INVALID_TXN_STATE ("Record was not part of an ongoing transaction").
-   - epoch lower than the entry's: INVALID_PRODUCER_EPOCH (Kafka 2.7+ answers produce with it
-     rather than PRODUCER_FENCED).
    - a verification under way for the producer (KIP-890): a first sequence above the lowest one
      seen while verifying is OUT_OF_ORDER_SEQUENCE_NUMBER (Kafka's VerificationStateEntry keeps
      it so that a retried lower sequence is not overtaken).
@@ -502,6 +503,12 @@ class ProducerState:
             if dup is not None:
                 return Verdict.duplicate(dup.first_offset, dup.last_offset, dup.max_timestamp)
         ongoing = entry is not None and entry.current_txn_first_offset != NO_TXN
+        if entry is not None and batch.producer_epoch < entry.epoch:
+            # Before the verification check (Kafka checks the guard first): a fenced producer
+            # is told it is fenced, not that its transaction must be aborted, even when a
+            # marker landed while its write was being verified.
+            return Verdict.error(ErrorCode.INVALID_PRODUCER_EPOCH,
+                                 f"epoch {batch.producer_epoch} of producer {pid} is older than {entry.epoch}")
         if require_verification and batch.is_transactional and not batch.is_control and not ongoing \
                 and not self.verification_guard_valid(pid, verification_guard):
             return Verdict.error(ErrorCode.INVALID_TXN_STATE,

@@ -199,6 +199,29 @@ def _broker_defs() -> list[ConfigDef]:
                   "committed offsets of a group expire this long after it became empty", minimum=1),
         ConfigDef("offsets.retention.check.interval.ms", _T.LONG, 600_000,
                   "how often expired offsets are removed", minimum=1),
+        ConfigDef("request.timeout.ms", _T.INT, 30_000,
+                  "bound on a broker's own requests: transaction markers to other brokers and the "
+                  "replication of a transaction coordinator's writes", minimum=1),
+        ConfigDef("transaction.state.log.num.partitions", _T.INT, 50, "partitions of __transaction_state",
+                  minimum=1),
+        ConfigDef("transaction.state.log.replication.factor", _T.SHORT, 3,
+                  "replicas of __transaction_state (at most the brokers registered when it is created)",
+                  minimum=1),
+        ConfigDef("transaction.state.log.min.isr", _T.INT, 2,
+                  "min.insync.replicas of __transaction_state (at most its replication factor)", minimum=1),
+        ConfigDef("transaction.state.log.segment.bytes", _T.INT, 104_857_600,
+                  "segment size of __transaction_state", minimum=1024),
+        ConfigDef("transaction.max.timeout.ms", _T.INT, 900_000,
+                  "largest transaction.timeout.ms a producer may ask for", minimum=1),
+        ConfigDef("transactional.id.expiration.ms", _T.INT, 604_800_000,
+                  "a transactional id idle this long (no transaction ongoing) is removed", minimum=1),
+        ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", _T.INT, 10_000,
+                  "how often transactions past their timeout are looked for and aborted", minimum=1),
+        ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", _T.INT, 3_600_000,
+                  "how often expired transactional ids are removed", minimum=1),
+        ConfigDef("transaction.partition.verification.enable", _T.BOOLEAN, True,
+                  "partition leaders check with the coordinator that a transaction's first write to "
+                  "them belongs to an ongoing transaction (KIP-890)"),
         ConfigDef("offset.metadata.max.bytes", _T.INT, 4096, "largest metadata string of a committed offset",
                   minimum=0),
         ConfigDef("group.initial.rebalance.delay.ms", _T.INT, 3000, "delay of a new group's first rebalance",
@@ -244,7 +267,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in BROKER_CONFIG_LIST}
 # asyncio node has no use for). They are not reported as unknown.
 _ACCEPTED_UNUSED = {
     "num.network.threads", "num.io.threads", "num.replica.fetchers",
-    "queued.max.requests", "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
+    "queued.max.requests",
     "group.coordinator.rebalance.protocols", "share.coordinator.state.topic.replication.factor",
     "share.coordinator.state.topic.min.isr", "log.segment.bytes.per.partition",
 }

@@ -92,6 +92,7 @@ class NodeHandle:
         broker = self.broker
         if broker is not None:
             broker.groups.unload_all()  # parked joins and syncs answer NOT_COORDINATOR now
+            broker.transactions.unload_all()
             for p in broker.all_partitions():
                 p.wake_waiters()  # long polls answer now
         with anyio.move_on_after(self.config["shutdown.timeout.ms"] / 1000):
@@ -362,6 +363,7 @@ async def run_node(config: BrokerConfig, *, clock=None,
                 tg.start_soon(broker.groups.run_writer)
                 tg.start_soon(broker.groups.run_timers)
                 tg.start_soon(broker.groups.run_expiry)
+                tg.start_soon(broker.transactions.run)
             if faults.busy_data_plane_armed():
                 tg.start_soon(faults.busy_data_plane)
             log.info("node %d (%s) of cluster %s listening on %s", config.node_id,

@@ -584,6 +584,16 @@ def test_deleting_consumer_offsets_is_refused(w):
     assert meta.topics[0].error_code == 0 and meta.topics[0].is_internal
 
 
+def _until_found(ask, timeout: float = 20.0):
+    """Ask until no answer says COORDINATOR_NOT_AVAILABLE; every other answer is final."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answers = ask()
+        if all(a.error_code != E.COORDINATOR_NOT_AVAILABLE for a in answers) or time.monotonic() > deadline:
+            return answers
+        time.sleep(0.1)
+
+
 @pytest.mark.parametrize("version", api_versions(10))
 def test_find_coordinator(node, w, version):
     F = m.FindCoordinatorRequest
@@ -591,17 +601,19 @@ def test_find_coordinator(node, w, version):
         resp = w.call(10, version, F(key_type=0, coordinator_keys=["a", "b", gid()]))
         assert [(c.key != "", c.error_code, c.node_id, c.host, c.port) for c in resp.coordinators] == \
             [(True, 0, 1, "127.0.0.1", node.port)] * 3
-        txn = w.call(10, version, F(key_type=1, coordinator_keys=["t1", "t2"]))
-        assert [(c.key, c.error_code, c.node_id) for c in txn.coordinators] == \
-            [("t1", E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1), ("t2", E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)]
+        # transactional ids: __transaction_state is created by the first lookup, which is
+        # told to retry (COORDINATOR_NOT_AVAILABLE) until it exists
+        txn = _until_found(lambda: w.call(10, version, F(key_type=1, coordinator_keys=["t1", "t2"])).coordinators)
+        assert [(c.key, c.error_code, c.node_id, c.port) for c in txn] == \
+            [("t1", 0, 1, node.port), ("t2", 0, 1, node.port)]
         bad = w.call(10, version, F(key_type=7, coordinator_keys=["x"]))
         assert bad.coordinators[0].error_code == E.INVALID_REQUEST
         return
     resp = w.call(10, version, F(key=gid(), key_type=0))
     assert (resp.error_code, resp.node_id, resp.host, resp.port) == (0, 1, "127.0.0.1", node.port)
     if version >= 1:
-        txn = w.call(10, version, F(key="t1", key_type=1))
-        assert (txn.error_code, txn.node_id) == (E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
+        txn = _until_found(lambda: [w.call(10, version, F(key="t1", key_type=1))])[0]
+        assert (txn.error_code, txn.node_id, txn.port) == (0, 1, node.port)
         assert w.call(10, version, F(key="x", key_type=7)).error_code == E.INVALID_REQUEST
 
 

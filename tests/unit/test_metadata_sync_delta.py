@@ -57,6 +57,7 @@ class FakeBroker:
         self.config = SimpleNamespace(topic_defaults=dict, log_dirs=[])
         self.kraft = SimpleNamespace(replicas=FakeReplicas())
         self.groups = SimpleNamespace(on_metadata=self._noop, on_topic_deleted=self._noop)
+        self.transactions = SimpleNamespace(on_metadata=self._noop)
         self.fail_open: set[str] = set()
         self.metrics = BrokerMetrics()
 

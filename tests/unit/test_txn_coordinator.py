@@ -110,6 +110,8 @@ def test_wrong_producer_id_or_epoch_is_refused_and_changes_nothing():
 
 @pytest.mark.parametrize("tid,timeout,code", [
     ("", 60_000, E.INVALID_REQUEST),
+    ("x" * 32768, 60_000, E.INVALID_REQUEST),         # too long to be a __transaction_state key
+    ("é" * 16384, 60_000, E.INVALID_REQUEST),         # counted in UTF-8 bytes
     ("t", 0, E.INVALID_TRANSACTION_TIMEOUT),
     ("t", -5, E.INVALID_TRANSACTION_TIMEOUT),
     ("t", 900_001, E.INVALID_TRANSACTION_TIMEOUT),    # above transaction.max.timeout.ms

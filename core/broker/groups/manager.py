@@ -13,7 +13,17 @@ An action batch with nothing to write, behind an empty pipeline, is answered on 
 heartbeats do not queue behind anything.
 
 Committed offsets are kept in `OffsetStore` and change only after their records are
-appended, so the store always matches what a restart loads back. A broker coordinates the
+appended, so the store always matches what a restart loads back.
+
+Transactional offsets (TxnOffsetCommit, KIP-98/KIP-447) are appended as a transactional batch of
+the producer's id and epoch, and wait in `_txn_pending` (producer id -> group -> offsets) until
+the transaction's marker reaches the group's partition (`complete_transaction`): a commit
+moves them into the store, an abort drops them. Loading does the same from the log: the offsets
+of a transactional batch wait for their producer's marker, and those still waiting at the end
+belong to transactions not decided yet. While a group has pending offsets for a partition,
+OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for it.
+Departure from Kafka: a committed transactional offset always replaces the stored one; Kafka
+keeps whichever of the two was appended last. A broker coordinates the
 groups of the `__consumer_offsets` partitions it leads: when it comes to lead one (on_metadata),
 it reads that partition from its start, and the latest record per key wins (tombstones remove);
 when it stops leading one, it forgets that partition's groups.
@@ -33,8 +43,9 @@ import anyio
 
 from core.protocol.errors import DecodeError, KafkaError
 from core.protocol.errors import ErrorCode as E
-from core.protocol.records import build_batch, iter_records, scan_batches
+from core.protocol.records import ControlRecord, build_batch, decode_batch, iter_batch_headers, scan_batches
 
+from ..producer_state import Verdict
 from . import storage
 from .coordinator import Coordinator, GroupConfig
 from .events import (CancelTimer, CommitResult, DeleteGroups, DeleteResult, DescribeGroups, DescribeResult,
@@ -58,6 +69,15 @@ class WriteOffsets:
     """Append offset records (None: tombstone), then apply them to the store."""
     group_id: str
     offsets: dict[TopicPartition, Optional[CommittedOffset]]
+
+
+@dataclass(frozen=True)
+class WriteTxnOffsets:
+    """Append offsets as part of a producer's transaction; they stay pending until its marker."""
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    offsets: dict[TopicPartition, CommittedOffset]
 
 
 @dataclass(frozen=True)
@@ -111,6 +131,8 @@ class GroupManager:
         self._timers_changed = anyio.Event()
         self._sleeping_until: Optional[int] = None
         self._topic_wanted = anyio.Event()   # a request found __consumer_offsets missing
+        # transactional offsets awaiting their transaction's marker: producer id -> group -> offsets
+        self._txn_pending: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
 
     # ------------------------------------------------------------------ requests
 
@@ -192,6 +214,57 @@ class GroupManager:
             return (await future).error
         finally:
             self._futures.pop(rid, None)
+
+    async def commit_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int, generation_id: int,
+                                 member_id: str, instance_id: Optional[str],
+                                 offsets: dict[TopicPartition, CommittedOffset]) -> E:
+        """TxnOffsetCommit: NONE once the offsets are in the log as part of the producer's
+        transaction (pending until its marker). A member's generation is checked as for
+        OffsetCommit (v3+, KIP-447); without one (v0-2, or generation -1 and no member id) the
+        group is not checked, as Kafka."""
+        if not self.is_coordinator(group_id):
+            return E.NOT_COORDINATOR
+        now = self.broker.clock()
+        if generation_id >= 0 or member_id or instance_id is not None:
+            err, actions = self.coordinator.validate_offset_commit(group_id, generation_id, member_id,
+                                                                   instance_id, now)
+            self.submit(actions)
+            if err is not None:
+                return err
+        else:
+            self.coordinator.ensure_group(group_id, now)
+        if not offsets:
+            return E.NONE
+        rid = self.new_request_id()
+        future = self._future(rid)
+        self.submit([WriteTxnOffsets(group_id, producer_id, producer_epoch, dict(offsets)),
+                     Respond(rid, CommitResult(E.NONE))])
+        try:
+            return (await future).error
+        finally:
+            self._futures.pop(rid, None)
+
+    def complete_transaction(self, producer_id: int, partition_index: int, commit: bool) -> None:
+        """The producer's transaction marker is on __consumer_offsets partition
+        `partition_index`: its pending offsets for the groups of that partition are committed
+        or dropped (Kafka's GroupCoordinator.onTransactionCompleted)."""
+        pending = self._txn_pending.get(producer_id)
+        topic = self.broker.topics.get(TOPIC)
+        if not pending or topic is None:
+            return
+        count = len(topic.partitions)
+        for gid in [g for g in pending if storage.partition_for(g, count) == partition_index]:
+            offsets = pending.pop(gid)
+            if commit:
+                for tp, c in offsets.items():
+                    self.offsets.put(gid, tp, c)
+                self.coordinator.ensure_group(gid, self.broker.clock())
+        if not pending:
+            del self._txn_pending[producer_id]
+
+    def has_pending_txn_offset(self, group_id: str, tp: TopicPartition) -> bool:
+        """A transaction not decided yet holds an offset of this partition (KIP-447)."""
+        return any(tp in groups.get(group_id, ()) for groups in self._txn_pending.values())
 
     def fetch_offsets(self, group_id: str, tps: Optional[list[TopicPartition]]
                       ) -> Mapping[TopicPartition, Optional[CommittedOffset]]:
@@ -305,6 +378,8 @@ class GroupManager:
                         await self._persist_group(action)
                     elif isinstance(action, WriteOffsets):
                         await self._write_offsets(action)
+                    elif isinstance(action, WriteTxnOffsets):
+                        await self._write_txn_offsets(action)
                     elif isinstance(action, DropTopicOffsets):
                         await self._drop_topic_offsets(action.topic)
                 except KafkaError as exc:
@@ -343,6 +418,13 @@ class GroupManager:
                 self.offsets.put(gid, tp, c)
         self.offsets.remove(gid, removed)
 
+    async def _write_txn_offsets(self, action: WriteTxnOffsets) -> None:
+        gid = action.group_id
+        records: list[tuple[bytes, Optional[bytes]]] = [
+            (storage.offset_key(gid, t, p), storage.offset_value(c)) for (t, p), c in action.offsets.items()]
+        await self._append(gid, records, commit=True, producer=(action.producer_id, action.producer_epoch))
+        self._txn_pending.setdefault(action.producer_id, {}).setdefault(gid, {}).update(action.offsets)
+
     async def _drop_topic_offsets(self, topic: str) -> None:
         for gid in self.offsets.groups():
             gone = [tp for tp in self.offsets.all(gid) if tp[0] == topic]
@@ -353,7 +435,7 @@ class GroupManager:
                     log.error("group %s: cannot remove offsets of deleted topic %s: %s", gid, topic, exc)
 
     async def _append(self, group_id: str, records: list[tuple[bytes, Optional[bytes]]],
-                      commit: bool = False) -> None:
+                      commit: bool = False, producer: Optional[tuple[int, int]] = None) -> None:
         await self.ensure_topic()
         topic = self.broker.topics.get(TOPIC)
         if topic is None:
@@ -365,16 +447,22 @@ class GroupManager:
         if not partition.is_leader:
             raise KafkaError(E.NOT_COORDINATOR, f"this broker does not lead the group's {TOPIC} partition")
         now = self.broker.clock()
-        data = bytearray(build_batch([(k, v, None, now) for k, v in records]))
+        if producer is None:
+            data = bytearray(build_batch([(k, v, None, now) for k, v in records]))
+        else:
+            data = bytearray(build_batch([(k, v, None, now) for k, v in records], producer_id=producer[0],
+                                         producer_epoch=producer[1], transactional=True))
         limit = topic.configs.get("max.message.bytes")
         if len(data) > limit:
             raise KafkaError(E.INVALID_COMMIT_OFFSET_SIZE if commit else E.UNKNOWN_SERVER_ERROR,
                                    f"a {len(data)}-byte batch exceeds max.message.bytes {limit}")
         try:
-            result = await partition.append(data, scan_batches(data), now)
+            result = await partition.append(data, scan_batches(data), now, coordinator=producer is not None)
         except OSError as exc:
             raise KafkaError(E.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
         code = result if isinstance(result, E) else await partition.wait_replicated(result)
+        if isinstance(result, Verdict):
+            raise KafkaError(result.code, result.message)   # a fenced producer's offsets
         if code:
             # As Kafka's GroupMetadataManager maps a failed append of the group's records.
             raise KafkaError(E.NOT_COORDINATOR if code in _MOVED else E.COORDINATOR_NOT_AVAILABLE,
@@ -488,12 +576,19 @@ class GroupManager:
         parked requests answer NOT_COORDINATOR), as Kafka's onResignation does."""
         self._loaded_partitions.discard(index)
         now = self.broker.clock()
-        groups = set(self.coordinator.groups) | set(self.offsets.groups())
+        groups = set(self.coordinator.groups) | set(self.offsets.groups()) | {
+            g for pending in self._txn_pending.values() for g in pending}
         mine = [g for g in groups if storage.partition_for(g, count) == index]
         for gid in mine:
             if gid in self.coordinator.groups:
                 self.submit(self.coordinator.unload_group(gid, now))
             self.offsets.remove_group(gid)
+        for pid in list(self._txn_pending):
+            pending = self._txn_pending[pid]
+            for gid in mine:
+                pending.pop(gid, None)
+            if not pending:
+                del self._txn_pending[pid]
         log.info("%s-%d is led elsewhere now: unloaded %d groups", TOPIC, index, len(mine))
 
     def coordinator_partition(self, group_id: str) -> int | None:
@@ -505,23 +600,28 @@ class GroupManager:
         skipped = 0
         self._loaded_partitions.update(p.index for p in partitions)
         for partition in partitions:
+            # producer id -> offsets of its transaction read so far, until its marker
+            undecided: dict[int, list[tuple[str, TopicPartition, CommittedOffset]]] = {}
             plog = partition.log
             offset, end = plog.log_start_offset, plog.log_end_offset
             while offset < end:
                 read = plog.read(offset, 8 << 20, min_one_batch=True)
-                for rec in iter_records(read.data):
-                    if rec.offset < offset or rec.key is None:
+                for info in iter_batch_headers(read.data):
+                    if info.base_offset + info.last_offset_delta < offset:
                         continue
                     try:
-                        skipped += not self._load_record(rec.key, rec.value, groups)
+                        skipped += self._load_batch(read.data, info, offset, groups, undecided)
                     except DecodeError as exc:
                         skipped += 1
-                        log.warning("%r offset %d: unreadable record skipped: %s", partition, rec.offset, exc)
+                        log.warning("%r offset %d: unreadable batch skipped: %s", partition, info.base_offset, exc)
                 # move past whole batches, not past the last record: compaction keeps a batch's
                 # last offset when it drops its last records (and may leave batches empty)
                 if read.next_offset <= offset:
                     break
                 offset = read.next_offset
+            for pid, pending in undecided.items():
+                for gid, tp, c in pending:
+                    self._txn_pending.setdefault(pid, {}).setdefault(gid, {})[tp] = c
         now = self.broker.clock()
         for gid, record in groups.items():
             if record is not None:
@@ -530,6 +630,30 @@ class GroupManager:
             self.coordinator.ensure_group(gid, now)
         log.info("loaded %d groups and offsets of %d groups from %s%s", len(self.coordinator.groups),
                  len(self.offsets.groups()), TOPIC, f" ({skipped} records skipped)" if skipped else "")
+
+    def _load_batch(self, data, info, offset: int, groups: dict,
+                    undecided: dict[int, list[tuple[str, TopicPartition, CommittedOffset]]]) -> int:
+        """Apply one batch read at load; returns how many records were skipped."""
+        records = decode_batch(data, info)
+        if info.is_control:
+            marker = next((r for r in records if isinstance(r, ControlRecord)), None)
+            pending = undecided.pop(info.producer_id, [])
+            if marker is not None and marker.type == 1:
+                for gid, tp, c in pending:
+                    self.offsets.put(gid, tp, c)
+            return 0
+        skipped = 0
+        for rec in records:
+            if isinstance(rec, ControlRecord) or rec.offset < offset or rec.key is None:
+                continue
+            if info.is_transactional:
+                k = storage.decode_key(rec.key)
+                if isinstance(k, OffsetKey) and rec.value is not None:
+                    undecided.setdefault(info.producer_id, []).append(
+                        (k.group, (k.topic, k.partition), storage.decode_offset_value(rec.value)))
+                continue
+            skipped += not self._load_record(rec.key, rec.value, groups)
+        return skipped
 
     def _load_record(self, key, value, groups: dict) -> bool:
         k = storage.decode_key(key)

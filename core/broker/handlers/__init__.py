@@ -7,6 +7,7 @@ silent override by whichever module comes last.
 """
 from core.protocol.api_keys import ApiKey
 
+from . import (add_offsets_to_txn, add_partitions_to_txn, end_txn, txn_offset_commit, write_txn_markers)
 from . import (describe_producers, describe_transactions, list_transactions)
 from . import (api_versions, delete_groups, delete_records, describe_acls, describe_cluster, describe_configs,
                describe_user_scram_credentials,
@@ -19,6 +20,7 @@ _MODULES = (forwarded, produce, fetch, list_offsets, metadata, api_versions, del
             join_group, sync_group, heartbeat, leave_group, describe_groups, list_groups, delete_groups,
             offset_commit, offset_fetch, offset_delete, offset_for_leader_epoch, sasl,
             describe_user_scram_credentials, describe_acls, envelope,
+            add_partitions_to_txn, add_offsets_to_txn, end_txn, write_txn_markers, txn_offset_commit,
             describe_producers, describe_transactions, list_transactions)
 
 

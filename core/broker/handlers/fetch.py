@@ -57,7 +57,7 @@ class _Read:
     on from `next_offset`, so data already gathered is never read twice."""
 
     __slots__ = ("key", "index", "topic", "partition", "max_bytes", "chunks", "size", "next_offset", "error",
-                 "follower", "answer", "preferred", "entry", "params")
+                 "follower", "answer", "preferred", "entry", "params", "fetch_offset")
 
     def __init__(self, key, index: int, topic, partition, max_bytes: int, fetch_offset: int, error: ErrorCode):
         self.key = key                               # (topic id or name, index), as the request names it
@@ -68,6 +68,7 @@ class _Read:
         self.chunks: list = []
         self.size = 0
         self.next_offset = fetch_offset
+        self.fetch_offset = fetch_offset
         self.error = error
         self.follower: FollowerFetch | None = None   # a follower's fetch: what it sent
         self.answer: FetchAnswer | None = None       # and its replica's latest FetchAnswer
@@ -91,6 +92,9 @@ class _PendingFetch:
         self.reads: dict[tuple, _Read] = {}
         self.replica_id, self.broker_epoch = _replica(ctx, req)
         self.from_follower = self.replica_id >= 0
+        # read_committed (isolation level 1): records only below the last stable offset, and
+        # the aborted transactions among them, so that the consumer can skip those
+        self.read_committed = req.isolation_level == 1 and not self.from_follower
         self.selector = b.config["replica.selector.class"]
         self.client_rack = req.rack_id if ctx.api_version >= 11 else None
         self.cluster_error = ErrorCode.NONE
@@ -212,7 +216,7 @@ class _PendingFetch:
                 throttled = p.replicas.is_leader_throttle_target(p, r.follower.replica_id)
                 if throttled and p.replicas.leader_quota.exceeded():
                     continue   # KIP-73: no records while the leader throttle is exceeded
-            elif r.chunks and r.next_offset >= p.high_watermark:
+            elif r.chunks and r.next_offset >= (p.last_stable_offset if self.read_committed else p.high_watermark):
                 continue
             first_data = self.used == 0
             limit = min(r.max_bytes - r.size, self.budget - self.used)
@@ -220,7 +224,7 @@ class _PendingFetch:
                 continue
             try:
                 result = p.read(r.next_offset, max(limit, 0), min_one_batch=first_data,
-                                committed=r.follower is None)
+                                committed=r.follower is None, stable=self.read_committed)
             except OffsetOutOfRange:
                 r.error = ErrorCode.OFFSET_OUT_OF_RANGE
             except OSError:
@@ -243,7 +247,7 @@ class _PendingFetch:
         for topic_key, (topic_id, name, reads) in self.groups.items():
             parts = []
             for r in reads:
-                pd = _partition_data(r)
+                pd = _partition_data(r, self.read_committed)
                 entry = r.entry
                 if entry is not None:
                     assert session is not None   # entries come from the session
@@ -281,18 +285,23 @@ def _follower_unsettled(r: _Read) -> bool:
             or progress.log_end_offset != replica.log_end_offset)
 
 
-def _partition_data(r: _Read) -> PD:
+def _partition_data(r: _Read, read_committed: bool = False) -> PD:
     p = r.partition
     if r.follower is not None and not r.error:
         return _follower_data(r)
     hw = p.high_watermark if p is not None else -1
+    lso = p.last_stable_offset if p is not None else -1
     start = p.log_start_offset if p is not None else -1
     if r.error:
         keep = r.error in (ErrorCode.OFFSET_OUT_OF_RANGE, ErrorCode.FENCED_LEADER_EPOCH,
                            ErrorCode.UNKNOWN_LEADER_EPOCH)
-        return _partition_error(r.index, r.error, *((hw, hw, start) if keep else ()))
-    return PD(partition_index=r.index, error_code=0, high_watermark=hw, last_stable_offset=hw,
-              log_start_offset=start, aborted_transactions=[],
+        return _partition_error(r.index, r.error, *((hw, lso, start) if keep else ()))
+    aborted = None   # Kafka sends null to read_uncommitted consumers
+    if read_committed:
+        aborted = [R.AbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset)
+                   for t in p.aborted_transactions(r.fetch_offset, r.next_offset)] if r.chunks else []
+    return PD(partition_index=r.index, error_code=0, high_watermark=hw, last_stable_offset=lso,
+              log_start_offset=start, aborted_transactions=aborted,
               preferred_read_replica=-1 if r.preferred is None else r.preferred,
               records=r.chunks if r.chunks else b"")
 

@@ -4,13 +4,15 @@ Names the broker that coordinates a group: the leader of the group's `__consumer
 partition, at its address on the listener the request came in on. The first lookup has the
 controller create `__consumer_offsets` (as Kafka does) and answers COORDINATOR_NOT_AVAILABLE,
 which clients retry, until it exists.
-v4+ batches keys (KIP-699) and reports errors per key. Key type 1 (transactions) is refused
-with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as InitProducerId refuses transactional ids;
-any other key type is INVALID_REQUEST.
+Key type 1 names a transactional id's coordinator: the leader of its `__transaction_state`
+partition, created on first use the same way (DESCRIBE on the transactional id, else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED). v4+ batches keys (KIP-699) and reports errors per key.
+Any other key type is INVALID_REQUEST.
 """
 from __future__ import annotations
 
 from core.broker.groups.storage import TOPIC
+from core.broker.transactions.storage import TOPIC as TXN_TOPIC
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode, KafkaError
 from core.security.authorizer import Operation, ResourceType
@@ -19,13 +21,16 @@ R = m.FindCoordinatorResponse
 GROUP, TRANSACTION = 0, 1
 
 
-def _coordinator_node(ctx, key: str):
-    """(node id, host, port) of the group's coordinator: the leader of the group's
-    __consumer_offsets partition."""
+def _coordinator_node(ctx, key: str, key_type: int):
+    """(node id, host, port) of the coordinator: the leader of the group's __consumer_offsets
+    partition, or of the transactional id's __transaction_state partition."""
     b = ctx.broker
     image = b.kraft.image
-    index = b.groups.coordinator_partition(key)
-    reg = image.partition(TOPIC, index) if index is not None else None
+    if key_type == TRANSACTION:
+        index, topic = b.transactions.coordinator_partition(key), TXN_TOPIC
+    else:
+        index, topic = b.groups.coordinator_partition(key), TOPIC
+    reg = image.partition(topic, index) if index is not None else None
     broker = image.brokers.get(reg.leader) if reg is not None else None
     if broker is None or broker.fenced:
         return None
@@ -35,7 +40,13 @@ def _coordinator_node(ctx, key: str):
 
 async def _lookup(ctx, key: str, key_type: int) -> tuple[ErrorCode, str | None]:
     if key_type == TRANSACTION:
-        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported"
+        if not ctx.authorize(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None
+        try:
+            await ctx.broker.transactions.ensure_topic()
+        except KafkaError as exc:
+            return ErrorCode(exc.code), exc.message
+        return ErrorCode.NONE, None
     if key_type != GROUP:
         return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
     if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, key):
@@ -49,9 +60,9 @@ async def _lookup(ctx, key: str, key_type: int) -> tuple[ErrorCode, str | None]:
 
 async def _find(ctx, key: str, key_type: int):
     code, message = await _lookup(ctx, key, key_type)
-    where = _coordinator_node(ctx, key) if code == ErrorCode.NONE else None
+    where = _coordinator_node(ctx, key, key_type) if code == ErrorCode.NONE else None
     if code == ErrorCode.NONE and where is None:
-        code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group's partition has no leader"
+        code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator's partition has no leader"
     return code, message, where or (-1, "", -1)
 
 

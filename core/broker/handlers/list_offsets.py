@@ -1,9 +1,10 @@
 """ListOffsets (key 2), v1-10.
 
-Timestamp -2 asks for the log start offset, -1 for the end (the high watermark, which is
-also the last stable offset while we have no transactions), -3 (v7+) for the record with the
+Timestamp -2 asks for the log start offset, -1 for the end: the high watermark, or for
+isolation level 1 (read_committed) the last stable offset. -3 (v7+) asks for the record with the
 largest timestamp. A real timestamp finds the first record whose timestamp is at or after it,
-with that record's own timestamp; no match answers offset -1.
+with that record's own timestamp; no match answers offset -1, and neither does a match at or
+past the end the client may read to (Kafka's lastFetchableOffset).
 
 The log's indexes find the candidate batch; that one batch is then decoded to pick the exact
 record, as Kafka does. This is an admin lookup, never on the produce or fetch path.
@@ -44,11 +45,22 @@ def _first_record_at(p, batch_offset: int, wanted) -> tuple[int, int] | None:
     return None
 
 
-def _lookup(p, timestamp: int) -> tuple[int, int]:
+def _lookup(p, timestamp: int, read_committed: bool = False) -> tuple[int, int]:
+    """(offset, timestamp). As Kafka, a read_committed client's end is the last stable offset,
+    and a timestamp lookup never answers an offset at or past the end it may read to."""
+    end = p.last_stable_offset if read_committed else p.high_watermark
+    found = _lookup_any(p, timestamp, end)
+    if timestamp >= 0 or timestamp == MAX_TIMESTAMP:
+        if found[0] >= end:
+            return -1, -1
+    return found
+
+
+def _lookup_any(p, timestamp: int, end: int) -> tuple[int, int]:
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return p.log_start_offset, -1
     if timestamp in (LATEST, LATEST_TIERED):
-        return p.high_watermark, -1
+        return end, -1
     if timestamp == MAX_TIMESTAMP:
         max_ts, batch_offset = p.log.max_timestamp_and_offset()
         if batch_offset < 0:
@@ -86,7 +98,7 @@ async def handle(ctx, req):
                     if req.replica_id >= 0 and tp.timestamp == LATEST:
                         pr.offset, pr.timestamp = p.log.log_end_offset, -1
                     else:
-                        pr.offset, pr.timestamp = _lookup(p, tp.timestamp)
+                        pr.offset, pr.timestamp = _lookup(p, tp.timestamp, req.isolation_level == 1)
                     pr.leader_epoch = p.leader_epoch
                 except ValueError:
                     pr.error_code = ErrorCode.INVALID_REQUEST

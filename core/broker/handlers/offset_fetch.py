@@ -2,8 +2,8 @@
 
 A group's committed offsets. A partition with none gets offset -1 and no error. v2+ may ask
 for every partition the group has offsets for (topics = null) and has a top-level error,
-v5+ leader epochs, v7+ require_stable (always satisfied: there are no transactional offsets
-to wait for), v8+ several groups in one request (KIP-709), v9+ a member id and epoch, which
+v5+ leader epochs, v7+ require_stable (KIP-447: a partition whose offset an undecided
+transaction holds answers UNSTABLE_OFFSET_COMMIT, which the consumer retries), v8+ several groups in one request (KIP-709), v9+ a member id and epoch, which
 only the KIP-848 protocol checks.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from core.security.authorizer import Operation, ResourceType
 R = m.OffsetFetchResponse
 
 
-def _fetch(ctx, group_id, topics):
+def _fetch(ctx, group_id, topics, require_stable: bool = False):
     """[(topic, [(partition, offset, epoch, metadata, error)])], group error."""
     if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
         return [], ErrorCode.GROUP_AUTHORIZATION_FAILED
@@ -39,8 +39,11 @@ def _fetch(ctx, group_id, topics):
         rows = []
         for p in t.partition_indexes:
             c = found[(t.name, p)]
-            rows.append((p, -1, -1, "", ErrorCode.NONE) if c is None
-                        else (p, c.offset, c.leader_epoch, c.metadata, ErrorCode.NONE))
+            if require_stable and manager.has_pending_txn_offset(group_id, (t.name, p)):
+                rows.append((p, -1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT))
+            else:
+                rows.append((p, -1, -1, "", ErrorCode.NONE) if c is None
+                            else (p, c.offset, c.leader_epoch, c.metadata, ErrorCode.NONE))
         out.append((t.name, rows))
     return out, ErrorCode.NONE
 
@@ -50,7 +53,7 @@ async def handle(ctx, req):
     if v >= 8:
         groups = []
         for g in req.groups:
-            topics, code = _fetch(ctx, g.group_id, g.topics)
+            topics, code = _fetch(ctx, g.group_id, g.topics, req.require_stable)
             groups.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code, topics=[
                 R.OffsetFetchResponseTopics(name=t, partitions=[
                     R.OffsetFetchResponsePartitions(partition_index=p, committed_offset=o,
@@ -59,7 +62,7 @@ async def handle(ctx, req):
         return R(throttle_time_ms=0, groups=groups)
     if req.topics is None and v < 2:
         return R(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, topics=[])
-    topics, code = _fetch(ctx, req.group_id, req.topics)
+    topics, code = _fetch(ctx, req.group_id, req.topics, v >= 7 and req.require_stable)
     if code != ErrorCode.NONE and v < 2:
         # no top-level error before v2: every partition carries it
         topics = [(t.name, [(p, -1, -1, "", code) for p in t.partition_indexes]) for t in req.topics]

@@ -12,8 +12,17 @@ with NOT_ENOUGH_REPLICAS while the ISR is below min.insync.replicas, and
 otherwise answers once every ISR member has the records (the high watermark covers them), or
 with NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER or REQUEST_TIMED_OUT (timeout_ms)
 if that does not happen; the partitions of one request wait together. On a one-node cluster
-the ISR is the node alone, so -1 waits for nothing more. Transactions are not supported yet: a
-transactional produce gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+the ISR is the node alone, so -1 waits for nothing more.
+
+Transactional batches need the request's transactional id and WRITE on it (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED). KIP-890 part 1 (transaction.partition.verification.enable):
+before the first batch of a producer's transaction is appended to a partition, the leader asks
+the transaction coordinator whether the partition is in the producer's ongoing transaction and
+records a verification guard; the batch is appended only if the coordinator said yes and no
+marker came in between, so a late write of an aborted transaction can never start a new,
+hanging one. A partition not in the transaction is INVALID_TXN_STATE; a coordinator that cannot
+answer (moving, loading, busy) gives NOT_ENOUGH_REPLICAS, which clients below produce v12 retry,
+as Kafka maps it.
 
 Idempotent producers (producer id set): the partition checks each batch's epoch and
 sequence against the producer's last five batches (producer_state.py). A retry of a batch
@@ -50,7 +59,37 @@ def _error(index: int, code: ErrorCode, message: str | None = None) -> PR:
               error_message=message)
 
 
-async def _produce_partition(ctx, topic, index: int, records, acks: int = 1, timeout_ms: int = 30_000):
+# What a coordinator's answer to a verification means for the produce (Kafka's
+# AddPartitionsToTxnManager, for produce below v12).
+_VERIFY_RETRIABLE = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                               ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS})
+
+
+def _verification_error(code: ErrorCode) -> ErrorCode:
+    if code in _VERIFY_RETRIABLE:
+        return ErrorCode.NOT_ENOUGH_REPLICAS
+    if code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return ErrorCode.INVALID_TXN_STATE
+
+
+async def _verify(ctx, partition, topic, index: int, transactional_id: str, batches):
+    """(guard or None, error): KIP-890 verification of a transaction's first batch here."""
+    first = next(b for b in batches if b.is_transactional)
+    producers = partition.producers
+    if not producers.needs_verification(first):
+        return None, ErrorCode.NONE
+    guard = producers.start_verification(first.producer_id, first.producer_epoch, first.base_sequence,
+                                         ctx.broker.clock())
+    if guard is None:
+        return None, ErrorCode.NONE
+    code = await ctx.broker.transactions.verify(transactional_id, first.producer_id, first.producer_epoch,
+                                                (topic.name, index))
+    return guard, ErrorCode.NONE if code == ErrorCode.NONE else _verification_error(code)
+
+
+async def _produce_partition(ctx, topic, index: int, records, acks: int = 1, timeout_ms: int = 30_000,
+                             transactional_id: str | None = None):
     """The partition's answer, or (with acks=-1 in a cluster) (partition, append result) to
     wait on."""
     partition, code = ctx.broker.leader_partition(topic, index)
@@ -77,8 +116,17 @@ async def _produce_partition(ctx, topic, index: int, records, acks: int = 1, tim
         return _error(index, ErrorCode.INVALID_RECORD, "clients may not write control batches")
     if "compact" in topic.configs.get("cleanup.policy") and _has_null_key(records, batches):
         return _error(index, ErrorCode.INVALID_RECORD, "compacted topic cannot accept a record without a key")
+    guard, verify = None, False
     if any(b.is_transactional for b in batches):
-        return _error(index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported")
+        if transactional_id is None:
+            return _error(index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                          "transactional records need the request's transactional id")
+        verify = ctx.broker.config["transaction.partition.verification.enable"]
+        if verify:
+            guard, code = await _verify(ctx, partition, topic, index, transactional_id, batches)
+            if code:
+                return _error(index, code, "the partition is not in the producer's ongoing transaction"
+                              if code == ErrorCode.INVALID_TXN_STATE else None)
     _check_timestamps(ctx, topic, batches)
     # `records` is a writable view into the request frame: the log patches offsets in place.
     data = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
@@ -102,7 +150,7 @@ async def _produce_partition(ctx, topic, index: int, records, acks: int = 1, tim
         return replica_write_refusal(current.name, replica_of, ctx.client_id, current.configs.get(DR_EPOCH))
 
     result = await partition.append(data, batches, ctx.broker.clock(), acks=acks, timeout_ms=timeout_ms,
-                                    admit=admit)
+                                    admit=admit, verification_guard=guard, require_verification=verify)
     if isinstance(result, ErrorCode):
         return _error(index, result)
     if isinstance(result, Refused):
@@ -162,22 +210,24 @@ async def handle(ctx, req):
     waiting = []   # acks=all appends the ISR has yet to confirm
     failed = False
     bad_acks = req.acks not in (0, 1, -1)
+    txn_authorized = req.transactional_id is not None and ctx.authorize(
+        Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id)
     for td in req.topic_data:
         parts: list[PR | None] = []   # None: an acks=all append, answered once replicated
         topic = b.topics.get(td.name)
         for pd in td.partition_data:
             if bad_acks:
                 pr = _error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS)
-            elif req.transactional_id is not None:
-                pr = _error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                            "transactions are not supported")
+            elif req.transactional_id is not None and not txn_authorized:
+                pr = _error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             elif not ctx.authorize(Operation.WRITE, ResourceType.TOPIC, td.name):
                 pr = _error(pd.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             elif topic is None:
                 pr = _error(pd.index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             else:
                 try:
-                    pr = await _produce_partition(ctx, topic, pd.index, pd.records, req.acks, req.timeout_ms)
+                    pr = await _produce_partition(ctx, topic, pd.index, pd.records, req.acks, req.timeout_ms,
+                                                  req.transactional_id)
                     if isinstance(pr, tuple):
                         waiting.append((len(parts), parts, pd.index, *pr))
                         pr = None

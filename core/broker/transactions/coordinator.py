@@ -51,6 +51,11 @@ from .events import (Action, AddPartitions, AddResult, EndResult, EndTxn, InitPr
 from .state import NO_PRODUCER_EPOCH, TxnMetadata, TxnState as S, epoch_exhausted
 
 
+# The key of a __transaction_state record holds the id as a non-compact string (int16 length):
+# a longer id could never be stored. Kafka fails to serialize it; we refuse it up front.
+MAX_ID_BYTES = 32767
+
+
 @dataclass(frozen=True)
 class TxnConfig:
     """Kafka's broker properties, Kafka's defaults."""
@@ -203,7 +208,7 @@ class TxnCoordinator:
         def answer(code: E) -> None:
             self._respond(ev.request_id, InitResult(code))
 
-        if not ev.transactional_id:
+        if not ev.transactional_id or len(ev.transactional_id.encode()) > MAX_ID_BYTES:
             return answer(E.INVALID_REQUEST)
         if not 0 < ev.timeout_ms <= self.config.max_timeout_ms:
             return answer(E.INVALID_TRANSACTION_TIMEOUT)

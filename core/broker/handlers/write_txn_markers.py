@@ -1,0 +1,45 @@
+"""WriteTxnMarkers (key 27), v0-1.
+
+From a transaction coordinator to the leaders of a transaction's partitions: append the commit
+or abort marker of (producer id, epoch) with the coordinator's epoch. Needs CLUSTER_ACTION
+(CLUSTER_AUTHORIZATION_FAILED for every partition). Per partition: NOT_LEADER_OR_FOLLOWER
+where another broker leads, UNKNOWN_TOPIC_OR_PARTITION where the partition is gone (the
+coordinator then stops asking), INVALID_PRODUCER_EPOCH for an epoch older than the producer's,
+TRANSACTION_COORDINATOR_FENCED for a coordinator epoch older than the last marker's
+(transactions/markers.py, producer_state.py). The answer follows the ISR (acks=all).
+"""
+from __future__ import annotations
+
+from core.protocol import messages as m
+from core.protocol.errors import ErrorCode
+from core.security.authorizer import CLUSTER_NAME, Operation, ResourceType
+
+from ..transactions.markers import append_markers
+
+R = m.WriteTxnMarkersResponse
+
+
+def _result(producer_id: int, codes: dict) -> "R.WritableTxnMarkerResult":
+    by_topic: dict[str, list] = {}
+    for (topic, index), code in codes.items():
+        by_topic.setdefault(topic, []).append(R.WritableTxnMarkerPartitionResult(partition_index=index,
+                                                                                 error_code=code))
+    return R.WritableTxnMarkerResult(producer_id=producer_id, topics=[
+        R.WritableTxnMarkerTopicResult(name=t, partitions=ps) for t, ps in by_topic.items()])
+
+
+async def handle(ctx, req):
+    allowed = ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+    out = []
+    for marker in req.markers:
+        tps = [(t.name, i) for t in marker.topics for i in t.partition_indexes]
+        if not allowed:
+            codes = dict.fromkeys(tps, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        else:
+            codes = await append_markers(ctx.broker, marker.producer_id, marker.producer_epoch,
+                                         marker.coordinator_epoch, marker.transaction_result, tps)
+        out.append(_result(marker.producer_id, codes))
+    return R(markers=out)
+
+
+HANDLES = {m.ApiKey.WRITE_TXN_MARKERS: handle}

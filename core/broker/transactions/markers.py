@@ -1,0 +1,222 @@
+"""Transaction markers: the control batches that end a transaction on each of its partitions,
+how a partition leader appends them, and how the coordinator gets them written.
+
+A marker is a control batch (attributes transactional + control) of the producer's id and
+epoch, with one record: key = version int16 (0) + type int16 (ABORT 0, COMMIT 1), value =
+version int16 (0) + the coordinator epoch int32. Kafka's layout, so Kafka's consumers skip
+them and read_committed ones end the transaction with them.
+
+`append_markers` is the leader's side, shared by the WriteTxnMarkers handler and by a
+coordinator that leads the partition itself: per partition, the producer state checks the
+marker (an older producer epoch is INVALID_PRODUCER_EPOCH, an older coordinator epoch
+TRANSACTION_COORDINATOR_FENCED), the batch is appended with acks=all, and a marker on a
+`__consumer_offsets` partition makes that producer's pending transactional offsets visible or
+drops them (KIP-98's TxnOffsetCommit).
+
+`MarkerSender.send` is the coordinator's side (Kafka's TransactionMarkerChannelManager):
+partitions are grouped by their leader, written, and the ones that failed with a retriable
+error are tried again after a backoff that doubles up to a second, until every partition has
+its marker or is gone (its topic was deleted). A coordinator or producer fence stops the
+round: another coordinator owns the transaction now.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+from collections import defaultdict
+from typing import TYPE_CHECKING, Iterable
+
+import anyio
+
+from core.client.connection import BrokerConnection
+from core.client.errors import KafkaError
+from core.protocol import messages as m
+from core.protocol.errors import ErrorCode as E
+from core.protocol.records import build_batch
+
+from .events import SendMarkers
+from .state import TopicPartition
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+log = logging.getLogger(__name__)
+
+ABORT, COMMIT = 0, 1
+_KEY = struct.Struct(">hh")
+_VALUE = struct.Struct(">hi")
+GROUPS_TOPIC = "__consumer_offsets"
+
+# Errors after which the coordinator stops: the transaction is someone else's now.
+_STOP = frozenset({E.TRANSACTION_COORDINATOR_FENCED, E.INVALID_PRODUCER_EPOCH, E.PRODUCER_FENCED})
+# Errors that mean the partition is gone for good: its marker is not needed.
+_GONE = frozenset({E.UNKNOWN_TOPIC_OR_PARTITION, E.UNKNOWN_TOPIC_ID})
+BACKOFF_S = (0.02, 1.0)
+
+
+def marker_batch(producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                 now_ms: int) -> bytearray:
+    key = _KEY.pack(0, COMMIT if commit else ABORT)
+    value = _VALUE.pack(0, coordinator_epoch)
+    return bytearray(build_batch([(key, value, None, now_ms)], producer_id=producer_id,
+                                 producer_epoch=producer_epoch, transactional=True, control=True))
+
+
+async def append_markers(broker: "Broker", producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                         commit: bool, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, E]:
+    """Append one transaction's marker to each of `partitions` this broker leads; the error
+    per partition (NONE once the ISR holds it)."""
+    results: dict[TopicPartition, E] = {}
+    waiting = []
+    for tp in partitions:
+        topic = broker.topics.get(tp[0])
+        partition, code = broker.leader_partition(topic, tp[1])
+        if partition is None:
+            results[tp] = code
+            continue
+        try:
+            result = await partition.append_marker(producer_id, producer_epoch, coordinator_epoch, commit,
+                                                   broker.clock(), timeout_ms=broker.config["request.timeout.ms"])
+        except OSError as exc:
+            log.error("%s-%d: marker append failed: %s", tp[0], tp[1], exc)
+            results[tp] = E.KAFKA_STORAGE_ERROR
+            continue
+        if isinstance(result, E):
+            results[tp] = result
+        else:
+            waiting.append((tp, partition, result))
+    for tp, partition, result in waiting:
+        code = await partition.wait_replicated(result)
+        results[tp] = code
+        if not code and tp[0] == GROUPS_TOPIC:
+            broker.groups.complete_transaction(producer_id, tp[1], commit)
+    return results
+
+
+class MarkerSender:
+    def __init__(self, broker: "Broker"):
+        self.broker = broker
+        self._connections: dict[int, BrokerConnection] = {}
+        self._connecting: dict[int, anyio.Lock] = defaultdict(anyio.Lock)
+
+    async def send(self, marker: SendMarkers) -> bool:
+        """True once every partition has the marker (or is gone); False if fenced."""
+        remaining = set(marker.partitions)
+        delay = BACKOFF_S[0]
+        while remaining:
+            by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
+            for tp in remaining:
+                leader = self._leader_of(tp)
+                if leader is None:
+                    continue
+                by_leader[leader].append(tp)
+            gone = [tp for tp in remaining if self._leader_of(tp) is None and self._deleted(tp)]
+            remaining.difference_update(gone)
+            results: dict[TopicPartition, E] = {}
+            async with anyio.create_task_group() as tg:
+                for leader, tps in by_leader.items():
+                    tg.start_soon(self._write_to, leader, marker, tps, results)
+            for tp, code in results.items():
+                if code == E.NONE or code in _GONE:
+                    remaining.discard(tp)
+                elif code in _STOP:
+                    log.info("%s: markers stopped: %s on %s-%d", marker.transactional_id, code.name, *tp)
+                    return False
+                else:
+                    log.debug("%s: marker on %s-%d: %s; will retry", marker.transactional_id, tp[0], tp[1], code.name)
+            if remaining:
+                await anyio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_S[1])
+        return True
+
+    def _leader_of(self, tp: TopicPartition) -> int | None:
+        kraft = self.broker.kraft
+        reg = kraft.image.partition(tp[0], tp[1]) if kraft is not None else None
+        if reg is None or reg.leader < 0:
+            return None
+        return reg.leader
+
+    def _deleted(self, tp: TopicPartition) -> bool:
+        kraft = self.broker.kraft
+        return kraft is not None and kraft.image.partition(tp[0], tp[1]) is None
+
+    async def _write_to(self, leader: int, marker: SendMarkers, tps: list[TopicPartition],
+                        results: dict[TopicPartition, E]) -> None:
+        if leader == self.broker.config["node.id"]:
+            results.update(await append_markers(self.broker, marker.producer_id, marker.producer_epoch,
+                                                marker.coordinator_epoch, marker.commit, tps))
+            return
+        R = m.WriteTxnMarkersRequest
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for topic, index in tps:
+            by_topic[topic].append(index)
+        request = R(markers=[R.WritableTxnMarker(
+            producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
+            transaction_result=marker.commit, coordinator_epoch=marker.coordinator_epoch,
+            topics=[R.WritableTxnMarkerTopic(name=t, partition_indexes=ix) for t, ix in by_topic.items()])])
+        try:
+            conn = await self._connection(leader)
+            response = await conn.send(request)
+        except (KafkaError, OSError, anyio.BrokenResourceError, TimeoutError) as exc:
+            log.debug("markers to broker %d failed: %s", leader, exc)
+            await self._drop(leader)
+            results.update(dict.fromkeys(tps, E.NOT_LEADER_OR_FOLLOWER))
+            return
+        for mr in response.markers:
+            for t in mr.topics:
+                for p in t.partitions:
+                    results[(t.name, p.partition_index)] = E(p.error_code)
+        for tp in tps:
+            results.setdefault(tp, E.UNKNOWN_SERVER_ERROR)
+
+    async def verify_remotely(self, node_id: int, transactional_id: str, producer_id: int, producer_epoch: int,
+                              tp: TopicPartition) -> E:
+        """AddPartitionsToTxn v4 with VerifyOnly to the coordinator on `node_id` (KIP-890)."""
+        R = m.AddPartitionsToTxnRequest
+        request = R(transactions=[R.AddPartitionsToTxnTransaction(
+            transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
+            verify_only=True, topics=[R.AddPartitionsToTxnTopic(name=tp[0], partitions=[tp[1]])])])
+        try:
+            conn = await self._connection(node_id)
+            response = await conn.send(request, version=min(4, conn.version_for(m.ApiKey.ADD_PARTITIONS_TO_TXN)))
+        except (KafkaError, OSError, anyio.BrokenResourceError, TimeoutError) as exc:
+            log.debug("verification with broker %d failed: %s", node_id, exc)
+            await self._drop(node_id)
+            return E.COORDINATOR_NOT_AVAILABLE
+        if response.error_code:
+            return E(response.error_code)
+        for txn in response.results_by_transaction:
+            for topic in txn.topic_results:
+                for p in topic.results_by_partition:
+                    if (topic.name, p.partition_index) == tp:
+                        return E(p.partition_error_code)
+        return E.UNKNOWN_SERVER_ERROR
+
+    async def _connection(self, node_id: int) -> BrokerConnection:
+        async with self._connecting[node_id]:
+            conn = self._connections.get(node_id)
+            if conn is not None and not conn.closed:
+                return conn
+            replicas = self.broker.kraft.replicas if self.broker.kraft is not None else None
+            address = replicas.leader_endpoint(node_id) if replicas is not None else None
+            if address is None:
+                raise KafkaError(E.LEADER_NOT_AVAILABLE, f"broker {node_id} has no inter-broker endpoint")
+            cfg = self.broker.config
+            listener = cfg.inter_broker_listener_name
+            conn = BrokerConnection(*address, node_id=node_id, client_id=f"broker-{cfg['node.id']}-txn-markers",
+                                    request_timeout_ms=cfg["request.timeout.ms"],
+                                    local_address=cfg["client.local.address"],
+                                    ssl_context=cfg.client_tls(listener), sasl=cfg.client_sasl(listener))
+            await conn.connect()
+            self._connections[node_id] = conn
+            return conn
+
+    async def _drop(self, node_id: int) -> None:
+        conn = self._connections.pop(node_id, None)
+        if conn is not None:
+            await conn.close()
+
+    async def close(self) -> None:
+        with anyio.CancelScope(shield=True):
+            for node_id in list(self._connections):
+                await self._drop(node_id)
