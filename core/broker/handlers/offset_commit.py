@@ -18,6 +18,8 @@ from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.security.authorizer import Operation, ResourceType
 
+from .commit_common import checked_offsets
+
 R = m.OffsetCommitResponse
 
 
@@ -37,26 +39,13 @@ async def handle(ctx, req):
         return _response(req, {tp: ErrorCode.GROUP_AUTHORIZATION_FAILED for tp in tps})
     now = b.clock()
     retention = req.retention_time_ms if 2 <= v <= 4 else -1
-    max_metadata = b.config["offset.metadata.max.bytes"]
-    codes: dict[tuple[str, int], ErrorCode] = {}
-    offsets: dict[tuple[str, int], CommittedOffset] = {}
-    for t in req.topics:
-        topic = b.topics.get(t.name)
-        readable = ctx.authorize(Operation.READ, ResourceType.TOPIC, t.name)
-        for p in t.partitions:
-            tp = (t.name, p.partition_index)
-            metadata = p.committed_metadata or ""
-            if not readable:
-                codes[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif topic is None or not 0 <= p.partition_index < len(topic.partitions):
-                codes[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif len(metadata.encode()) > max_metadata:
-                codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            else:
-                commit_ts = p.commit_timestamp if v == 1 and p.commit_timestamp >= 0 else now
-                offsets[tp] = CommittedOffset(
-                    p.committed_offset, p.committed_leader_epoch if v >= 6 else -1, metadata,
-                    commit_ts, commit_ts + retention if retention >= 0 else -1)
+
+    def committed(p, metadata: str) -> CommittedOffset:
+        commit_ts = p.commit_timestamp if v == 1 and p.commit_timestamp >= 0 else now
+        return CommittedOffset(p.committed_offset, p.committed_leader_epoch if v >= 6 else -1, metadata,
+                               commit_ts, commit_ts + retention if retention >= 0 else -1)
+
+    codes, offsets = checked_offsets(ctx, req.topics, committed)
     generation = req.generation_id_or_member_epoch if v >= 1 else -1
     member_id = req.member_id if v >= 1 else ""
     instance_id = req.group_instance_id if v >= 7 else None

@@ -19,6 +19,7 @@ from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.security.authorizer import Operation, ResourceType
 
+from .commit_common import checked_offsets
 from .txn_common import for_version
 
 R = m.TxnOffsetCommitResponse
@@ -41,24 +42,8 @@ async def handle(ctx, req):
     if not ctx.authorize(Operation.READ, ResourceType.GROUP, req.group_id):
         return _response(req, dict.fromkeys(tps, ErrorCode.GROUP_AUTHORIZATION_FAILED))
     now = b.clock()
-    max_metadata = b.config["offset.metadata.max.bytes"]
-    codes: dict[tuple[str, int], ErrorCode] = {}
-    offsets: dict[tuple[str, int], CommittedOffset] = {}
-    for t in req.topics:
-        topic = b.topics.get(t.name)
-        readable = ctx.authorize(Operation.READ, ResourceType.TOPIC, t.name)
-        for p in t.partitions:
-            tp = (t.name, p.partition_index)
-            metadata = p.committed_metadata or ""
-            if not readable:
-                codes[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif topic is None or not 0 <= p.partition_index < len(topic.partitions):
-                codes[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif len(metadata.encode()) > max_metadata:
-                codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            else:
-                offsets[tp] = CommittedOffset(p.committed_offset, p.committed_leader_epoch if v >= 2 else -1,
-                                              metadata, now)
+    codes, offsets = checked_offsets(ctx, req.topics, lambda p, metadata: CommittedOffset(
+        p.committed_offset, p.committed_leader_epoch if v >= 2 else -1, metadata, now))
     generation, member, instance = (req.generation_id, req.member_id, req.group_instance_id) if v >= 3 \
         else (-1, "", None)
     code = await b.groups.commit_txn_offsets(req.group_id, req.producer_id, req.producer_epoch, generation,

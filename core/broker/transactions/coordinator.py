@@ -255,23 +255,29 @@ class TxnCoordinator:
         self._write(entry, target, ev.request_id,
                     InitResult(E.NONE, target.producer_id, target.producer_epoch), lambda c: InitResult(c))
 
+    def _producer_entry(self, ev: AddPartitions | EndTxn) -> tuple[_Entry | None, E]:
+        """The id's entry if the request's producer holds it (Kafka's checks, in its order),
+        else the error to answer."""
+        if not ev.transactional_id:
+            return None, E.INVALID_REQUEST
+        code = self._where(ev.transactional_id)
+        if code:
+            return None, code
+        entry = self.entries.get(ev.transactional_id)
+        if entry is None or not entry.durable or entry.meta.producer_id != ev.producer_id:
+            return None, E.INVALID_PRODUCER_ID_MAPPING
+        if entry.meta.producer_epoch != ev.producer_epoch:
+            return None, E.PRODUCER_FENCED
+        return entry, E.NONE
+
     def _on_add(self, ev: AddPartitions) -> None:
         def answer(code: E) -> None:
             self._respond(ev.request_id, AddResult(code))
 
-        if not ev.transactional_id:
-            return answer(E.INVALID_REQUEST)
-        code = self._where(ev.transactional_id)
-        if code:
+        entry, code = self._producer_entry(ev)
+        if entry is None:
             return answer(code)
-        entry = self.entries.get(ev.transactional_id)
-        if entry is None or not entry.durable:
-            return answer(E.INVALID_PRODUCER_ID_MAPPING)
         meta = entry.meta
-        if meta.producer_id != ev.producer_id:
-            return answer(E.INVALID_PRODUCER_ID_MAPPING)
-        if meta.producer_epoch != ev.producer_epoch:
-            return answer(E.PRODUCER_FENCED)
         if entry.pending is not None or meta.state.preparing:
             return answer(E.CONCURRENT_TRANSACTIONS)
         if ev.verify_only:
@@ -289,19 +295,10 @@ class TxnCoordinator:
         def answer(code: E) -> None:
             self._respond(ev.request_id, EndResult(code))
 
-        if not ev.transactional_id:
-            return answer(E.INVALID_REQUEST)
-        code = self._where(ev.transactional_id)
-        if code:
+        entry, code = self._producer_entry(ev)
+        if entry is None:
             return answer(code)
-        entry = self.entries.get(ev.transactional_id)
-        if entry is None or not entry.durable:
-            return answer(E.INVALID_PRODUCER_ID_MAPPING)
         meta = entry.meta
-        if meta.producer_id != ev.producer_id:
-            return answer(E.INVALID_PRODUCER_ID_MAPPING)
-        if meta.producer_epoch != ev.producer_epoch:
-            return answer(E.PRODUCER_FENCED)
         if entry.pending is not None:
             return answer(E.CONCURRENT_TRANSACTIONS)
         state = meta.state
