@@ -19,6 +19,11 @@
  *    "count": 10, "timeout_ms": 20000, "isolation_level": "read_committed"|"read_uncommitted"}
  *   -> {"records": [{"partition", "offset", "key", "value", "headers", "timestamp"}], "requests": {...}}
  *
+ *   {"action": "transactions", "brokers": [...], "topic": "t", "transactional_id": "tx",
+ *    "transactions": [{"commit": true|false, "records": [{"value": b64, "partition": int}]}]}
+ *   -> {"done": [true|false, ...]}   (each transaction sent, then committed or aborted, in order,
+ *   by one transactional producer: kafkajs's producer.transaction(), send, commit/abort)
+ *
  *   {"action": "offsets", "brokers": [...], "topic": "t"}
  *   -> {"offsets": [{"partition": 0, "low": 0, "high": 5}], "requests": {...}}
  *
@@ -171,6 +176,32 @@ async function produce(kafka, req) {
   }
 }
 
+async function transactions(kafka, req) {
+  const producer = kafka.producer({
+    transactionalId: req.transactional_id,
+    idempotent: true,
+    maxInFlightRequests: 1,
+    allowAutoTopicCreation: false,
+  })
+  await producer.connect()
+  const done = []
+  try {
+    for (const t of req.transactions) {
+      const txn = await producer.transaction()
+      await txn.send({
+        topic: req.topic,
+        messages: t.records.map(r => ({ value: b64(r.value), partition: r.partition })),
+      })
+      if (t.commit) await txn.commit()
+      else await txn.abort()
+      done.push(t.commit)
+    }
+  } finally {
+    await producer.disconnect()
+  }
+  return { done }
+}
+
 async function topicPartitions(kafka, topic) {
   const admin = kafka.admin()
   await admin.connect()
@@ -297,6 +328,7 @@ async function main() {
   let result
   if (req.action === 'produce') result = await produce(kafka, req)
   else if (req.action === 'consume') result = await consume(kafka, req)
+  else if (req.action === 'transactions') result = await transactions(kafka, req)
   else if (req.action === 'offsets') result = { offsets: await fetchOffsets(kafka, req.topic) }
   else throw new Error(`unknown action ${req.action}`)
   result.requests = requestVersions
