@@ -15,7 +15,7 @@ transaction for it does not include that partition. `find-hanging` looks, as Kaf
 does, only at open transactions whose producer last wrote longer ago than
 --max-transaction-timeout minutes (transaction.max.timeout.ms, 15 minutes by default: no live
 transaction is older). `abort` writes the ABORT marker to that partition itself
-(WriteTxnMarkers to its leader; needs CLUSTER_ACTION on the cluster), which lets the last
+(WriteTxnMarkers to its leader; needs ALTER or CLUSTER_ACTION on the cluster), which lets the last
 stable offset, and so read_committed consumers, move past it.
 """
 from __future__ import annotations
@@ -80,7 +80,7 @@ def register(sub) -> None:
                         "Kafka's transaction.max.timeout.ms)")
     admin_command(c, run_find_hanging, prepare=_prepare_find_hanging)
 
-    c = tsub.add_parser("abort", help="abort a hanging transaction (needs CLUSTER_ACTION on the cluster)",
+    c = tsub.add_parser("abort", help="abort a hanging transaction (needs ALTER on the cluster)",
                         description="Abort a hanging transaction on one partition: write its ABORT marker "
                                     "there. Name the transaction by its start offset, or by producer id, "
                                     "producer epoch and coordinator epoch (see describe-producers).")
@@ -100,7 +100,7 @@ _REASONS = {
     "TRANSACTIONAL_ID_NOT_FOUND": "its coordinator does not know it",
     "TRANSACTIONAL_ID_AUTHORIZATION_FAILED": "not authorized to describe this transactional id",
     "TOPIC_AUTHORIZATION_FAILED": "not authorized to read this topic",
-    "CLUSTER_AUTHORIZATION_FAILED": "not authorized: writing markers needs CLUSTER_ACTION on the cluster",
+    "CLUSTER_AUTHORIZATION_FAILED": "not authorized: writing markers needs ALTER on the cluster",
     "UNKNOWN_TOPIC_OR_PARTITION": "no such topic or partition",
     "INVALID_PRODUCER_EPOCH": "the producer has a newer epoch there",
     "TRANSACTION_COORDINATOR_FENCED": "a newer coordinator epoch has written a marker there",

@@ -52,7 +52,9 @@ from core.protocol.api_keys import ApiKey
 # APIs whose newer versions name brokers inside responses the gateway forwards undecoded: it
 # offers them only up to here (Produce v10 and Fetch v12 add current_leader and node
 # endpoints; KIP-951, KIP-392).
-GATEWAY_MAX_VERSIONS: dict[int, int] = {ApiKey.PRODUCE: 9, ApiKey.FETCH: 11}
+GATEWAY_MAX_VERSIONS: dict[int, int] = {ApiKey.PRODUCE: 9, ApiKey.FETCH: 11,
+                                        # as the brokers: transaction version 2 is not served
+                                        ApiKey.ADD_PARTITIONS_TO_TXN: 4, ApiKey.END_TXN: 4}
 
 # What a client may ask through the gateway: the client-facing APIs whose requests name no
 # broker (AlterPartitionReassignments and ListPartitionReassignments name replicas by broker
@@ -69,6 +71,9 @@ FORWARDED_APIS = frozenset({
     ApiKey.ALTER_CONFIGS, ApiKey.SASL_AUTHENTICATE, ApiKey.CREATE_PARTITIONS, ApiKey.DELETE_GROUPS,
     ApiKey.ELECT_LEADERS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.OFFSET_DELETE,
     ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+    # a transactional producer's requests, and the tools that look at transactions
+    ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT,
+    ApiKey.DESCRIBE_PRODUCERS, ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS,
 })
 
 

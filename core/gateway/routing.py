@@ -11,7 +11,9 @@ new side as active (`switching`) the two clusters hold different parts of a cons
 state, so each request goes where its part lives (while `draining`, "the new side" below
 is still the old one: nothing is writable yet, and producers retry there):
 
-    Produce, Metadata, InitProducerId, admin     the new side: writes land there at once
+    Produce, Metadata, InitProducerId, admin,    the new side: writes land there at once
+    the transaction APIs (AddPartitionsToTxn,    (a transaction is the new side's; one open
+    AddOffsetsToTxn, TxnOffsetCommit, EndTxn)    on the old side ends by its timeout there)
     OffsetCommit, OffsetFetch, LeaveGroup,       the old side: a group's commits are made
     FindCoordinator, DescribeGroups, ListGroups,  there, and the controller translates them
     ListOffsets, OffsetForLeaderEpoch, ...        once the group has left

@@ -539,8 +539,6 @@ def test_add_partitions_to_txn_v4_from_an_ordinary_user_is_cluster_authorization
     end_as_super(node, tid, pid, epoch, commit=False)
 
 
-@pytest.mark.xfail(strict=True, reason="core/broker/handlers/write_txn_markers.py checks CLUSTER_ACTION only; "
-                   "Kafka 3.8+ (KIP-1037) also accepts ALTER on the cluster")
 def test_write_txn_markers_with_alter_on_the_cluster_appends_the_marker(node):
     """KIP-1037 (Kafka 3.8, KafkaApis.handleWriteTxnMarkersRequest): ALTER on the cluster is
     enough to write markers, so that an operator's `kafka-transactions abort` (Admin

@@ -42,7 +42,8 @@ from core.protocol import messages as m
 from core.protocol.dr import DR_EPOCH, REPLICA_OF, refusal_error, replica_write_refusal
 from core.protocol.errors import ErrorCode
 from core.protocol.errors import DecodeError
-from core.protocol.records import InvalidBatch, Record, decode_batch, scan_batches
+from core.protocol.records import (ATTR_TRANSACTIONAL, ATTRIBUTES_AT, InvalidBatch, Record, decode_batch,
+                                   scan_batches)
 from core.security.authorizer import Operation, ResourceType
 
 from ..partition import DuplicateAppend, Refused
@@ -204,21 +205,36 @@ def _check_timestamps(ctx, topic, batches) -> None:
                                f"timestamp outside message.timestamp.before/after.max.ms of {now}")
 
 
+def _has_transactional_records(req) -> bool:
+    """Kafka's ProduceRequest.hasTransactionalRecords: the first batch of some partition's
+    records is transactional (a request's batches for a partition come from one producer).
+    Only the attributes of each first batch are read."""
+    for td in req.topic_data:
+        for pd in td.partition_data:
+            records = pd.records
+            if records is not None and len(records) > ATTRIBUTES_AT + 1 \
+                    and records[ATTRIBUTES_AT + 1] & ATTR_TRANSACTIONAL:
+                return True
+    return False
+
+
 async def handle(ctx, req):
     b = ctx.broker
     responses = []
     waiting = []   # acks=all appends the ISR has yet to confirm
     failed = False
     bad_acks = req.acks not in (0, 1, -1)
-    txn_authorized = req.transactional_id is not None and ctx.authorize(
-        Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id)
+    # As Kafka's KafkaApis: a request carrying transactional records needs the transactional id
+    # and WRITE on it, or every partition is refused.
+    txn_refused = _has_transactional_records(req) and not (req.transactional_id is not None and ctx.authorize(
+        Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id))
     for td in req.topic_data:
         parts: list[PR | None] = []   # None: an acks=all append, answered once replicated
         topic = b.topics.get(td.name)
         for pd in td.partition_data:
             if bad_acks:
                 pr = _error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS)
-            elif req.transactional_id is not None and not txn_authorized:
+            elif txn_refused:
                 pr = _error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             elif not ctx.authorize(Operation.WRITE, ResourceType.TOPIC, td.name):
                 pr = _error(pd.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)

@@ -1,8 +1,10 @@
 """WriteTxnMarkers (key 27), v0-1.
 
 From a transaction coordinator to the leaders of a transaction's partitions: append the commit
-or abort marker of (producer id, epoch) with the coordinator's epoch. Needs CLUSTER_ACTION
-(CLUSTER_AUTHORIZATION_FAILED for every partition). Per partition: NOT_LEADER_OR_FOLLOWER
+or abort marker of (producer id, epoch) with the coordinator's epoch; also what
+`seaway transactions abort` sends to end a hanging transaction. Needs ALTER on the cluster (an
+operator, Kafka 3.8+, KIP-1037) or CLUSTER_ACTION (a broker), else CLUSTER_AUTHORIZATION_FAILED
+for every partition. Per partition: NOT_LEADER_OR_FOLLOWER
 where another broker leads, UNKNOWN_TOPIC_OR_PARTITION where the partition is gone (the
 coordinator then stops asking), INVALID_PRODUCER_EPOCH for an epoch older than the producer's,
 TRANSACTION_COORDINATOR_FENCED for a coordinator epoch older than the last marker's
@@ -29,7 +31,8 @@ def _result(producer_id: int, codes: dict) -> "R.WritableTxnMarkerResult":
 
 
 async def handle(ctx, req):
-    allowed = ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+    allowed = ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=False) \
+        or ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
     out = []
     for marker in req.markers:
         tps = [(t.name, i) for t in marker.topics for i in t.partition_indexes]
