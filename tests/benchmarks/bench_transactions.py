@@ -3,6 +3,7 @@ how long the transaction coordinator takes to come back after its node is killed
 
     python tests/benchmarks/bench_transactions.py              # about 2 minutes
     python tests/benchmarks/bench_transactions.py --quick      # ~40 s smoke run
+    python tests/benchmarks/bench_transactions.py --producers 8   # 8 producers of each kind at once
 
 Three combined nodes (tests/support/cluster.py), a topic of 3 partitions with RF=3 and
 min.insync.replicas=2, confluent-kafka clients on the same 2 cores:
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import threading
 import sys
 import tempfile
 import time
@@ -81,6 +83,19 @@ def transactional_run(bootstrap: str, topic: str, n: int, per_txn: int) -> float
     return n * len(VALUE) / (time.perf_counter() - start) / 1e6
 
 
+def concurrent(run, bootstrap: str, topic: str, n: int, producers: int, *args) -> float:
+    """`producers` of `run` at once (threads: librdkafka releases the GIL), n records in all:
+    the aggregate MB/s."""
+    share = n // producers
+    start = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(bootstrap, topic, share, *args)) for _ in range(producers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return share * producers * len(VALUE) / (time.perf_counter() - start) / 1e6
+
+
 def commit_latencies(bootstrap: str, topic: str, count: int) -> list[float]:
     p = Producer(dict(BASE, **{"bootstrap.servers": bootstrap, "transactional.id": f"lat-{uuid.uuid4().hex[:6]}",
                                "linger.ms": 0}))
@@ -128,6 +143,7 @@ def main(argv=None) -> int:
     ap.add_argument("--per-txn", type=int, default=100, help="records per transaction")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--commits", type=int, default=300, help="transactions timed for the latency")
+    ap.add_argument("--producers", type=int, default=1, help="producers at once in the throughput runs")
     ap.add_argument("--quick", action="store_true", help="n=20000, 1 repeat, 100 commits")
     args = ap.parse_args(argv)
     if args.quick:
@@ -141,12 +157,14 @@ def main(argv=None) -> int:
             time.sleep(0.2)
         idem, txn = [], []
         for _ in range(args.repeat):
-            idem.append(idempotent_run(cluster.bootstrap, _topic(admin), args.n))
-            txn.append(transactional_run(cluster.bootstrap, _topic(admin), args.n, args.per_txn))
+            idem.append(concurrent(idempotent_run, cluster.bootstrap, _topic(admin), args.n, args.producers))
+            txn.append(concurrent(transactional_run, cluster.bootstrap, _topic(admin), args.n, args.producers,
+                                  args.per_txn))
         lat = sorted(commit_latencies(cluster.bootstrap, _topic(admin), args.commits))
         recovery, killed = coordinator_recovery(cluster, admin, _topic(admin))
     i, t = statistics.median(idem), statistics.median(txn)
-    print(f"throughput, 1 KiB, acks=all, {args.n} records, median of {args.repeat}:")
+    print(f"throughput, 1 KiB, acks=all, {args.n} records from {args.producers} producer(s), "
+          f"median of {args.repeat}:")
     print(f"  idempotent     {i:7.1f} MB/s  (runs {', '.join(f'{x:.1f}' for x in idem)})")
     print(f"  transactional  {t:7.1f} MB/s  (runs {', '.join(f'{x:.1f}' for x in txn)}), "
           f"{args.per_txn} records per transaction")

@@ -32,7 +32,7 @@ from typing import Optional
 from core.broker.transactions.coordinator import TxnConfig, TxnCoordinator
 from core.broker.transactions.events import (AddPartitions, AddResult, EndResult, EndTxn, InitProducerId,
                                              InitResult, LogWritten, MarkersWritten, NeedProducerId, Respond,
-                                             SendMarkers, WriteTxnLog)
+                                             SendMarkers, Unpark, WriteTxnLog)
 from core.broker.transactions.state import TxnMetadata, TxnState as S
 from core.protocol.errors import ErrorCode as E
 
@@ -170,6 +170,15 @@ class TxnSimulation(EventLoop):
     def _on_deliver(self, event) -> None:
         self._maybe_crash()
         self._act(self.coordinator.handle(event))
+        if isinstance(event, AddPartitions) and event.request_id not in self.answered:
+            self.stats["parked"] += 1
+            # the driver gives up waiting after a while (TxnManager's PARKED_WAIT_S)
+            self._push(self.now + self.rng.randrange(50, 1_500), "unpark", event)
+
+    def _on_unpark(self, event) -> None:
+        if event.request_id not in self.answered:
+            self.stats["unparked"] += 1
+            self._act(self.coordinator.handle(Unpark(event.transactional_id, event.request_id)))
 
     def _act(self, actions) -> None:
         for a in actions:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from core.broker.transactions.coordinator import TxnConfig, map_append_error
-from core.broker.transactions.events import (AddResult, EndResult, InitProducerId, InitResult, LogWritten,
-                                             MarkersWritten, SendMarkers, WriteTxnLog)
+from core.broker.transactions.events import (AddPartitions, AddResult, EndResult, InitProducerId, InitResult,
+                                             LogWritten, MarkersWritten, SendMarkers, Unpark, WriteTxnLog)
 from core.broker.transactions.state import MAX_EPOCH, IllegalTransition, TxnMetadata, TxnState as S
 from core.protocol.errors import ErrorCode as E
 from tests.support.txn_harness import TxnHarness
@@ -57,23 +57,27 @@ def test_end_txn_answers_per_state(state, commit, code):
 
 
 ADD_TABLE = [
-    (S.EMPTY, E.NONE, True),
-    (S.ONGOING, E.NONE, True),
-    (S.PREPARE_COMMIT, E.CONCURRENT_TRANSACTIONS, False),
-    (S.PREPARE_ABORT, E.CONCURRENT_TRANSACTIONS, False),
-    (S.COMPLETE_COMMIT, E.NONE, True),
-    (S.COMPLETE_ABORT, E.NONE, True),
+    (S.EMPTY, E.NONE),
+    (S.ONGOING, E.NONE),
+    (S.PREPARE_COMMIT, None),     # waits for the previous transaction to complete
+    (S.PREPARE_ABORT, None),
+    (S.COMPLETE_COMMIT, E.NONE),
+    (S.COMPLETE_ABORT, E.NONE),
 ]
 
 
-@pytest.mark.parametrize("state,code,writes", ADD_TABLE)
-def test_add_partitions_answers_per_state(state, code, writes):
+@pytest.mark.parametrize("state,code", ADD_TABLE)
+def test_add_partitions_answers_per_state(state, code):
     h, pid, epoch = reach(state)
     before = len(h.log)
-    assert h.add("t", pid, epoch, T2) == AddResult(code)
-    assert (len(h.log) > before) == writes
-    if writes:
-        assert h.meta("t").state is S.ONGOING and T2 in h.meta("t").partitions
+    request = AddPartitions(99, h.now, "t", pid, epoch, frozenset({T2}))
+    h.run(h.coordinator.handle(request))
+    if code is None:
+        assert 99 not in h.responses and len(h.log) == before, "parked: no answer, nothing written"
+        h.run(h.coordinator.handle(MarkersWritten("t", pid, epoch, 1, h.now)))
+        code = E.NONE
+    assert h.responses[99] == AddResult(code)
+    assert h.log[-1][1].state is S.ONGOING and T2 in h.meta("t").partitions
 
 
 INIT_TABLE = [
@@ -163,11 +167,35 @@ def test_commit_answers_after_prepare_and_completes_after_markers():
     assert h.end("t", pid, epoch, True) == EndResult(E.NONE)
     assert h.meta("t").state is S.PREPARE_COMMIT
     assert h.markers == [SendMarkers("t", pid, epoch, 1, True, frozenset({T1}))]
-    # the next transaction waits until the markers are written
-    assert h.add("t", pid, epoch, T1) == AddResult(E.CONCURRENT_TRANSACTIONS)
+    # the next transaction's first AddPartitionsToTxn waits until the markers are written
+    assert h.add("t", pid, epoch, T1) is None
     h.run(h.coordinator.handle(MarkersWritten("t", pid, epoch, 1, h.now)))
-    assert h.meta("t").state is S.COMPLETE_COMMIT and h.meta("t").partitions == frozenset()
-    assert h.add("t", pid, epoch, T1) == AddResult(E.NONE)
+    complete, ongoing = h.log[-2][1], h.log[-1][1]
+    assert (complete.state, complete.partitions) == (S.COMPLETE_COMMIT, frozenset())
+    assert (ongoing.state, ongoing.partitions) == (S.ONGOING, frozenset({T1}))
+    assert list(h.responses.values())[-1] == AddResult(E.NONE)
+
+
+def test_a_parked_add_is_sent_away_when_the_driver_gives_up_or_the_partition_moves():
+    h, pid, epoch = reach(S.PREPARE_COMMIT)
+    h.run(h.coordinator.handle(AddPartitions("a", h.now, "t", pid, epoch, frozenset({T1}))))
+    h.run(h.coordinator.handle(AddPartitions("b", h.now, "t", pid, epoch, frozenset({T2}))))
+    h.run(h.coordinator.handle(Unpark("t", "a")))
+    assert h.responses["a"] == AddResult(E.CONCURRENT_TRANSACTIONS)
+    h.run(h.coordinator.handle(Unpark("t", "a")))       # twice: nothing more
+    h.run(h.coordinator.handle(AddPartitions("v", h.now, "t", pid, epoch, frozenset({T1}), verify_only=True)))
+    assert h.responses["v"] == AddResult(E.CONCURRENT_TRANSACTIONS), "a leader's check never waits"
+    h.run(h.coordinator.unload_partition(0))
+    assert h.responses["b"] == AddResult(E.NOT_COORDINATOR)
+    assert len(h.responses) == len(set(h.responses))
+
+
+def test_a_fenced_producer_is_refused_at_once_not_parked_behind_its_abort():
+    h, pid, epoch = reach(S.ONGOING)
+    h.auto_markers = False
+    assert h.init("t").error == E.CONCURRENT_TRANSACTIONS     # a new producer: abort under epoch + 1
+    assert h.meta("t").state is S.PREPARE_ABORT
+    assert h.add("t", pid, epoch, T2) == AddResult(E.PRODUCER_FENCED)
 
 
 def test_markers_of_an_older_coordinator_or_producer_epoch_are_ignored():

@@ -17,7 +17,7 @@ from core.broker.transactions.state import TxnMetadata, TxnState
 from tests.support.simulation import SeededSimulation, assert_mutation_caught
 from tests.support.txn_simulation import build
 
-MUST_HAPPEN = ("init granted", "commit", "abort", "fenced", "concurrent", "markers", "markers cut short", "write failed",
+MUST_HAPPEN = ("init granted", "commit", "abort", "fenced", "concurrent", "markers", "markers cut short", "write failed", "parked", "unparked",
                "crash", "landed unreported")
 
 TXN = SeededSimulation(

@@ -35,6 +35,11 @@ coordinator requests get PRODUCER_FENCED. A transaction that outlives its timeou
 aborted the same way by `tick`.
 
 Departures from Kafka, and why:
+- An AddPartitionsToTxn that arrives while the producer's previous transaction is being
+  completed (markers in flight) waits for CompleteX and is then served, instead of being
+  answered CONCURRENT_TRANSACTIONS at once: the client's retry backoff (librdkafka: up to
+  100 ms) was most of a transaction's cost. The driver bounds the wait (`Unpark`), after which
+  the answer is Kafka's.
 - A failed epoch-fence write changes nothing in memory (state.py, prepare_fenced_abort).
 - A failed Complete write is retried after `retry_backoff_ms` (Kafka re-queues it at once).
 """
@@ -47,7 +52,7 @@ from core.protocol.errors import ErrorCode as E
 
 from ..groups.storage import partition_for
 from .events import (Action, AddPartitions, AddResult, EndResult, EndTxn, InitProducerId, InitResult,
-                     LogWritten, MarkersWritten, NeedProducerId, Respond, Result, SendMarkers, WriteTxnLog)
+                     LogWritten, MarkersWritten, NeedProducerId, Respond, Result, SendMarkers, Unpark, WriteTxnLog)
 from .state import NO_PRODUCER_EPOCH, TxnMetadata, TxnState as S, epoch_exhausted
 
 
@@ -80,6 +85,8 @@ class _Entry:
     durable: bool = True              # False: created by InitProducerId, not in the log yet
     pending: Optional[_Pending] = None
     complete_retry_at: Optional[int] = None
+    # AddPartitionsToTxn of the producer's next transaction, waiting for this one to complete
+    parked: list[AddPartitions] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -164,6 +171,8 @@ class TxnCoordinator:
         for tid in [t for t, e in self.entries.items() if e.partition == partition]:
             entry = self.entries.pop(tid)
             self._fail_pending(entry, E.NOT_COORDINATOR)
+            for add in entry.parked:
+                self._respond(add.request_id, AddResult(E.NOT_COORDINATOR))
         out, self._out = self._out, []
         return out
 
@@ -278,6 +287,11 @@ class TxnCoordinator:
         if entry is None:
             return answer(code)
         meta = entry.meta
+        if meta.state.preparing and not ev.verify_only:
+            # The producer's previous transaction is being completed (its markers, then
+            # CompleteX): wait for that here rather than send the client away to retry.
+            entry.parked.append(ev)
+            return
         if entry.pending is not None or meta.state.preparing:
             return answer(E.CONCURRENT_TRANSACTIONS)
         if ev.verify_only:
@@ -338,6 +352,22 @@ class TxnCoordinator:
                 self._send_markers(entry)
         if pending.request_id is not None and pending.on_success is not None:
             self._respond(pending.request_id, pending.on_success)
+        if entry.parked and not entry.meta.state.preparing:
+            parked, entry.parked = entry.parked, []
+            for add in parked:
+                self._on_add(add)
+
+    def _on_unpark(self, ev: Unpark) -> None:
+        """A parked AddPartitionsToTxn waited long enough (the previous transaction's markers
+        are slow): the client is told to retry, as Kafka tells it at once."""
+        entry = self.entries.get(ev.transactional_id)
+        if entry is None:
+            return
+        for add in entry.parked:
+            if add.request_id == ev.request_id:
+                entry.parked.remove(add)
+                self._respond(add.request_id, AddResult(E.CONCURRENT_TRANSACTIONS))
+                return
 
     def _on_markers_written(self, ev: MarkersWritten) -> None:
         entry = self.entries.get(ev.transactional_id)
@@ -350,8 +380,9 @@ class TxnCoordinator:
             return   # markers of another coordinator's or another transaction's round
         self._write(entry, meta.prepare_complete(ev.now_ms))
 
-    _HANDLERS: ClassVar[dict[type, Callable[["TxnCoordinator", Any], None]]] = {InitProducerId: _on_init, AddPartitions: _on_add, EndTxn: _on_end,
-                 LogWritten: _on_log_written, MarkersWritten: _on_markers_written}
+    _HANDLERS: ClassVar[dict[type, Callable[["TxnCoordinator", Any], None]]] = {
+        InitProducerId: _on_init, AddPartitions: _on_add, EndTxn: _on_end, LogWritten: _on_log_written,
+        MarkersWritten: _on_markers_written, Unpark: _on_unpark}
 
     # ================================================================ helpers
 

@@ -70,6 +70,14 @@ class LogWritten:
 
 
 @dataclass(frozen=True)
+class Unpark:
+    """A parked AddPartitionsToTxn waited as long as the driver allows: answer it with
+    CONCURRENT_TRANSACTIONS (the client retries) unless it was answered meanwhile."""
+    transactional_id: str
+    request_id: Hashable
+
+
+@dataclass(frozen=True)
 class MarkersWritten:
     transactional_id: str
     producer_id: int

@@ -39,7 +39,7 @@ from . import storage
 from .coordinator import TxnConfig, TxnCoordinator, map_append_error
 from ..groups.storage import partition_for
 from .events import (AddPartitions, AddResult, EndResult, InitProducerId, InitResult, LogWritten, MarkersWritten,
-                     NeedProducerId, Respond, SendMarkers, WriteTxnLog)
+                     NeedProducerId, Respond, SendMarkers, Unpark, WriteTxnLog)
 from .markers import MarkerSender
 from .state import TxnMetadata
 
@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TOPIC = storage.TOPIC
+# How long an AddPartitionsToTxn may wait for the producer's previous transaction to complete
+# before it is answered CONCURRENT_TRANSACTIONS (coordinator.py, "Departures").
+PARKED_WAIT_S = 2.0
 
 
 def _refused(event, code: E):
@@ -88,6 +91,11 @@ class TxnManager:
         self._futures[event.request_id] = future
         try:
             self._execute(self.coordinator.handle(event))
+            if isinstance(event, AddPartitions) and not event.verify_only and not future.done():
+                # parked behind the previous transaction's completion, for a while at most
+                with anyio.move_on_after(PARKED_WAIT_S):
+                    return await asyncio.shield(future)
+                self._execute(self.coordinator.handle(Unpark(event.transactional_id, event.request_id)))
             return await future
         finally:
             self._futures.pop(event.request_id, None)
