@@ -83,7 +83,13 @@ def test_client_control_batches_and_empty_records_are_invalid(node):
     create_topic(node, "ctl")
     control = build_batch([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", [], 1)], control=True,
                           transactional=True, producer_id=1, producer_epoch=0)
-    assert produce(node, "ctl", control).error_code == ErrorCode.INVALID_RECORD
+    # A marker is transactional: without the request's transactional id Kafka refuses the whole
+    # request for that first (KafkaApis.handleProduceRequest); with one, the batch itself.
+    assert produce(node, "ctl", control).error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    with_id = m.ProduceRequest(acks=-1, timeout_ms=5000, transactional_id="tx", topic_data=[
+        m.ProduceRequest.TopicProduceData(name="ctl", partition_data=[
+            m.ProduceRequest.PartitionProduceData(index=0, records=control)])])
+    assert call(node, 0, 9, with_id).responses[0].partition_responses[0].error_code == ErrorCode.INVALID_RECORD
     assert produce(node, "ctl", b"").error_code == ErrorCode.INVALID_RECORD
 
 
