@@ -400,10 +400,14 @@ class ChildMember(_Recorder):
             self.stderr_lines.append(line.decode(errors="replace"))
 
     def kill(self) -> None:
-        self.emit(ev="killed")
+        # The event carries the moment of the signal but is recorded only after the pipe is
+        # drained: records the child wrote before it died are still in the pipe, and they must
+        # come before "killed" in the history, as they did in the child.
+        killed_at = time.time()
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
         self._reader.join(10)
+        self.emit(ev="killed", t=killed_at)
 
     def stop(self, timeout: float = 30.0) -> None:
         if self.proc.poll() is None:
