@@ -28,8 +28,20 @@ def test_the_readme_exactly_once_example_prints_what_the_readme_shows(tmp_path):
                 (work / block.file).write_text(block.text)
                 continue
             for step in block.steps:
-                done = subprocess.run(["bash", "-c", step.command], cwd=work, env=env, capture_output=True,
-                                      text=True, timeout=120)
+                try:
+                    done = subprocess.run(["bash", "-c", step.command], cwd=work, env=env, capture_output=True,
+                                          text=True, timeout=120)
+                except subprocess.TimeoutExpired as exc:
+                    # where the example stood, and what the node was doing, when it hung
+                    pytest.fail(f"README.md:{block.line}: `{step.command}` ran over 120 s; it printed "
+                                f"{_text(exc.stdout)!r}\nstderr: {_text(exc.stderr)[-2000:]}\n"
+                                f"node log:\n{node.log_tail(200)}")
                 assert done.returncode == 0, f"README.md:{block.line}: `{step.command}`: {done.stderr[-2000:]}"
                 problem = mismatch(step.expected, done.stdout.splitlines())
                 assert problem is None, f"README.md:{block.line}: `{step.command}`: {problem}"
+
+
+def _text(output: bytes | str | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
