@@ -238,18 +238,25 @@ class TxnManager:
         raise KafkaError(E.COORDINATOR_NOT_AVAILABLE, f"{TOPIC} is being created")
 
     def _topic_settings(self) -> tuple[int, int, dict[str, str]]:
-        """Replication factor and configs. Kafka refuses to create the topic while fewer
-        brokers than transaction.state.log.replication.factor (3) are registered, so that a
-        one-node cluster cannot use transactions until it is reconfigured; here the factor is
-        capped at the brokers registered, and min.insync.replicas at the factor."""
+        """Replication factor and configs. As Kafka, the topic is created with
+        transaction.state.log.replication.factor replicas, so a cluster that has fewer brokers
+        registered yet waits (FindCoordinator answers COORDINATOR_NOT_AVAILABLE) rather than
+        keeping its transactions on fewer replicas for good. The exception is a one-node
+        cluster (no controller.quorum.voters), which never has more brokers to wait for:
+        there the factor is capped at the brokers registered, where Kafka's own single-node
+        configuration sets it to 1. min.insync.replicas is capped at the factor."""
         cfg = self.broker.config
-        assert self.broker.kraft is not None
-        brokers = [b for b in self.broker.kraft.image.brokers.values() if not b.fenced]
-        rf = max(1, min(cfg["transaction.state.log.replication.factor"], len(brokers)))
+        rf = cfg["transaction.state.log.replication.factor"]
+        if cfg.single_node:
+            rf = max(1, min(rf, self._registered_brokers()))
         min_isr = min(cfg["transaction.state.log.min.isr"], rf)
         return rf, min_isr, {"cleanup.policy": "compact", "compression.type": "uncompressed",
                              "min.insync.replicas": str(min_isr), "unclean.leader.election.enable": "false",
                              "segment.bytes": str(cfg["transaction.state.log.segment.bytes"])}
+
+    def _registered_brokers(self) -> int:
+        assert self.broker.kraft is not None
+        return sum(not b.fenced for b in self.broker.kraft.image.brokers.values())
 
     async def _run_topic_creator(self) -> None:
         while True:
@@ -257,6 +264,13 @@ class TxnManager:
             if TOPIC not in self.broker.topics:
                 assert self.broker.kraft is not None
                 rf, _, configs = self._topic_settings()
+                if (registered := self._registered_brokers()) < rf:
+                    log.warning("%s is not created while %d of the %d brokers its replication factor needs "
+                                "(transaction.state.log.replication.factor) are registered; transactional "
+                                "clients are told COORDINATOR_NOT_AVAILABLE meanwhile", TOPIC, registered, rf)
+                    await anyio.sleep(1.0)
+                    self._topic_wanted = anyio.Event()
+                    continue
                 codes = await self.broker.kraft.create_topics(
                     [TOPIC], self.broker.config["transaction.state.log.num.partitions"], rf, configs)
                 if TOPIC not in self.broker.topics:
