@@ -160,6 +160,9 @@ class DrConfig(_Strict):
     pairs: list[PairConfig] = Field(default_factory=list)
     drain_timeout_s: float = Field(default=60.0, gt=0)      # planned failover: the link's last records
     groups_timeout_s: float = Field(default=30.0, gt=0)     # planned failover: consumers leaving the old side
+    # Planned failover: how long a transaction open on the fenced topics may take to end by
+    # itself before its producer is fenced (its transaction aborted) so that the drain can end.
+    transactions_grace_s: float = Field(default=10.0, ge=0)
     rpo_target_s: float = Field(default=60.0, gt=0)
     rto_target_s: float = Field(default=300.0, gt=0)
     drill_schedule: str | None = None

@@ -250,11 +250,22 @@ class Failover:
         return f"{count(n, 'topic')} of {self.plan.source} fenced; {said}"
 
     async def _drain(self) -> str:
+        """Wait until the target holds every record of the fenced topics.
+
+        The link copies only committed records (it reads as a read_committed consumer), so a
+        transaction still open on the fenced topics holds its partitions' copies back: its
+        producer cannot write there any more, but it may still commit or abort what it
+        wrote. It gets transactions_grace_s to do so; then its producer is fenced (Kafka's
+        Admin.fenceProducers), which aborts the transaction: none of it reaches the
+        promoted side, and the producer hears PRODUCER_FENCED, never a commit that did not
+        happen. A transaction is never copied in part: whatever ended is copied whole."""
         source, target = self.plan.source, self.plan.target
         topics = {t: (n, FENCED) for t, n in self.plan.topics.items()}
-        deadline = anyio.current_time() + self.config.drain_timeout_s
+        started = anyio.current_time()
+        deadline = started + self.config.drain_timeout_s
         behind = None
         settled: dict | None = None
+        fenced: str | None = None      # what fencing the open transactions did, once done
         while True:
             where = await positions(self.clients, source, target, topics)
             behind = {tp: p.end - p.copied for tp, p in where.items() if p.copied < p.end}
@@ -263,14 +274,40 @@ class Failover:
             # fence check just before the fence arrived has been appended by then.
             if not behind and settled == ends:
                 self.context["source_ends"] = _by_topic(ends)
-                return f"{sum(ends.values())} records on {target}, 0 behind"
+                return f"{sum(ends.values())} records on {target}, 0 behind" + (f"; {fenced}" if fenced else "")
             settled = ends if not behind else None
+            if behind and fenced is None and anyio.current_time() - started >= self.config.transactions_grace_s:
+                fenced = await self._abort_open_transactions()
             if anyio.current_time() > deadline:
                 worst = sorted(behind.items(), key=lambda kv: -kv[1])[:3]
                 raise FailoverError(f"the link to {target} did not catch up within "
                                     f"{self.config.drain_timeout_s:g}s: {sum(behind.values())} records "
-                                    f"behind (" + ", ".join(f"{t}-{p}: {n}" for (t, p), n in worst) + ")")
+                                    f"behind (" + ", ".join(f"{t}-{p}: {n}" for (t, p), n in worst) + ")"
+                                    + (f"; {fenced}" if fenced else ""))
             await anyio.sleep(0.1)
+
+    async def _abort_open_transactions(self) -> str:
+        """Fence the producers of the transactions open on the failover's topics on the old
+        active cluster (each id's coordinator aborts its transaction); says what it did."""
+        admin = self._admin(self.plan.source)
+        listed = await admin.list_transactions(states=["Ongoing"])
+        described = await admin.describe_transactions([t.transactional_id for t in listed])
+        open_here = sorted(tid for tid, d in described.items()
+                           if not isinstance(d, KafkaError) and d.state == "Ongoing"
+                           and any(topic in self.plan.topics for topic, _ in d.topic_partitions))
+        if not open_here:
+            return ""
+        results = await admin.fence_producers(open_here)
+        failed = {tid: r for tid, r in results.items() if isinstance(r, KafkaError)}
+        done = [tid for tid in open_here if tid not in failed]
+        said = []
+        if done:
+            said.append(f"aborted {count(len(done), 'open transaction')} by fencing its producer "
+                        f"after {self.config.transactions_grace_s:g}s ({', '.join(done)})")
+        if failed:
+            said.append(f"could not fence the producers of {', '.join(failed)}: "
+                        + "; ".join(str(r) for r in failed.values()))
+        return "; ".join(said)
 
     async def _record_syncs(self) -> str:
         """Where the promoted copies stand. Planned: an offset sync per partition for the link

@@ -287,7 +287,8 @@ def plan_failover(view: PairView, region: str, *, force: bool = False, only: set
         steps = [
             Step("take-epoch", f"take DR epoch {epoch} on {source} and {target}"),
             Step("fence", f"make {source}'s {topics} {FENCED}: applications' writes stop"),
-            Step("drain", f"wait until {target} has every record of them ({lagging} records behind now)"),
+            Step("drain", f"wait until {target} has every record of them ({lagging} records behind now); "
+                          f"a transaction left open on them past transactions_grace_s is aborted"),
             Step("record-syncs", f"record where {target}'s copies stand, for the link back"),
             Step("promote", f"make {target}'s {topics} writable"),
             Step("switch-clients", f"record {pair.region_of(target)} as active (switching) on both clusters "

@@ -1,5 +1,6 @@
 """Admin operations on transactions (KIP-664), as Kafka's Java Admin does them:
-describeProducers, describeTransactions, listTransactions and abortTransaction.
+describeProducers, describeTransactions, listTransactions and abortTransaction, and
+fenceProducers (KIP-618).
 
 `TxnAdmin` is a part of `Admin` (which inherits it), as GroupAdmin is.
 
@@ -7,7 +8,8 @@ Routing
 -------
 DescribeProducers goes to each partition's leader (or, with `broker_id`, to that broker, whose
 replica answers whether it leads or follows). DescribeTransactions goes to each transactional
-id's coordinator, found with FindCoordinator key type 1 (batched from v4, KIP-699).
+id's coordinator, found with FindCoordinator key type 1 (batched from v4, KIP-699), and so
+does fence_producers' InitProducerId.
 ListTransactions goes to every broker (each lists the ids it coordinates) and the answers are
 merged. abort_transaction sends WriteTxnMarkers with an ABORT marker straight to the leader of
 the partition where a transaction hangs, which is what `kafka-transactions abort` does: the
@@ -23,6 +25,7 @@ list_transactions and abort_transaction raise.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
@@ -38,6 +41,7 @@ __all__ = ["TxnAdmin", "ProducerState", "TransactionDescription", "TransactionLi
 TopicPartition = tuple[str, int]
 
 FIND_COORDINATOR, WRITE_TXN_MARKERS = m.ApiKey.FIND_COORDINATOR, m.ApiKey.WRITE_TXN_MARKERS
+INIT_PRODUCER_ID = m.ApiKey.INIT_PRODUCER_ID
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 TRANSACTION_KEY = 1     # FindCoordinator's key type for transactional ids
 
@@ -281,6 +285,53 @@ class TxnAdmin(AdminCore):
             for t in listing:
                 merged.setdefault(t.transactional_id, t)
         return [merged[t] for t in sorted(merged)]
+
+    # ------------------------------------------------------------------ fence
+
+    async def fence_producers(self, transactional_ids: Iterable[str], *, transaction_timeout_ms: int = 60_000
+                              ) -> dict[str, tuple[int, int] | KafkaError]:
+        """Fence the producers of each transactional id, as Kafka's Admin.fenceProducers
+        (KIP-618): InitProducerId with the id at its coordinator, which bumps the epoch and
+        aborts the id's open transaction, so the producer that held it hears PRODUCER_FENCED
+        and nothing it wrote in that transaction is ever committed. Each id's result is its
+        (producer id, new epoch) or the KafkaError the coordinator answered
+        (TRANSACTIONAL_ID_AUTHORIZATION_FAILED without WRITE on the id). CONCURRENT_TRANSACTIONS,
+        answered while the abort is written, is retried until the admin's timeout."""
+        R = m.InitProducerIdRequest
+
+        deadline = time.monotonic() + self.timeout_ms / 1000
+
+        async def one(node: int, tid: str) -> tuple[int, int] | KafkaError:
+            tries = 0
+            while True:
+                resp = await self.client.send(node, R(transactional_id=tid, transaction_timeout_ms=transaction_timeout_ms,
+                                                      producer_id=-1, producer_epoch=-1), api_key=INIT_PRODUCER_ID)
+                # Not retriable by Kafka's table, but it is how the coordinator says "the abort
+                # is being written; ask again", and Kafka's admin asks again too.
+                delay = self.client.backoff_ms(tries) / 1000
+                if resp.error_code != ErrorCode.CONCURRENT_TRANSACTIONS or time.monotonic() + delay >= deadline:
+                    break
+                tries += 1
+                await asyncio.sleep(delay)
+            if resp.error_code:
+                return KafkaError(resp.error_code, f"fence the producer of transactional id {tid!r}")
+            return resp.producer_id, resp.producer_epoch
+
+        async def attempt(todo: dict[str, None]):
+            coordinators = await self._find_txn_coordinators(list(todo))
+            pending = {tid: c for tid, c in coordinators.items() if not isinstance(c, KafkaError)}
+            out: dict[str, Any] = {tid: c for tid, c in coordinators.items() if isinstance(c, KafkaError)}
+            outcomes = await asyncio.gather(*(one(c, tid) for tid, c in pending.items()), return_exceptions=True)
+            for tid, outcome in zip(pending, outcomes):
+                if isinstance(outcome, BaseException) and not isinstance(outcome, KafkaError):
+                    raise outcome
+                out[tid] = outcome
+            return _fill(out, todo)
+
+        ids = list(dict.fromkeys(transactional_ids))
+        if not ids:
+            return {}
+        return await self._per_item(dict.fromkeys(ids), attempt, final=frozenset())
 
     # ------------------------------------------------------------------ abort
 

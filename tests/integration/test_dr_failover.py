@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from core.protocol.dr import REPLICA_OF
-from tests.support.mirror import start_dr_links, stop_mirror, write_dr_config
+from tests.support.mirror import dr_pair
 from tests.support.node import REPO, SeawayNode
 
 pytestmark = pytest.mark.integration
@@ -37,18 +37,8 @@ def dr(config: Path, *args: str, check: bool = True, timeout: float = 120) -> su
 
 @pytest.fixture
 def pair(tmp_path):
-    eu = SeawayNode(tmp_path / "eu").start()
-    us = SeawayNode(tmp_path / "us").start()
-    config = write_dr_config(tmp_path, eu, us, groups_timeout_s=10)
-    mirror = start_dr_links(tmp_path, ("eu-1", eu.bootstrap), ("us-1", us.bootstrap), checkpoint_interval_s=1)
-    try:
+    with dr_pair(tmp_path) as (eu, us, config):
         yield eu, us, config
-    finally:
-        try:
-            stop_mirror(mirror)
-        finally:
-            eu.stop()
-            us.stop()
 
 
 def write(bootstrap: str, values: list[str]) -> None:

@@ -9,7 +9,7 @@ import uuid
 import anyio
 import pytest
 
-from core.client import KafkaClient
+from core.client import Admin, KafkaClient
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode as E
 from tests.support.clients import create_topic
@@ -291,3 +291,34 @@ def test_transactional_offsets_commit_abort_and_survive_a_restart(tmp_path):
                     while await _committed(client, group, topic, require_stable=True) != (7, E.NONE):
                         await anyio.sleep(0.2)
         run(after)
+
+
+def test_fence_producers_aborts_the_open_transaction_and_fences_its_producer(node, topic):
+    """Admin.fence_producers (Kafka's fenceProducers, KIP-618): the id's epoch is bumped, its
+    open transaction aborted (the LSO moves past its records, which read_committed never
+    shows), and the producer that held it is fenced. An id no coordinator knows yet is simply
+    initialised, as in Kafka."""
+    async def go():
+        async with KafkaClient(node.bootstrap) as client:
+            tid = f"fence-{uuid.uuid4().hex[:6]}"
+            conn = await coordinator(client, tid)
+            pid, epoch = await init_transactions(conn, tid)
+            assert await add_partitions(conn, tid, pid, epoch, [(topic, 0)]) == {(topic, 0): 0}
+            await client.refresh_metadata([topic])
+            leader = await client.connection(client.leader_for(topic, 0))
+            written = await produce_batch(leader, topic, 0, pid, epoch, 0, 3, transactional_id=tid)
+            assert written.error_code == 0
+            assert (await _ends(leader, topic, isolation=1))[0] == written.base_offset, "held by the open transaction"
+
+            fenced = await Admin(client).fence_producers([tid, f"{tid}-new"])
+            # two bumps, as in Kafka: the abort's (PrepareEpochFence) and the retried request's
+            assert fenced[tid] == (pid, epoch + 2), fenced
+            assert not isinstance(fenced[f"{tid}-new"], Exception), fenced
+
+            end = (await _ends(leader, topic))[0]
+            assert end == written.base_offset + 4, "three records and the abort marker"
+            assert (await _ends(leader, topic, isolation=1))[0] == end
+            assert await end_transaction(conn, tid, pid, epoch, commit=True) == E.PRODUCER_FENCED
+            late = await produce_batch(leader, topic, 0, pid, epoch, 3, 1, transactional_id=tid)
+            assert late.error_code in (E.INVALID_PRODUCER_EPOCH, E.PRODUCER_FENCED), late
+    run(go)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -47,6 +48,26 @@ def start_dr_links(tmp_path: Path, first: tuple[str, str], second: tuple[str, st
 def stop_mirror(mirror: subprocess.Popen) -> None:
     mirror.send_signal(signal.SIGTERM)
     assert mirror.wait(30) == 0
+
+
+@contextmanager
+def dr_pair(tmp_path: Path, **dr_settings):
+    """Two nodes, eu-1 (eu-west) and us-1 (us-east), joined by a DR pair's links (`mirror run`,
+    checkpoints every second), with the dr.yaml that `dr --config` reads (`dr_settings`: more
+    of its keys): yields (eu, us, config path)."""
+    from tests.support.node import SeawayNode
+    eu = SeawayNode(tmp_path / "eu").start()
+    us = SeawayNode(tmp_path / "us").start()
+    config = write_dr_config(tmp_path, eu, us, **{"groups_timeout_s": 10, **dr_settings})
+    mirror = start_dr_links(tmp_path, ("eu-1", eu.bootstrap), ("us-1", us.bootstrap), checkpoint_interval_s=1)
+    try:
+        yield eu, us, config
+    finally:
+        try:
+            stop_mirror(mirror)
+        finally:
+            eu.stop()
+            us.stop()
 
 
 def produce(bootstrap: str, topic: str, start: int, n: int) -> dict[str, tuple[int, int]]:
@@ -233,14 +254,15 @@ def wait_for_configs(bootstrap: str, topic: str, wanted, timeout: float = 30, lo
         time.sleep(0.2)
 
 
-def write_dr_config(directory: Path, eu, us, *, drain_timeout_s: float = 30, groups_timeout_s: float = 30) -> Path:
+def write_dr_config(directory: Path, eu, us, *, drain_timeout_s: float = 30, groups_timeout_s: float = 30,
+                    **settings) -> Path:
     """dr.yaml for the DR pair eu-1 (eu-west) ~ us-1 (us-east) of two nodes, as `dr --config`
-    reads it, its state under `directory`."""
+    reads it, its state under `directory`; `settings` are more of dr.yaml's top-level keys."""
     import yaml
     config = directory / "dr.yaml"
     config.write_text(yaml.safe_dump({
         "state_dir": str(directory / "dr-state"), "regions": ["eu-west", "us-east"],
-        "drain_timeout_s": drain_timeout_s, "groups_timeout_s": groups_timeout_s,
+        "drain_timeout_s": drain_timeout_s, "groups_timeout_s": groups_timeout_s, **settings,
         "pairs": [{"first": {"cluster": "eu-1", "region": "eu-west", "bootstrap": eu.bootstrap},
                    "second": {"cluster": "us-1", "region": "us-east", "bootstrap": us.bootstrap}}]}))
     return config
