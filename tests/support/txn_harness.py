@@ -59,7 +59,7 @@ class TxnHarness:
 
     def land(self, w: WriteTxnLog, error: E = E.NONE):
         if not error:
-            self.log.append((w.transactional_id, w.metadata))
+            self.log.extend((w.transactional_id, md) for md in w.records)
         return self.coordinator.handle(LogWritten(w.transactional_id, w.token, self.now, error))
 
     def finish_writes(self, error: E = E.NONE) -> None:

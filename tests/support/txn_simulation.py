@@ -189,6 +189,8 @@ class TxnSimulation(EventLoop):
                 self._check_answer(a)
                 self._push(self.now + self._delay(), "answer", a.request_id, a.result)
             elif isinstance(a, WriteTxnLog):
+                if a.preceding:
+                    self.stats["complete+ongoing"] += 1
                 self.writes[a.partition].append(a)
                 self._push(self.now + self.rng.randrange(1, 30), "write_done", a.partition)
             elif isinstance(a, SendMarkers):
@@ -222,12 +224,13 @@ class TxnSimulation(EventLoop):
         self._act(self.coordinator.handle(LogWritten(w.transactional_id, w.token, self.now)))
 
     def _land(self, w: WriteTxnLog) -> None:
-        before = self._last(w.transactional_id, w.partition)
-        self._check_transition(w.transactional_id, before, w.metadata)
-        self._check_cause(w.transactional_id, before, w.metadata)
-        self.log[w.partition].append((w.transactional_id, w.metadata))
-        self.latest[w.partition][w.transactional_id] = w.metadata
-        self._trace(f"log[{w.partition}] += {w.transactional_id} {w.metadata}")
+        for metadata in w.records:      # one batch: every record lands, each a valid transition
+            before = self._last(w.transactional_id, w.partition)
+            self._check_transition(w.transactional_id, before, metadata)
+            self._check_cause(w.transactional_id, before, metadata)
+            self.log[w.partition].append((w.transactional_id, metadata))
+            self.latest[w.partition][w.transactional_id] = metadata
+            self._trace(f"log[{w.partition}] += {w.transactional_id} {metadata}")
 
     def _on_markers_done(self, m: SendMarkers) -> None:
         if m in self.marker_jobs:

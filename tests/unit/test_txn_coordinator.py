@@ -176,6 +176,27 @@ def test_commit_answers_after_prepare_and_completes_after_markers():
     assert list(h.responses.values())[-1] == AddResult(E.NONE)
 
 
+def test_a_parked_add_is_written_with_the_completion_in_one_batch_and_waits_again_if_it_fails():
+    h, pid, epoch = reach(S.PREPARE_COMMIT)
+    h.auto_write = False
+    h.run(h.coordinator.handle(AddPartitions("a", h.now, "t", pid, epoch, frozenset({T2}))))
+    h.run(h.coordinator.handle(MarkersWritten("t", pid, epoch, 1, h.now)))
+    [w] = h.unwritten
+    assert [(md.state, md.partitions) for md in w.records] == [
+        (S.COMPLETE_COMMIT, frozenset()), (S.ONGOING, frozenset({T2}))], "one write, two records"
+    assert "a" not in h.responses, "answered only once the batch is written"
+
+    h.finish_writes(E.COORDINATOR_NOT_AVAILABLE)       # neither record landed
+    assert "a" not in h.responses and h.meta("t").state is S.PREPARE_COMMIT, "it waits for the completion"
+    h.now += 1_000
+    h.run(h.coordinator.tick(h.now))                    # the completion is retried, with it again
+    [w] = h.unwritten
+    assert [md.state for md in w.records] == [S.COMPLETE_COMMIT, S.ONGOING]
+    h.finish_writes()
+    assert h.responses["a"] == AddResult(E.NONE)
+    assert [md.state for _, md in h.log[-2:]] == [S.COMPLETE_COMMIT, S.ONGOING]
+
+
 def test_a_parked_add_is_sent_away_when_the_driver_gives_up_or_the_partition_moves():
     h, pid, epoch = reach(S.PREPARE_COMMIT)
     h.run(h.coordinator.handle(AddPartitions("a", h.now, "t", pid, epoch, frozenset({T1}))))

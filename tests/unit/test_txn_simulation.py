@@ -18,7 +18,7 @@ from tests.support.simulation import SeededSimulation, assert_mutation_caught
 from tests.support.txn_simulation import build
 
 MUST_HAPPEN = ("init granted", "commit", "abort", "fenced", "concurrent", "markers", "markers cut short", "write failed", "parked", "unparked",
-               "crash", "landed unreported")
+               "complete+ongoing", "crash", "landed unreported")
 
 TXN = SeededSimulation(
     env_prefix="SEAWAY_TXN", tests="tests/unit/test_txn_simulation.py", build=build, default_seeds=250,
@@ -49,8 +49,8 @@ def _abort_without_fence(self, now_ms):
     return self._to(TxnState.PREPARE_ABORT, last_update_ms=now_ms)
 
 
-def _answer_before_write(self, entry, target, request_id=None, on_success=None, on_failure=None):
-    _WRITE(self, entry, target)
+def _answer_before_write(self, entry, target, request_id=None, on_success=None, on_failure=None, **kw):
+    _WRITE(self, entry, target, **kw)
     if request_id is not None and on_success is not None:
         self._respond(request_id, on_success)
 

@@ -39,7 +39,9 @@ Departures from Kafka, and why:
   completed (markers in flight) waits for CompleteX and is then served, instead of being
   answered CONCURRENT_TRANSACTIONS at once: the client's retry backoff (librdkafka: up to
   100 ms) was most of a transaction's cost. The driver bounds the wait (`Unpark`), after which
-  the answer is Kafka's.
+  the answer is Kafka's. When the markers are done, CompleteX and the waiting request's
+  Ongoing are written as one batch of two records: the log holds Kafka's transitions, and a
+  transaction costs one replicated write less.
 - A failed epoch-fence write changes nothing in memory (state.py, prepare_fenced_abort).
 - A failed Complete write is retried after `retry_backoff_ms` (Kafka re-queues it at once).
 """
@@ -76,6 +78,8 @@ class _Pending:
     request_id: Hashable = None       # the request answered when the write is done
     on_success: Optional[Result] = None
     on_failure: Callable[[E], Result] | None = None
+    completes: bool = False           # writes CompleteX (perhaps with the next Ongoing after it)
+    folded: Optional[AddPartitions] = None   # the parked request whose Ongoing follows CompleteX
 
 
 @dataclass
@@ -130,7 +134,7 @@ class TxnCoordinator:
             elif meta.state.preparing and entry.complete_retry_at is not None \
                     and entry.complete_retry_at <= now_ms:
                 entry.complete_retry_at = None
-                self._write(entry, meta.prepare_complete(now_ms))
+                self._complete(entry, now_ms)
             elif expire_ids and meta.state.completed \
                     and meta.last_update_ms + self.config.id_expiration_ms <= now_ms:
                 self._write(entry, None)
@@ -338,10 +342,11 @@ class TxnCoordinator:
         if ev.error:
             if not entry.durable:
                 del self.entries[ev.transactional_id]
-            elif entry.meta.state.preparing and pending.target is not None and pending.target.state.completed \
-                    and ev.error != E.NOT_COORDINATOR:
+            elif entry.meta.state.preparing and pending.completes and ev.error != E.NOT_COORDINATOR:
                 entry.complete_retry_at = ev.now_ms + self.config.retry_backoff_ms
-            if pending.request_id is not None and pending.on_failure is not None:
+            if pending.folded is not None:
+                entry.parked.insert(0, pending.folded)     # it waits for the retried completion
+            elif pending.request_id is not None and pending.on_failure is not None:
                 self._respond(pending.request_id, pending.on_failure(ev.error))
             return
         if pending.target is None:
@@ -378,7 +383,7 @@ class TxnCoordinator:
                 or meta.producer_epoch != ev.producer_epoch \
                 or self.epochs.get(entry.partition) != ev.coordinator_epoch:
             return   # markers of another coordinator's or another transaction's round
-        self._write(entry, meta.prepare_complete(ev.now_ms))
+        self._complete(entry, ev.now_ms)
 
     _HANDLERS: ClassVar[dict[type, Callable[["TxnCoordinator", Any], None]]] = {
         InitProducerId: _on_init, AddPartitions: _on_add, EndTxn: _on_end, LogWritten: _on_log_written,
@@ -387,11 +392,27 @@ class TxnCoordinator:
     # ================================================================ helpers
 
     def _write(self, entry: _Entry, target: Optional[TxnMetadata], request_id: Hashable = None,
-               on_success: Optional[Result] = None, on_failure: Callable[[E], Result] | None = None) -> None:
+               on_success: Optional[Result] = None, on_failure: Callable[[E], Result] | None = None, *,
+               completes: bool = False, preceding: tuple[TxnMetadata, ...] = (),
+               folded: Optional[AddPartitions] = None) -> None:
         self._tokens += 1
-        entry.pending = _Pending(target, self._tokens, request_id, on_success, on_failure)
+        entry.pending = _Pending(target, self._tokens, request_id, on_success, on_failure, completes, folded)
         self._out.append(WriteTxnLog(entry.meta.transactional_id, entry.partition,
-                                     self.epochs[entry.partition], target, self._tokens))
+                                     self.epochs[entry.partition], target, self._tokens, preceding))
+
+    def _complete(self, entry: _Entry, now_ms: int) -> None:
+        """Write CompleteX; if the producer's next AddPartitionsToTxn is parked, its Ongoing
+        goes in the same batch, and it is answered when the batch is written."""
+        meta = entry.meta
+        complete = meta.prepare_complete(now_ms)
+        add = next((a for a in entry.parked if a.producer_id == meta.producer_id
+                    and a.producer_epoch == meta.producer_epoch), None)
+        if add is None:
+            self._write(entry, complete, completes=True)
+            return
+        entry.parked.remove(add)
+        self._write(entry, complete.prepare_add_partitions(add.partitions, now_ms), add.request_id,
+                    AddResult(E.NONE), lambda c: AddResult(c), completes=True, preceding=(complete,), folded=add)
 
     def _send_markers(self, entry: _Entry) -> None:
         meta = entry.meta

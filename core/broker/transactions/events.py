@@ -3,8 +3,9 @@
 Requests carry a `request_id` the driver routes answers by and `now_ms`, the driver's clock.
 The coordinator answers with actions, executed in order:
 
-- `WriteTxnLog`: append the record to the transactional id's `__transaction_state`
-  partition; report the outcome with `LogWritten` (same `token`). Nothing it decided is
+- `WriteTxnLog`: append the record (`records`: sometimes two, in one batch) to the
+  transactional id's `__transaction_state` partition; report the outcome with `LogWritten`
+  (same `token`). Nothing it decided is
   applied, and no `Respond` that depends on it is emitted, until then.
 - `SendMarkers`: write the commit or abort marker to every partition of the transaction, on
   their leaders, retrying until each is written or gone; then `MarkersWritten`.
@@ -125,6 +126,13 @@ class WriteTxnLog:
     coordinator_epoch: int
     metadata: Optional[TxnMetadata]   # None: a tombstone (the id expired)
     token: int
+    # Records of the same id written before `metadata`, in the same batch: all of them land,
+    # or none does (a completed transaction and the next one's Ongoing, coordinator.py).
+    preceding: tuple[TxnMetadata, ...] = ()
+
+    @property
+    def records(self) -> tuple[Optional[TxnMetadata], ...]:
+        return (*self.preceding, self.metadata)
 
 
 @dataclass(frozen=True)

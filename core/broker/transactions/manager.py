@@ -6,7 +6,7 @@ Theory of operation
 A handler turns a request into an event and `await manager.request(event)`. The event runs
 through the coordinator at once, on the event loop, and its actions are carried out:
 
-- `WriteTxnLog` appends one record to the id's `__transaction_state` partition, with acks=all
+- `WriteTxnLog` appends its records (one batch) to the id's `__transaction_state` partition, with acks=all
   (the partition's min.insync.replicas applies), in a task of its own, and reports back with
   `LogWritten`. The coordinator keeps at most one write in flight per transactional id, so
   writes of one id never overtake each other, while different ids write concurrently.
@@ -175,9 +175,10 @@ class TxnManager:
         partition = topic.partition(w.partition) if topic is not None else None
         if partition is None or not partition.is_leader or partition.leader_epoch != w.coordinator_epoch:
             return E.NOT_LEADER_OR_FOLLOWER
-        value = None if w.metadata is None else storage.value_bytes(w.metadata)
         now = self.broker.clock()
-        data = bytearray(build_batch([(storage.key_bytes(w.transactional_id), value, None, now)]))
+        key = storage.key_bytes(w.transactional_id)
+        data = bytearray(build_batch([(key, None if md is None else storage.value_bytes(md), None, now)
+                                      for md in w.records]))
         try:
             result = await partition.append(data, scan_batches(data), now, acks=-1,
                                             timeout_ms=self.broker.config["request.timeout.ms"])
