@@ -72,3 +72,26 @@ def pytest_runtest_makereport(item, call):
         for name, broker in item.config.stash.get(_BROKERS, {}).items():
             if name in used:
                 report.sections.append((f"{name} log {broker.log_path}", broker.log_tail()))
+
+
+# Where the suite's time goes, per module (setup, call and teardown of its tests, summed on
+# whichever worker ran them; with xdist the reports reach the controller, which prints), at the
+# end of every run: the suite is meant to stay near 30 minutes, and this says which modules to
+# look at first.
+_MODULE_SECONDS: dict[str, float] = {}
+SLOWEST_MODULES_SHOWN = 15
+
+
+def pytest_runtest_logreport(report):
+    module = report.nodeid.split("::")[0]
+    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if len(_MODULE_SECONDS) < 2:
+        return
+    slowest = sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1])[:SLOWEST_MODULES_SHOWN]
+    terminalreporter.write_sep("-", f"slowest modules (of {len(_MODULE_SECONDS)}, "
+                                    f"{sum(_MODULE_SECONDS.values()) / 60:.1f} worker-minutes in all)")
+    for module, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:8.1f}s  {module}")
