@@ -97,3 +97,115 @@ def test_a_planned_failover_copies_ended_transactions_whole_and_aborts_one_left_
         again.commit_transaction(30)
         after = sorted(whole + [(0, "t2-0"), (2, "t2-2")])
         assert read(us.bootstrap, "read_committed", len(after)) == after
+
+
+def test_a_consume_transform_produce_loop_through_the_gateway_rides_a_failover_exactly_once(tmp_path):
+    """The exactly-once loop of the fault run (tests/faults/txn_loop.py: read_committed input,
+    transactional output with the input offsets in the transaction), bootstrapped at the
+    gateway, runs through `dr failover eu-west` while a producer writes its input there too.
+    The transaction it has open at the fence is aborted (it restarts, as it does after any
+    error, and reads on from the group's committed offsets, which sync-groups moved), so
+    us-east ends with every input's output exactly once and no part of an aborted one."""
+    from tests.faults.txn_loop import INPUT, OUTPUT
+    from tests.support.gateway import GatewayProcess
+
+    with dr_pair(tmp_path, transactions_grace_s=2) as (eu, us, config):
+        admin = AdminClient({"bootstrap.servers": eu.bootstrap})
+        for done in admin.create_topics([NewTopic(INPUT, 2, 1), NewTopic(OUTPUT, 2, 1)]).values():
+            done.result(10)
+        gateway = GatewayProcess(tmp_path, "eu-1~us-1", [("eu-1", eu.bootstrap), ("us-1", us.bootstrap)]).start()
+        loop = _Supervised([sys.executable, "tests/faults/txn_loop.py", "--bootstrap", gateway.bootstrap,
+                            "--slot", "0", "--batch", "10"], tmp_path / "loop.log")
+        acked: list[str] = []
+        stop = threading.Event()
+
+        def write_input():
+            p = Producer({"bootstrap.servers": gateway.bootstrap, "enable.idempotence": True, "acks": "all",
+                          "linger.ms": 5})
+            i = 0
+            while not stop.is_set():
+                value = f"in-{i}"
+                p.produce(INPUT, value.encode(), partition=i % 2,
+                          on_delivery=lambda err, msg: None if err else acked.append(msg.value().decode()))
+                i += 1
+                p.poll(0.01)
+            assert p.flush(120) == 0
+        writer = threading.Thread(target=write_input)
+        try:
+            writer.start()
+            loop.start()
+            _wait(lambda: len(_committed_outputs(eu.bootstrap)) >= 100, 60, "the loop to commit on eu-west")
+            done = subprocess.run([sys.executable, "-m", "dr.cli", "--config", str(config), "failover", "eu-west"],
+                                  cwd=REPO, capture_output=True, text=True, timeout=180)
+            assert done.returncode == 0, done.stdout + done.stderr
+            moved = len(acked)
+            _wait(lambda: len(acked) > moved + 200, 60, "input written on us-east through the gateway")
+            stop.set()
+            writer.join(150)
+            _wait(lambda: sorted(_committed_outputs(us.bootstrap)) == sorted(f"out:{v}" for v in acked), 120,
+                  "us-east to hold one output for every input")
+        finally:
+            stop.set()
+            loop.stop()
+            gateway.stop()
+        outputs = _committed_outputs(us.bootstrap)
+        assert len(outputs) == len(set(outputs)) == len(acked), "each input's output exactly once"
+        assert loop.restarts >= 1, "the loop's transaction at the fence was aborted, and it started again"
+        uncommitted = _committed_outputs(us.bootstrap, isolation="read_uncommitted")
+        assert sorted(uncommitted) == sorted(outputs), "the link copied no aborted output"
+
+
+def _committed_outputs(bootstrap: str, isolation: str = "read_committed") -> list[str]:
+    """Every value of the loop's output topic, read until nothing more comes for about a second."""
+    from tests.faults.txn_loop import OUTPUT
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "check", "isolation.level": isolation,
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition(OUTPUT, p, 0) for p in range(2)])
+    got: list[str] = []
+    idle, deadline = 0, time.monotonic() + 30
+    try:
+        while idle < 3 and time.monotonic() < deadline:
+            batch = [m.value().decode() for m in c.consume(500, timeout=0.3) if not m.error()]
+            got += batch
+            idle = 0 if batch else idle + 1
+        return got
+    finally:
+        c.close()
+
+
+def _wait(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+class _Supervised:
+    """A process started again whenever it exits, until stop(); counts the restarts."""
+
+    def __init__(self, argv: list[str], log_path):
+        self.argv, self.log = argv, open(log_path, "ab")
+        self.restarts = -1
+        self.proc: subprocess.Popen | None = None
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            self.restarts += 1
+            self.proc = subprocess.Popen(self.argv, cwd=REPO, stdout=self.log, stderr=self.log)
+            while self.proc.poll() is None and not self.stopping.is_set():
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.thread.join(20)
