@@ -31,7 +31,8 @@ from .transactions.manager import TxnManager
 from .metrics import BrokerMetrics
 from .open_connections import OpenConnections
 from .partition import Partition
-from .producer_state import ProducerIdAllocator, delete_snapshots
+from .producer_ids import ProducerIdAllocator
+from .producer_snapshots import delete_snapshots, write_snapshot
 
 if TYPE_CHECKING:
     from .controller_channel import KRaftLink
@@ -115,7 +116,7 @@ class Broker:
     def _close_partition(p: Partition) -> None:
         try:
             if not p.offline and p.log.log_end_offset != p.snapshot_offset:
-                p.producers.write_snapshot(p.log.directory, p.log.log_end_offset)
+                write_snapshot(p.producers, p.log.directory, p.log.log_end_offset)
                 if p.snapshot_offset >= 0:
                     delete_snapshots(p.log.directory, below=p.snapshot_offset)
             p.log.close()

@@ -34,8 +34,8 @@ from core.log import cleaner
 from core.log.checkpoint import TMP_SUFFIX, fsync_dir, write_unpublished
 from core.protocol.records import BatchInfo, iter_batch_headers, scan_batches, set_partition_leader_epoch
 
-from .producer_state import (AbortedTxnEntry, ProducerState, Verdict, delete_snapshots, latest_snapshot,
-                             read_end_txn_marker, snapshot_path)
+from .producer_snapshots import delete_snapshots, latest_snapshot, snapshot_path
+from .producer_state import AbortedTxnEntry, ProducerState, Verdict, read_end_txn_marker
 from .transactions.markers import marker_batch
 
 log = logging.getLogger(__name__)

@@ -1,10 +1,11 @@
-"""Idempotent and transactional producer state for one partition, and the producer-id allocator.
+"""Idempotent and transactional producer state for one partition.
 
 Theory of operation
 -------------------
 This follows Kafka's ProducerStateManager / ProducerAppendInfo / ProducerStateEntry (KIP-98,
-KIP-360, KIP-890 part 1) and is pure: no asyncio and no I/O except the explicitly named snapshot
-and allocator file helpers at the bottom. Everything is per batch header
+KIP-360, KIP-890 part 1) and is pure: no asyncio and no I/O (the snapshot files are
+producer_snapshots.py's, the producer id allocator is producer_ids.py). Everything is per batch
+header
 (`core.protocol.records.BatchInfo`); no record is ever decoded. (`read_end_txn_marker` is a
 helper for the caller: it reads the single record of a control batch, see "Replay" below.)
 
@@ -57,7 +58,7 @@ Several batches in one request are checked each against the state the ones befor
 `stage(producer_ids)` copies what those producers need (entries, ongoing transactions,
 verification guards) into a scratch state to `validate` + `update` on.
 
-Restart: `latest_snapshot(dir, max_offset)` gives the newest readable snapshot at or below the
+Restart: `producer_snapshots.latest_snapshot(dir, max_offset)` gives the newest readable snapshot at or below the
 recovery point; the broker then feeds the headers of the batches from that offset on to
 `replay(...)` (Kafka rebuilds with origin REPLICATION: no validation, last writer wins).
 Without a snapshot, `ProducerState.rebuild(headers_from_log_start)`.
@@ -171,16 +172,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import os
 import struct
 from collections import deque
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Callable, Iterable, NamedTuple
 
 from crc32c import crc32c
 
-from core.log.checkpoint import TMP_SUFFIX, write_durably
 from core.protocol.buffers import Buffer
 from core.protocol.compression import decompress
 from core.protocol.errors import DecodeError, ErrorCode
@@ -868,123 +866,3 @@ class ProducerState:
         if pos != len(body):
             raise CorruptSnapshot(f"{len(body) - pos} trailing bytes in snapshot")
         return state
-
-    def write_snapshot(self, directory: str | os.PathLike, offset: int) -> Path:
-        """Durably write `<offset>.snapshot` (temp file, fsync, rename, fsync dir)."""
-        path = snapshot_path(directory, offset)
-        write_durably(path, self.snapshot_bytes())
-        return path
-
-
-# --------------------------------------------------------------------------- snapshot files
-
-
-def snapshot_path(directory: str | os.PathLike, offset: int) -> Path:
-    return Path(directory) / f"{offset:020d}{SNAPSHOT_SUFFIX}"
-
-
-def list_snapshots(directory: str | os.PathLike) -> list[tuple[int, Path]]:
-    """(offset, path) of every snapshot file in the directory, oldest first."""
-    out = []
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    for name in names:
-        if not name.endswith(SNAPSHOT_SUFFIX) or name.endswith(TMP_SUFFIX):
-            continue
-        stem = name[:-len(SNAPSHOT_SUFFIX)]
-        if stem.isdigit():
-            out.append((int(stem), Path(directory) / name))
-    out.sort()
-    return out
-
-
-def latest_snapshot(directory: str | os.PathLike,
-                    max_offset: int | None = None) -> tuple[int, ProducerState] | None:
-    """The newest readable snapshot at or below `max_offset` (the recovery point), as
-    (offset, state); unreadable or corrupt ones are skipped (Kafka deletes them; this reader
-    leaves files alone - call `delete_snapshots` for that). None means rebuild from the log."""
-    for offset, path in reversed(list_snapshots(directory)):
-        if max_offset is not None and offset > max_offset:
-            continue
-        try:
-            return offset, ProducerState.load_snapshot(path.read_bytes())
-        except (CorruptSnapshot, OSError):
-            continue
-    return None
-
-
-def delete_snapshots(directory: str | os.PathLike, *, below: int | None = None,
-                     above: int | None = None) -> list[int]:
-    """Delete snapshots with offset < below and/or offset > above (truncation, retention).
-    Returns the deleted offsets."""
-    gone = []
-    for offset, path in list_snapshots(directory):
-        if (below is not None and offset < below) or (above is not None and offset > above):
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
-            gone.append(offset)
-    return gone
-
-
-# --------------------------------------------------------------------------- producer ids
-
-
-class InitProducerIdResult(NamedTuple):
-    code: ErrorCode
-    producer_id: int = NO_PRODUCER_ID
-    producer_epoch: int = NO_PRODUCER_EPOCH
-
-
-class ProducerIdsExhausted(RuntimeError):
-    """No id of the current block is left: ask the controller for the next block first."""
-
-
-class ProducerIdAllocator:
-    """Hands out producer ids from blocks the KRaft controller allocated (AllocateProducerIds).
-
-    A block is durable in the metadata log before the controller answers, and the controller
-    never hands out a block twice, so ids never repeat across restarts or brokers. When
-    `needs_block()` is true, the broker asks for a block and gives it to `use_block()`.
-    """
-
-    def __init__(self) -> None:
-        self._next = 0     # next id to hand out
-        self._end = 0      # end of the current block
-
-    def needs_block(self) -> bool:
-        return self._next >= self._end
-
-    def use_block(self, start: int, length: int) -> None:
-        """Blocks only go up: one below an id already handed out is refused."""
-        if start < self._next or length <= 0:
-            raise ValueError(f"producer id block [{start}, {start + length}) does not follow {self._next}")
-        self._next, self._end = start, start + length
-
-    def allocate(self) -> int:
-        if self.needs_block():
-            raise ProducerIdsExhausted("no producer id block from the controller")
-        pid = self._next
-        self._next += 1
-        return pid
-
-    def init_producer_id(self, transactional_id: str | None = None,
-                         producer_id: int = NO_PRODUCER_ID,
-                         producer_epoch: int = NO_PRODUCER_EPOCH) -> InitProducerIdResult:
-        """InitProducerId for a producer without a transactional id.
-
-        Kafka's TransactionCoordinator.handleInitProducerId "blindly accepts" such requests:
-        whatever producer id/epoch the client passes (KIP-360, v3+), it answers a *new*
-        producer id with epoch 0. (Idempotent clients bump their epoch locally instead; the
-        partition state accepts a higher epoch starting at sequence 0.) An empty transactional
-        id is INVALID_REQUEST. Transactional ids are not supported here: the caller decides.
-        Raises ProducerIdsExhausted when the controller must hand out a block first.
-        """
-        if transactional_id is not None:
-            if transactional_id == "":
-                return InitProducerIdResult(ErrorCode.INVALID_REQUEST)
-            raise NotImplementedError("transactional InitProducerId is not implemented")
-        return InitProducerIdResult(ErrorCode.NONE, self.allocate(), 0)

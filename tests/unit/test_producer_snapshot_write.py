@@ -6,7 +6,7 @@ import anyio
 
 import core.broker.partition as partition_module
 from core.broker.partition import Partition
-from core.broker.producer_state import list_snapshots
+from core.broker.producer_snapshots import list_snapshots
 from core.log import Log, LogConfig
 from tests.support.records import batch
 

@@ -13,10 +13,11 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from core.broker.producer_ids import ProducerIdAllocator, ProducerIdsExhausted
+from core.broker.producer_snapshots import (delete_snapshots, latest_snapshot, list_snapshots, snapshot_path,
+                                            write_snapshot)
 from core.broker.producer_state import (
-    NUM_BATCHES_TO_RETAIN, CorruptSnapshot, ProducerIdAllocator, ProducerIdsExhausted, ProducerState,
-    Verdict, batch_last_sequence, delete_snapshots, latest_snapshot, list_snapshots, next_sequence,
-    snapshot_path)
+    NUM_BATCHES_TO_RETAIN, CorruptSnapshot, ProducerState, Verdict, batch_last_sequence, next_sequence)
 from core.protocol.errors import ErrorCode
 from core.protocol.records import ATTR_CONTROL, BatchInfo, build_batch, read_batch_header
 
@@ -252,9 +253,9 @@ def test_snapshot_files(tmp_path):
     b, _ = state_from([(1, 0, 0, 1), (1, 0, 1, 1)])
     c, _ = state_from([(1, 0, 0, 1), (1, 0, 1, 1), (1, 0, 2, 1)])
     assert latest_snapshot(tmp_path) is None
-    assert a.write_snapshot(tmp_path, 1) == snapshot_path(tmp_path, 1)
-    b.write_snapshot(tmp_path, 2)
-    c.write_snapshot(tmp_path, 3)
+    assert write_snapshot(a, tmp_path, 1) == snapshot_path(tmp_path, 1)
+    write_snapshot(b, tmp_path, 2)
+    write_snapshot(c, tmp_path, 3)
     assert sorted(os.listdir(tmp_path)) == [f"{o:020d}.snapshot" for o in (1, 2, 3)]
     assert latest_snapshot(tmp_path) == (3, c)
     assert latest_snapshot(tmp_path, max_offset=2) == (2, b)      # at or below the recovery point
@@ -279,8 +280,8 @@ def test_snapshot_files(tmp_path):
 def test_restart_from_snapshot_then_scan(tmp_path):
     sends = [(p, 0, s, 2, 1000 + s) for s in range(0, 40, 2) for p in (1, 2)]
     state, log = log_of(sends)
-    ProducerState.rebuild(log[:10]).write_snapshot(tmp_path, log[10].base_offset)
-    ProducerState.rebuild(log[:30]).write_snapshot(tmp_path, log[30].base_offset)
+    write_snapshot(ProducerState.rebuild(log[:10]), tmp_path, log[10].base_offset)
+    write_snapshot(ProducerState.rebuild(log[:30]), tmp_path, log[30].base_offset)
     recovery_point = log[20].base_offset                        # the 30 snapshot is beyond it
     offset, loaded = latest_snapshot(tmp_path, max_offset=recovery_point)
     assert offset == log[10].base_offset

@@ -17,9 +17,10 @@ import pytest
 from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from core.broker.producer_snapshots import latest_snapshot, write_snapshot
 from core.broker.producer_state import (
     ABORT, COMMIT, AbortedTxnEntry, CompletedTxn, CorruptSnapshot, EndTxnMarker, ProducerState,
-    latest_snapshot, read_end_txn_marker)
+    read_end_txn_marker)
 from core.protocol.errors import ErrorCode
 from core.protocol.records import (
     ATTR_CONTROL, ATTR_TRANSACTIONAL, BatchInfo, build_batch, iter_batch_headers)
@@ -508,7 +509,7 @@ def test_snapshot_version_2_keeps_transactions(tmp_path):
     leader.produce(2, 0, 0, 1)
     leader.marker(2, 0, commit=False, coordinator_epoch=9)   # unreplicated: txn 2-2, marker 3
     leader.produce(3, 0, 0, 1)
-    leader.state.write_snapshot(tmp_path, leader.end)
+    write_snapshot(leader.state, tmp_path, leader.end)
     offset, loaded = latest_snapshot(tmp_path)
     assert offset == leader.end and loaded == leader.state
     assert loaded.ongoing_transactions() == {1: 0, 3: 4}
