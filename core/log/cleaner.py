@@ -109,10 +109,12 @@ checks that the segments cleaned are still the log's, unchanged (same objects, s
 truncation since prepare), else it drops the plan's files and cleans nothing.
 `abort(plan)` drops the plan's files. `clean(log, now_ms, lock=...)` = prepare, then
 commit under `lock`. Only one clean of a log may run at a time.
+
+Reading and rewriting batches is cleaner_batches.py's; what a clean needs to know of
+transactions, cleaner_txns.py's.
 """
 from __future__ import annotations
 
-import bisect
 import hashlib
 import logging
 import os
@@ -120,23 +122,18 @@ import struct
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, Literal, overload
+from typing import Callable, ContextManager, Iterator
 
-from crc32c import crc32c
-
-from core.protocol.compression import compress, decompress
-from core.protocol.records import (ATTR_COMPRESSION_MASK, ATTR_DELETE_HORIZON, ATTR_LOG_APPEND_TIME,
-                                   CRC_AT, CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAGIC,
-                                   MAX_TIMESTAMP_AT, BatchInfo, read_batch_header)
-from core.protocol.varint import read_varint, read_varlong, write_varint
+from core.protocol.records import ATTR_DELETE_HORIZON, HEADER_SIZE, MAX_TIMESTAMP_AT, BatchInfo
 
 from .checkpoint import fsync_dir, read_offset, write_offset
+from .cleaner_batches import Rec, iter_batches, parse_records, rebuild, records, stamp
+from .cleaner_txns import CleanerTxns, aborted_txns
 from .config import INT32_MAX
 from .index import datasync, write_all
 from .log import Log
 from .recovery import CLEANER_CHECKPOINT_FILE
 from .segment import Segment, _Tracker
-from .txn_index import ENTRY_SIZE, AbortedTxn, _valid_prefix
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +318,7 @@ def prepare(log: Log, now_ms: int, *, dedupe_buffer_size: int = DEFAULT_DEDUPE_B
             if sc.next_offset > first_dirty and sc.max_ts > now_ms - cfg.min_compaction_lag_ms:
                 uncleanable = min(uncleanable, sc.seg.base_offset)
                 break
-        txns = _Txns(_aborted_txns(segs))
+        txns = CleanerTxns(aborted_txns(segs))
 
         # 2. the offset map over [first_dirty, uncleanable)
         limit = max_map_entries(dedupe_buffer_size)
@@ -333,14 +330,14 @@ def prepare(log: Log, now_ms: int, *, dedupe_buffer_size: int = DEFAULT_DEDUPE_B
                 break
             if sc.next_offset <= first_dirty:
                 continue
-            for pos, info, data in _iter_batches(fds[id(sc.seg)], sc.size):
+            for pos, info, data in iter_batches(fds[id(sc.seg)], sc.size):
                 if info.base_offset + info.last_offset_delta < first_dirty:
                     continue
                 if not info.is_control and not txns.aborted(info):
                     if len(offsets) + info.records_count > limit:
                         full = True
                         break
-                    for rec in _records(data, info):
+                    for rec in records(data, info):
                         if rec.offset >= first_dirty and rec.key is not None:
                             offsets[key_digest(rec.key)] = rec.offset
                 end = info.base_offset + info.last_offset_delta + 1
@@ -420,7 +417,7 @@ def abort(plan: CleanPlan) -> None:
 def _scan_headers(fd: int, seg: Segment) -> _SegScan:
     size = seg.size
     nxt, max_ts = seg.base_offset, -1
-    for _pos, info, _data in _iter_batches(fd, size, with_data=False):
+    for _pos, info, _data in iter_batches(fd, size, with_data=False):
         nxt = info.base_offset + info.last_offset_delta + 1
         max_ts = max(max_ts, info.max_timestamp)
     if max_ts < 0:   # no timestamps: the file's mtime, as retention does
@@ -445,7 +442,7 @@ def _producers(scans: list[_SegScan], active: Segment) -> tuple[dict[int, int], 
         for seg, size in sources:
             own = fd if seg is active else os.open(seg.log_path, os.O_RDONLY)
             try:
-                for _pos, info, _d in _iter_batches(own, size, with_data=False):
+                for _pos, info, _d in iter_batches(own, size, with_data=False):
                     pid = info.producer_id
                     if pid >= 0:
                         last[pid] = info.base_offset
@@ -460,153 +457,6 @@ def _producers(scans: list[_SegScan], active: Segment) -> tuple[dict[int, int], 
         if fd >= 0:
             os.close(fd)
     return last, min(open_txns.values(), default=None)
-
-
-def _aborted_txns(segs: list[Segment]) -> list[AbortedTxn]:
-    """Every entry of the aborted-transaction indexes of `segs`, read from their files.
-
-    The worker thread must not load a TransactionIndex (its in-memory lists belong to the
-    owner's thread). An entry reaches the file before the Segment's list, and the caller's
-    upper bound was computed after the entries of every transaction below it were appended,
-    so the files hold all the entries this clean needs; a torn tail (an entry being appended
-    to the active segment's index right now) ends the read, as `load` would cut it."""
-    out: list[AbortedTxn] = []
-    for seg in segs:
-        index = seg.txn_index
-        if not index.may_have_entries:
-            continue
-        try:
-            fd = os.open(index.path, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            limit = max(0, seg.size // HEADER_SIZE) * ENTRY_SIZE   # as TransactionIndex.load
-            data = os.pread(fd, limit, 0) if limit else b""
-        finally:
-            os.close(fd)
-        out += _valid_prefix(data, seg.base_offset)
-    return out
-
-
-class _Txns:
-    """The transactions one clean meets (Kafka's CleanedTransactionMetadata).
-
-    `aborted` answers from the aborted-transaction entries alone. The rest is the state of
-    one pass over the log from its first segment (`begin` starts one): which producers had
-    a transactional batch since their previous marker, i.e. whose next marker still has
-    batches of its transaction in the log."""
-
-    def __init__(self, entries: list[AbortedTxn]):
-        spans: dict[int, list[tuple[int, int]]] = {}
-        for t in entries:
-            spans.setdefault(t.producer_id, []).append((t.last_offset, t.first_offset))
-        for lst in spans.values():
-            lst.sort()
-        self._spans = spans
-        self._indexed = {(t.producer_id, t.last_offset) for t in entries}
-        self._open: set[int] = set()
-
-    def begin(self) -> None:
-        self._open.clear()
-
-    def aborted(self, info: BatchInfo) -> bool:
-        """Whether the data batch lies in an aborted transaction of its producer."""
-        if not info.is_transactional or info.is_control:
-            return False
-        spans = self._spans.get(info.producer_id)
-        if not spans:
-            return False
-        i = bisect.bisect_left(spans, info.base_offset, key=lambda t: t[0])
-        return i < len(spans) and spans[i][1] <= info.base_offset
-
-    def on_data(self, info: BatchInfo) -> None:
-        if info.is_transactional:
-            self._open.add(info.producer_id)
-
-    def on_marker(self, info: BatchInfo) -> bool:
-        """Whether the transaction the marker ends had a batch in this pass."""
-        had = info.producer_id in self._open
-        self._open.discard(info.producer_id)
-        return had
-
-    def indexed(self, info: BatchInfo) -> bool:
-        """Whether an aborted-transaction entry names this marker."""
-        return (info.producer_id, info.base_offset) in self._indexed
-
-
-@overload
-def _iter_batches(fd: int, size: int, with_data: Literal[True] = True
-                  ) -> Iterator[tuple[int, BatchInfo, memoryview]]: ...
-@overload
-def _iter_batches(fd: int, size: int, with_data: bool
-                  ) -> Iterator[tuple[int, BatchInfo, memoryview | None]]: ...
-def _iter_batches(fd: int, size: int, with_data: bool = True
-                  ) -> Iterator[tuple[int, BatchInfo, memoryview | None]]:
-    """(position, header, whole batch bytes) of each well-framed batch up to `size`."""
-    pos = 0
-    buf = b""
-    buf_pos = 0
-    while size - pos >= HEADER_SIZE:
-        off = pos - buf_pos
-        if off + HEADER_SIZE > len(buf):
-            buf = os.pread(fd, min(READ_CHUNK, size - pos), pos)
-            buf_pos, off = pos, 0
-            if len(buf) < HEADER_SIZE:
-                return
-        info = read_batch_header(buf, off)
-        if info.magic != MAGIC or info.size < HEADER_SIZE or info.size > size - pos:
-            return
-        data = None
-        if with_data:
-            if off + info.size > len(buf):
-                buf = os.pread(fd, min(max(READ_CHUNK, info.size), size - pos), pos)
-                buf_pos, off = pos, 0
-                if len(buf) < info.size:
-                    return
-            data = memoryview(buf)[off:off + info.size]
-            if crc32c(data[CRC_START:]) != info.crc:
-                raise OSError(f"CRC mismatch in batch at offset {info.base_offset}")
-        yield pos, info._replace(position=0), data
-        pos += info.size
-
-
-@dataclass(slots=True)
-class _Rec:
-    offset: int
-    ts_delta: int
-    key: bytes | None
-    tombstone: bool
-    start: int   # the record's bytes within the (decompressed) payload
-    end: int
-
-
-def _records(data: memoryview, info: BatchInfo) -> list[_Rec]:
-    return _parse(data, info)[0]
-
-
-def _parse(data: memoryview, info: BatchInfo) -> tuple[list[_Rec], memoryview]:
-    payload = data[HEADER_SIZE:]
-    if info.compression:
-        payload = memoryview(decompress(info.compression, payload))
-    out: list[_Rec] = []
-    pos = 0
-    end = len(payload)
-    for _ in range(info.records_count):
-        start = pos
-        length, pos = read_varint(payload, pos)
-        rec_end = pos + length
-        if length < 0 or rec_end > end:
-            raise OSError(f"record runs past its batch at offset {info.base_offset}")
-        pos += 1
-        ts_delta, pos = read_varlong(payload, pos)
-        off_delta, pos = read_varint(payload, pos)
-        klen, pos = read_varint(payload, pos)
-        key = None if klen < 0 else bytes(payload[pos:pos + klen])
-        pos += max(klen, 0)
-        vlen, pos = read_varint(payload, pos)
-        out.append(_Rec(info.base_offset + off_delta, ts_delta, key, vlen < 0, start, rec_end))
-        pos = rec_end
-    return out, payload
 
 
 def _group(scans: list[_SegScan], sizes: dict[int, int], max_bytes: int,
@@ -651,7 +501,7 @@ _COPY, _DROP, _REBUILD, _STAMP = range(4)
 @dataclass(slots=True)
 class _Verdict:
     action: int                                  # _COPY, _DROP, _REBUILD or _STAMP
-    keep: list[_Rec] = field(default_factory=list)
+    keep: list[Rec] = field(default_factory=list)
     payload: memoryview = memoryview(b"")
     removed: int = 0                             # records removed
     tombstones: int = 0                          # of them, tombstones
@@ -668,7 +518,7 @@ class _Filter:
     `begin()`, since markers depend on the batches before them."""
 
     def __init__(self, offsets: dict[bytes, int], first_dirty: int, now_ms: int,
-                 delete_retention_ms: int, last_batch_of_pid: dict[int, int], txns: _Txns):
+                 delete_retention_ms: int, last_batch_of_pid: dict[int, int], txns: CleanerTxns):
         self.offsets = offsets
         self.first_dirty = first_dirty
         self.now_ms = now_ms
@@ -692,7 +542,7 @@ class _Filter:
         if txns.aborted(info):   # header checks only: its records are not decoded
             n = info.records_count   # (never a producer's last batch: its marker follows)
             return _Verdict(_DROP, removed=n, aborted=n)
-        recs, payload = _parse(data, info)
+        recs, payload = parse_records(data, info)
         removable_tombstones = sc.max_ts < self.horizon
         keep = []
         tombstones = 0
@@ -715,7 +565,7 @@ class _Filter:
         with a delete horizon, and removed in a pass at or after it (see the docstring)."""
         if info.producer_id < 0:
             return _KEEP
-        recs, payload = _parse(data, info)
+        recs, payload = parse_records(data, info)
         ctype = None   # an empty control batch (one Kafka's cleaner emptied) has none
         if recs:
             key = recs[0].key
@@ -748,22 +598,22 @@ class _Filter:
             if v.action == _DROP and info.is_control:
                 res.markers_removed += 1
         if v.action == _REBUILD:
-            return True, _rebuild(info, v.keep, v.payload)
+            return True, rebuild(info, v.keep, v.payload)
         if v.action == _STAMP:
-            return True, _stamp(info, v.keep, v.payload, self.now_ms + self.delete_retention_ms)
+            return True, stamp(info, v.keep, v.payload, self.now_ms + self.delete_retention_ms)
         return True, b""
 
     def output_size(self, fd: int, sc: _SegScan) -> int:
         """An upper bound of the segment's size once cleaned (compression not redone)."""
         total = 0
-        for _pos, info, data in _iter_batches(fd, sc.size):
+        for _pos, info, data in iter_batches(fd, sc.size):
             v = self.decide(sc, info, data)
             if v.action == _COPY:
                 total += info.size
             elif v.action == _REBUILD:
                 total += HEADER_SIZE + sum(r.end - r.start for r in v.keep)
             elif v.action == _STAMP:   # a marker: one small record, built for its size
-                total += len(_stamp(info, v.keep, v.payload,
+                total += len(stamp(info, v.keep, v.payload,
                                     self.now_ms + self.delete_retention_ms))
         return total
 
@@ -781,7 +631,7 @@ def _write_group(log: Log, g: _Group, group: list[_SegScan], fds: dict[int, int]
     changed = len(group) > 1   # merging segments is a change too
     try:
         for sc in group:
-            for _pos, info, data in _iter_batches(fds[id(sc.seg)], sc.size):
+            for _pos, info, data in iter_batches(fds[id(sc.seg)], sc.size):
                 batch_changed, kept = flt.apply(sc, info, data, res)
                 changed = changed or batch_changed
                 if kept:
@@ -816,49 +666,3 @@ def _write_group(log: Log, g: _Group, group: list[_SegScan], fds: dict[int, int]
             os.close(ifd)
     fsync_dir(d)
     g.bytes_after = written
-
-
-def _rebuild(info: BatchInfo, keep: list[_Rec], payload: memoryview) -> bytes:
-    """The batch with only `keep`, each record's bytes unchanged (offset deltas stay)."""
-    body = b"".join(payload[r.start:r.end] for r in keep)
-    if info.attributes & ATTR_LOG_APPEND_TIME or not keep:
-        max_ts = info.max_timestamp
-    else:
-        max_ts = info.base_timestamp + max(r.ts_delta for r in keep)
-    attributes = info.attributes if keep else info.attributes & ~ATTR_COMPRESSION_MASK
-    return _pack(info, body, len(keep), attributes, info.base_timestamp, max_ts)
-
-
-def _stamp(info: BatchInfo, recs: list[_Rec], payload: memoryview, horizon: int) -> bytes:
-    """The batch with its delete horizon set (KIP-534): attribute 0x40, the base timestamp
-    holding the horizon, and each record's timestamp delta re-encoded against it so every
-    record keeps its timestamp (as Kafka's MemoryRecordsBuilder does)."""
-    body = bytearray()
-    rec = bytearray()
-    for r in recs:
-        _length, pos = read_varint(payload, r.start)
-        _delta, rest = read_varlong(payload, pos + 1)   # after the attributes byte
-        rec.clear()
-        rec.append(payload[pos])
-        write_varint(rec, info.base_timestamp + r.ts_delta - horizon)
-        rec += payload[rest:r.end]
-        write_varint(body, len(rec))
-        body += rec
-    return _pack(info, bytes(body), len(recs), info.attributes | ATTR_DELETE_HORIZON, horizon,
-                 info.max_timestamp)
-
-
-def _pack(info: BatchInfo, body: bytes, count: int, attributes: int, base_timestamp: int,
-          max_timestamp: int) -> bytes:
-    """A batch of `count` records (`body`, compressed here with the batch's codec if it has
-    any) with the header fields of `info`, except those given."""
-    if attributes & ATTR_COMPRESSION_MASK and count:
-        body = compress(attributes & ATTR_COMPRESSION_MASK, body)
-    batch = bytearray(HEADER_SIZE)
-    _HEADER.pack_into(batch, 0, info.base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body),
-                      info.partition_leader_epoch, MAGIC, 0, attributes, info.last_offset_delta,
-                      base_timestamp, max_timestamp, info.producer_id, info.producer_epoch,
-                      info.base_sequence, count)
-    batch += body
-    _CRC.pack_into(batch, CRC_AT, crc32c(memoryview(batch)[CRC_START:]))
-    return bytes(batch)
