@@ -71,15 +71,14 @@ an entry of P has first_offset <= its base offset <= last_offset. Then:
   delete.retention.ms, each record's timestamp delta is re-encoded so its timestamp
   stays); a pass at or after the horizon removes it. A producer's last batch stays whole
   even then (its epoch fences zombies); control records other than COMMIT/ABORT stay.
-- an ABORT marker that an aborted-transaction entry names is kept even past its horizon.
-  Log.replace_segments copies every entry of the replaced segments into the cleaned one,
-  and an entry whose marker is gone does harm: a read_committed consumer (Kafka's
-  CompletedFetch, core/client's too) adds P to its aborted producers at the entry's first
-  offset and drops it only at P's ABORT marker, so it would skip P's later transactions in
-  the same fetch. So an entry and its marker stay together, and no entry is dropped while
-  its records or marker remain. (Kafka drops the entry of an emptied transaction when it
-  rewrites the segment; once replace_segments takes the surviving entries from the plan,
-  this exception can go.) An abort without records has no entry and follows the rule above.
+- an ABORT marker that an aborted-transaction entry names goes with its entry, as in Kafka:
+  Log.replace_segments copies every entry of the replaced segments into the cleaned one
+  except those whose marker this clean removed. An entry and its marker must stay
+  together: a read_committed consumer (Kafka's CompletedFetch, core/client's too) adds P to
+  its aborted producers at the entry's first offset and drops it only at P's ABORT marker,
+  so an entry without its marker would make it skip P's later transactions in the same
+  fetch. The marker goes only once its transaction has no batch left and its horizon has
+  passed, so no entry is dropped while its records or marker remain.
 Hence a cleaned segment inherits every aborted-transaction entry of the segments it
 replaces; Log.replace_segments writes them at commit time, so entries a replay added while
 `prepare` ran are not lost. The partition re-derives missing entries (its replay at open)
@@ -184,6 +183,9 @@ class _Group:
     base: int
     changed: bool = False
     bytes_after: int = 0
+    # (producer id, offset) of the ABORT markers removed here: their aborted-transaction
+    # entries go with them (Log.replace_segments)
+    dropped_entries: set[tuple[int, int]] = field(default_factory=set)
 
 
 @dataclass
@@ -389,7 +391,7 @@ def commit(plan: CleanPlan, *, hook: Callable[[str], None] | None = None) -> Cle
     for g in plan.groups:
         if not g.changed:
             continue
-        log.replace_segments(g.segments, hook)
+        log.replace_segments(g.segments, hook, dropped_txns=g.dropped_entries)
         g.changed = False   # its files are now the log's
         res.groups_swapped += 1
         res.segments_cleaned += len(g.segments)
@@ -580,8 +582,7 @@ class _Filter:
             return _KEEP if self._last_of_producer(info) else _GONE
         if not info.attributes & ATTR_DELETE_HORIZON:
             return _Verdict(_STAMP, recs, payload)
-        if (info.base_timestamp > self.now_ms or self._last_of_producer(info)
-                or ctype == ABORT and self.txns.indexed(info)):
+        if info.base_timestamp > self.now_ms or self._last_of_producer(info):
             return _KEEP
         return _GONE
 
@@ -634,6 +635,8 @@ def _write_group(log: Log, g: _Group, group: list[_SegScan], fds: dict[int, int]
             for _pos, info, data in iter_batches(fds[id(sc.seg)], sc.size):
                 batch_changed, kept = flt.apply(sc, info, data, res)
                 changed = changed or batch_changed
+                if not kept and info.is_control and flt.txns.indexed(info):
+                    g.dropped_entries.add((info.producer_id, info.base_offset))
                 if kept:
                     last = info.base_offset + info.last_offset_delta
                     max_ts = struct.unpack_from(">q", kept, MAX_TIMESTAMP_AT)[0]

@@ -87,7 +87,7 @@ import shutil
 import struct
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Collection, Iterator
 
 from core.protocol.records import (HEADER_SIZE, LAST_OFFSET_DELTA_AT, LENGTH_AT, LOG_OVERHEAD, BatchInfo, assign_offsets as _assign,
                                    scan_batches, set_log_append_time)
@@ -699,15 +699,16 @@ class Log:
         if stored is not None and stored > offset:
             write_offset(path, offset)
 
-    def replace_segments(self, old: list[Segment], hook: Callable[[str], None] | None = None
-                         ) -> Segment:
+    def replace_segments(self, old: list[Segment], hook: Callable[[str], None] | None = None, *,
+                         dropped_txns: Collection[tuple[int, int]] = ()) -> Segment:
         """Swap in the cleaned segment the cleaner wrote for `old` (see cleaner.py).
 
         `old` are consecutive closed segments of this log; `<old[0] base>.log.cleaned` and
         its `.index.cleaned`/`.timeindex.cleaned` are complete and fsynced. The cleaned
-        segment keeps every marker, so it inherits every aborted-transaction entry of `old`:
-        they are written here as `.txnindex.cleaned` (only if there are any), from the
-        entries as they are now, since a replay may add some while the cleaner runs.
+        segment inherits the aborted-transaction entries of `old` but those whose ABORT
+        marker the clean removed (`dropped_txns`: (producer id, marker offset)): they are
+        written here as `.txnindex.cleaned` (only if there are any), from the entries as
+        they are now, since a replay may add some while the cleaner runs.
         Kafka's replaceSegments order: rename these to `.swap` (indexes first, the log last,
         which marks the swap as decided), fsync the directory; delete the old segments
         (the first one's files are replaced by the rename that follows); rename the
@@ -723,7 +724,8 @@ class Log:
             d = self.directory
             base = old[0].base_offset
             stem = old[0].log_path.stem
-            txns = [t for seg in old for t in seg.txn_index.entries()]
+            txns = [t for seg in old for t in seg.txn_index.entries()
+                    if (t.producer_id, t.last_offset) not in dropped_txns]
             kinds: tuple[str, ...] = ("index", "timeindex", "log")
             if txns:
                 write_index_file(d / f"{stem}{TXN_INDEX_SUFFIX}.cleaned", txns)
