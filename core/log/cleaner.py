@@ -80,7 +80,7 @@ an entry of P has first_offset <= its base offset <= last_offset. Then:
   fetch. The marker goes only once its transaction has no batch left and its horizon has
   passed, so no entry is dropped while its records or marker remain.
 Hence a cleaned segment inherits every aborted-transaction entry of the segments it
-replaces; Log.replace_segments writes them at commit time, so entries a replay added while
+replaces but those whose marker it removed; Log.replace_segments writes them at commit time, so entries a replay added while
 `prepare` ran are not lost. The partition re-derives missing entries (its replay at open)
 before its first clean, so the files hold every entry the clean needs.
 

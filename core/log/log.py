@@ -708,7 +708,8 @@ class Log:
         segment inherits the aborted-transaction entries of `old` but those whose ABORT
         marker the clean removed (`dropped_txns`: (producer id, marker offset)): they are
         written here as `.txnindex.cleaned` (only if there are any), from the entries as
-        they are now, since a replay may add some while the cleaner runs.
+        they are now, since a replay may add some while the cleaner runs (and as an empty
+        file when the first of `old` had entries and the clean dropped them all).
         Kafka's replaceSegments order: rename these to `.swap` (indexes first, the log last,
         which marks the swap as decided), fsync the directory; delete the old segments
         (the first one's files are replaced by the rename that follows); rename the
@@ -726,8 +727,12 @@ class Log:
             stem = old[0].log_path.stem
             txns = [t for seg in old for t in seg.txn_index.entries()
                     if (t.producer_id, t.last_offset) not in dropped_txns]
+            # The first segment's `.txnindex` becomes the cleaned segment's. Whenever it holds
+            # entries, its replacement goes through the swap too (empty if the clean dropped
+            # them all), so no crash point leaves an entry behind its removed marker.
+            swap_txns = bool(txns) or bool(old[0].txn_index.entries())
             kinds: tuple[str, ...] = ("index", "timeindex", "log")
-            if txns:
+            if swap_txns:
                 write_index_file(d / f"{stem}{TXN_INDEX_SUFFIX}.cleaned", txns)
                 kinds = ("index", "timeindex", TXN_INDEX_SUFFIX[1:], "log")
             for kind in kinds:
@@ -737,7 +742,7 @@ class Log:
                 hook("swap")
             for seg in old:
                 seg.close()
-            if not txns:
+            if not swap_txns:
                 old[0].txn_index.delete()   # no entries, so no file for the cleaned segment
             for seg in old[1:]:
                 seg.delete()
@@ -748,7 +753,7 @@ class Log:
             fsync_dir(d)
             if hook:
                 hook("renamed")
-            new = Segment.open(d, base, self.config.index_interval_bytes, txn_file=bool(txns))
+            new = Segment.open(d, base, self.config.index_interval_bytes, txn_file=swap_txns)
             new.ensure_state()
             self._segments[i:i + len(old)] = [new]
             self._bases[i:i + len(old)] = [base]

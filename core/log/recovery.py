@@ -127,10 +127,12 @@ def finish_cleaner_swaps(directory: Path) -> None:
     load. Index swaps without a log swap are leftovers of an unfinished rename and go.
 
     The `.txnindex` cannot be rebuilt from the log, and needs no rebuild: a cleaned segment
-    carries every entry of the segments it replaces (Log.replace_segments), so a missing
-    `.txnindex.swap` means either that those had none, and then `<base>.txnindex`, if any, is
-    the first replaced segment's and empty, or that it was already renamed into place. Either
-    way `<base>.txnindex` is right as it is."""
+    carries every entry of the segments it replaces but those whose marker it removed, and
+    its `.txnindex` goes through the swap whenever it has entries or the first replaced
+    segment had some (Log.replace_segments). So a missing `.txnindex.swap` means either that
+    neither had any, and then `<base>.txnindex`, if any, is the first replaced segment's and
+    empty, or that it was already renamed into place. Either way `<base>.txnindex` is right
+    as it is."""
     found: dict[tuple[int, str, str], Path] = {}
     for path in directory.iterdir():
         m = _CLEANER_FILE.match(path.name)

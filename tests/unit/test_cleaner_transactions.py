@@ -432,6 +432,41 @@ def test_abort_marker_goes_with_its_entry_once_emptied_and_past_the_horizon(tmp_
     assert entries(t.log) == [] and a not in markers(t.log) and read_committed(t.log) == before
 
 
+class _Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("step", ["swap", "deleted", "renamed"])
+def test_a_crash_while_a_marker_and_its_entry_go_leaves_neither(tmp_path, step):
+    # The segment that loses the marker held the only entry: its index is swapped for an
+    # empty one like every other file, so no crash point leaves the entry behind its marker.
+    t = TxnLog(tmp_path)
+    t.send(3, (b"k", b"aborted"))
+    a = t.abort(3)
+    t.send(3, (b"k", b"v1"))
+    t.commit(3)
+    filler(t)
+    t.close_segments()
+    before = read_committed(t.log)
+    t.clean(T0)
+    t.clean(T0 + 1)
+    assert [e.last_offset for e in entries(t.log)] == [a]
+    t.log.flush()                                # recovery point at the active segment: the
+                                                 # restart re-reads nothing, so keeps every index
+
+    def hook(s):
+        if s == step:
+            raise _Crash(s)
+
+    with pytest.raises(_Crash):
+        cleaner.clean(t.log, T0 + RETENTION + 2, upper_bound_offset=t.lso, hook=hook)
+    t.log._abandon()
+    t.log = Log.open(tmp_path, t.cfg, clock=t.clock)
+    assert a not in markers(t.log) and entries(t.log) == []
+    assert read_committed(t.log) == before
+    check_invariants(t)
+
+
 def test_a_transaction_past_the_bound_does_not_keep_an_earlier_empty_ones_marker(tmp_path):
     # Producer 5's next transaction has records below the bound and its marker past it;
     # that must not count for its earlier, empty transaction, in any pass over the log.
