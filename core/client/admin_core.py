@@ -24,12 +24,15 @@ class AdminCore:
 
     async def _per_item(self, items: Mapping[K, Any],
                         attempt: Callable[[dict[K, Any]], Awaitable[dict[K, Any]]],
-                        timeout_ms: float | None = None, final: frozenset = _UNKNOWN_TOPIC) -> dict[K, Any]:
+                        timeout_ms: float | None = None, final: frozenset = _UNKNOWN_TOPIC,
+                        also_retry: frozenset = frozenset()) -> dict[K, Any]:
         """Run `attempt(items)` -> {item: result or KafkaError}; retry the items whose
         error is retriable (or all of them if `attempt` raised a retriable error).
 
         Codes in `final` are answers, not hiccups, even though Kafka marks them retriable:
-        a broker saying a topic does not exist is not retried."""
+        a broker saying a topic does not exist is not retried. Codes in `also_retry` are
+        retried although Kafka's table does not mark them so (an operation's own "ask
+        again", such as CONCURRENT_TRANSACTIONS)."""
         await self.client.start()  # idempotent: an Admin may be used before anyone started the client
         budget = self.timeout_ms if timeout_ms is None else timeout_ms
         deadline = time.monotonic() + budget / 1000
@@ -44,7 +47,8 @@ class AdminCore:
                     raise
                 outcome = {k: exc for k in todo}
             retry = {k: todo[k] for k, v in outcome.items()
-                     if isinstance(v, KafkaError) and v.retriable and v.code not in final and k in todo}
+                     if isinstance(v, KafkaError) and (v.retriable or v.code in also_retry)
+                     and v.code not in final and k in todo}
             results.update(outcome)
             delay = self.client.backoff_ms(tries) / 1000
             if not retry or time.monotonic() + delay >= deadline:

@@ -25,7 +25,6 @@ list_transactions and abort_transaction raise.
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
@@ -299,20 +298,9 @@ class TxnAdmin(AdminCore):
         answered while the abort is written, is retried until the admin's timeout."""
         R = m.InitProducerIdRequest
 
-        deadline = time.monotonic() + self.timeout_ms / 1000
-
         async def one(node: int, tid: str) -> tuple[int, int] | KafkaError:
-            tries = 0
-            while True:
-                resp = await self.client.send(node, R(transactional_id=tid, transaction_timeout_ms=transaction_timeout_ms,
-                                                      producer_id=-1, producer_epoch=-1), api_key=INIT_PRODUCER_ID)
-                # Not retriable by Kafka's table, but it is how the coordinator says "the abort
-                # is being written; ask again", and Kafka's admin asks again too.
-                delay = self.client.backoff_ms(tries) / 1000
-                if resp.error_code != ErrorCode.CONCURRENT_TRANSACTIONS or time.monotonic() + delay >= deadline:
-                    break
-                tries += 1
-                await asyncio.sleep(delay)
+            resp = await self.client.send(node, R(transactional_id=tid, transaction_timeout_ms=transaction_timeout_ms,
+                                                  producer_id=-1, producer_epoch=-1), api_key=INIT_PRODUCER_ID)
             if resp.error_code:
                 return KafkaError(resp.error_code, f"fence the producer of transactional id {tid!r}")
             return resp.producer_id, resp.producer_epoch
@@ -331,7 +319,10 @@ class TxnAdmin(AdminCore):
         ids = list(dict.fromkeys(transactional_ids))
         if not ids:
             return {}
-        return await self._per_item(dict.fromkeys(ids), attempt, final=frozenset())
+        # CONCURRENT_TRANSACTIONS is not retriable by Kafka's table, but it is how the
+        # coordinator says "the abort is being written; ask again", and Kafka's admin asks again.
+        return await self._per_item(dict.fromkeys(ids), attempt, final=frozenset(),
+                                    also_retry=frozenset({ErrorCode.CONCURRENT_TRANSACTIONS}))
 
     # ------------------------------------------------------------------ abort
 

@@ -78,8 +78,12 @@ class _Pending:
     request_id: Hashable = None       # the request answered when the write is done
     on_success: Optional[Result] = None
     on_failure: Callable[[E], Result] | None = None
-    completes: bool = False           # writes CompleteX (perhaps with the next Ongoing after it)
     folded: Optional[AddPartitions] = None   # the parked request whose Ongoing follows CompleteX
+
+    @property
+    def completes(self) -> bool:
+        """Whether this write ends a transaction (CompleteX, perhaps with the next Ongoing)."""
+        return self.folded is not None or (self.target is not None and self.target.state.completed)
 
 
 @dataclass
@@ -393,10 +397,9 @@ class TxnCoordinator:
 
     def _write(self, entry: _Entry, target: Optional[TxnMetadata], request_id: Hashable = None,
                on_success: Optional[Result] = None, on_failure: Callable[[E], Result] | None = None, *,
-               completes: bool = False, preceding: tuple[TxnMetadata, ...] = (),
-               folded: Optional[AddPartitions] = None) -> None:
+               preceding: tuple[TxnMetadata, ...] = (), folded: Optional[AddPartitions] = None) -> None:
         self._tokens += 1
-        entry.pending = _Pending(target, self._tokens, request_id, on_success, on_failure, completes, folded)
+        entry.pending = _Pending(target, self._tokens, request_id, on_success, on_failure, folded)
         self._out.append(WriteTxnLog(entry.meta.transactional_id, entry.partition,
                                      self.epochs[entry.partition], target, self._tokens, preceding))
 
@@ -408,11 +411,11 @@ class TxnCoordinator:
         add = next((a for a in entry.parked if a.producer_id == meta.producer_id
                     and a.producer_epoch == meta.producer_epoch), None)
         if add is None:
-            self._write(entry, complete, completes=True)
+            self._write(entry, complete)
             return
         entry.parked.remove(add)
         self._write(entry, complete.prepare_add_partitions(add.partitions, now_ms), add.request_id,
-                    AddResult(E.NONE), lambda c: AddResult(c), completes=True, preceding=(complete,), folded=add)
+                    AddResult(E.NONE), lambda c: AddResult(c), preceding=(complete,), folded=add)
 
     def _send_markers(self, entry: _Entry) -> None:
         meta = entry.meta

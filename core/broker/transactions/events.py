@@ -5,8 +5,8 @@ The coordinator answers with actions, executed in order:
 
 - `WriteTxnLog`: append the record (`records`: sometimes two, in one batch) to the
   transactional id's `__transaction_state` partition; report the outcome with `LogWritten`
-  (same `token`). Nothing it decided is
-  applied, and no `Respond` that depends on it is emitted, until then.
+  (same `token`). Nothing it decided is applied, and no `Respond` that depends on it is
+  emitted, until then.
 - `SendMarkers`: write the commit or abort marker to every partition of the transaction, on
   their leaders, retrying until each is written or gone; then `MarkersWritten`.
 - `NeedProducerId`: the request needs a fresh producer id; allocate one and submit the event
