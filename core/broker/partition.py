@@ -37,6 +37,7 @@ from core.protocol.records import BatchInfo, iter_batch_headers, scan_batches, s
 from .producer_snapshots import delete_snapshots, latest_snapshot, snapshot_path
 from .producer_state import AbortedTxnEntry, ProducerState, Verdict, read_end_txn_marker
 from .transactions.markers import marker_batch
+from core.protocol.txn_markers import TxnShape
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +277,7 @@ class Partition:
         return None
 
     async def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
-                            now_ms: int, *, timeout_ms: int = 30_000):
+                            now_ms: int, *, timeout_ms: int = 30_000, shape: TxnShape | None = None):
         """Append a transaction's commit or abort marker (WriteTxnMarkers) with acks=all: the
         log's AppendResult (await wait_replicated), or the ErrorCode that refused it."""
         async with self._lock:
@@ -287,7 +288,7 @@ class Partition:
             verdict = self.producers.validate_marker(producer_id, producer_epoch, coordinator_epoch)
             if not verdict.ok:
                 return verdict.code
-            data = marker_batch(producer_id, producer_epoch, coordinator_epoch, commit, now_ms)
+            data = marker_batch(producer_id, producer_epoch, coordinator_epoch, commit, now_ms, shape)
             batches = scan_batches(data)
             replicated, waiter = self.replicas.append_as_leader(self, 1, -1, timeout_ms)
             if replicated.error:

@@ -180,10 +180,9 @@ from typing import Callable, Iterable, NamedTuple
 from crc32c import crc32c
 
 from core.protocol.buffers import Buffer
-from core.protocol.compression import decompress
-from core.protocol.errors import DecodeError, ErrorCode
-from core.protocol.records import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchInfo
-from core.protocol.varint import read_varint, read_varlong
+from core.protocol.errors import ErrorCode
+from core.protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchInfo
+from core.protocol.txn_markers import read_marker
 
 NUM_BATCHES_TO_RETAIN = 5
 INT32_MAX = 2**31 - 1
@@ -292,39 +291,18 @@ class EndTxnMarker(NamedTuple):
         return self.control_type == COMMIT
 
 
-_CONTROL_KEY = struct.Struct(">hh")      # version, type
-_MARKER_VALUE = struct.Struct(">hi")     # version, coordinator epoch
+_MARKER_EPOCH = struct.Struct(">hi")     # the value's version, coordinator epoch
 
 
 def read_end_txn_marker(buf: Buffer, info: BatchInfo) -> EndTxnMarker | None:
-    """The transaction marker in control batch `info` of `buf` (`info.position` is where the
-    batch starts in `buf`): the first record's key (version int16, type int16) and value
-    (version int16, coordinator epoch int32), as Kafka's EndTransactionMarker.deserialize reads
-    them. None for a data batch, an empty control batch (the cleaner emptied it) or a control
-    record that is not COMMIT/ABORT. Raises DecodeError for a record that runs past its batch."""
-    if not info.is_control or info.records_count <= 0:
+    """The transaction marker in control batch `info` of `buf`: its type and coordinator
+    epoch (core/protocol/txn_markers.py `read_marker`; None where that finds no marker).
+    Raises DecodeError for a record that runs past its batch."""
+    found = read_marker(buf, info)
+    if found is None:
         return None
-    start = info.position + HEADER_SIZE
-    view = memoryview(buf)[start:info.position + info.size]
-    if info.compression:
-        view = memoryview(decompress(info.compression, view, 1 << 20))
-    try:
-        _length, pos = read_varint(view, 0)
-        pos += 1                                   # record attributes
-        _ts_delta, pos = read_varlong(view, pos)
-        _offset_delta, pos = read_varint(view, pos)
-        key_len, pos = read_varint(view, pos)
-        if key_len < _CONTROL_KEY.size:
-            return None
-        _key_version, control_type = _CONTROL_KEY.unpack_from(view, pos)
-        pos += key_len
-        value_len, pos = read_varint(view, pos)
-        if control_type not in (ABORT, COMMIT) or value_len < _MARKER_VALUE.size:
-            return None
-        _value_version, coordinator_epoch = _MARKER_VALUE.unpack_from(view, pos)
-    except struct.error as exc:
-        raise DecodeError(f"control record of batch at offset {info.base_offset} runs past it: {exc}") from None
-    return EndTxnMarker(control_type, coordinator_epoch)
+    control_type, value = found
+    return EndTxnMarker(control_type, _MARKER_EPOCH.unpack_from(value, 0)[1])
 
 
 MarkerLookup = Callable[[BatchInfo], EndTxnMarker | None]

@@ -1815,6 +1815,8 @@ class WriteTxnMarkersRequest(Message):
         transaction_result: bool
         topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic]
         coordinator_epoch: int
+        seaway_transaction_start_ms: int
+        seaway_transaction_topics: list[WriteTxnMarkersRequest.SeawayTransactionTopic]
         unknown_tags: dict[int, bytes] | None
         def __init__(
             self,
@@ -1824,6 +1826,8 @@ class WriteTxnMarkersRequest(Message):
             transaction_result: bool = ...,
             topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = ...,
             coordinator_epoch: int = ...,
+            seaway_transaction_start_ms: int = ...,
+            seaway_transaction_topics: list[WriteTxnMarkersRequest.SeawayTransactionTopic] = ...,
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None: ...
 
@@ -1836,6 +1840,18 @@ class WriteTxnMarkersRequest(Message):
             *,
             name: str = ...,
             partition_indexes: list[int] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+    class SeawayTransactionTopic(Message):
+        name: str
+        partition_count: int
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            name: str = ...,
+            partition_count: int = ...,
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None: ...
 

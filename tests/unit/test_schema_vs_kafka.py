@@ -52,6 +52,19 @@ NEWER_THAN_REFERENCE: dict[tuple[int, int], NewerVersion] = {
 }
 
 
+# Tagged fields of Seaway's own, (API key, "request"/"response") -> {dotted path: why}. Each
+# must be tagged with a tag from PRIVATE_TAG_FLOOR, which Kafka's brokers skip as unknown and
+# Kafka does not assign (its tags count up from 0), so the bytes stay Kafka's without them.
+PRIVATE_TAG_FLOOR = 10000
+SEAWAY_TAGGED: dict[tuple[int, str], dict[str, str]] = {
+    (27, "request"): {
+        "Markers.SeawayTransactionStartMs": "the transaction's start time, written into the marker's value "
+                                            "(core/protocol/txn_markers.py)",
+        "Markers.SeawayTransactionTopics": "how many partitions of each topic the transaction wrote, the same",
+    },
+}
+
+
 # --------------------------------------------------------------------------- Kafka's JSON
 
 
@@ -252,6 +265,23 @@ def _compare_fields(ours: list[_FieldView], theirs: list[_FieldView], where: str
             _compare_fields(o.children, t.children, where, name, problems)
 
 
+def _take_private(ours: list[_FieldView], private: dict[str, str], where: str, problems: list[str]) -> None:
+    """Check that each of Seaway's own fields (SEAWAY_TAGGED) is where the table says, tagged
+    from PRIVATE_TAG_FLOOR, and remove it so that the rest can be compared with Kafka's."""
+    for path in private:
+        *parents, name = path.split(".")
+        fields = ours
+        for p in parents:
+            parent = next((f for f in fields if f.name == p and f.children is not None), None)
+            fields = parent.children if parent is not None else []
+        field = next((f for f in fields if f.name == name), None)
+        if field is None:
+            continue        # a version without it
+        if not field.tagged or field.tag is None or field.tag < PRIVATE_TAG_FLOOR:
+            problems.append(f"{where} {path}: Seaway's own fields must be tagged from {PRIVATE_TAG_FLOOR}")
+        fields.remove(field)
+
+
 def _take_added(ours: list[_FieldView], add: Added, where: str, problems: list[str]) -> None:
     """Check that `add` is in `ours` as documented, and remove it so that the rest can be
     compared with the reference's newest version."""
@@ -282,7 +312,8 @@ def _take_added(ours: list[_FieldView], add: Added, where: str, problems: list[s
 
 def compare_message(spec: dsl.MessageSpec, kafka: dict, label: str,
                     versions: list[int] | None = None,
-                    newer: dict[int, tuple[Added, ...]] | None = None) -> list[str]:
+                    newer: dict[int, tuple[Added, ...]] | None = None,
+                    private: dict[str, str] | None = None) -> list[str]:
     """Every way `spec` disagrees with Kafka's JSON `kafka`, as readable lines. `newer` maps
     versions beyond Kafka's validVersions that we declare on purpose to the fields each adds
     (from NEWER_THAN_REFERENCE)."""
@@ -313,6 +344,7 @@ def compare_message(spec: dsl.MessageSpec, kafka: dict, label: str,
             problems.append(f"{where}: flexible ours {flexible}, Kafka {v in kflex} "
                             f"(flexibleVersions {kafka.get('flexibleVersions')})")
         ours = _our_fields(spec.root, v, flexible)
+        _take_private(ours, private or {}, where, problems)
         reference = v
         if valid.high is not None and valid.high < v <= allowed.high:
             # Newer than the reference: the reference's newest version plus what the table adds.
@@ -336,7 +368,8 @@ def compare_api(api: dsl.ApiSchema, versions: list[int] | None = None) -> list[s
         label = f"{api.name} {spec.kind}"
         if kafka["name"] != spec.name:
             problems.append(f"{label}: Kafka calls API key {api.key}'s {spec.kind} {kafka['name']}, we {spec.name}")
-        problems += compare_message(spec, kafka, label, versions, newer_than_reference(api.key, spec.kind))
+        problems += compare_message(spec, kafka, label, versions, newer_than_reference(api.key, spec.kind),
+                                    SEAWAY_TAGGED.get((api.key, spec.kind)))
     return problems
 
 

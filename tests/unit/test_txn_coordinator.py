@@ -157,7 +157,7 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced():
     assert h.meta("t").state is S.ONGOING, "not before the timeout has passed"
     h.tick(1)
     assert h.meta("t").state is S.COMPLETE_ABORT
-    assert h.markers[-1] == SendMarkers("t", pid, epoch + 1, 1, False, frozenset({T1, T2}))
+    assert h.markers[-1] == SendMarkers("t", pid, epoch + 1, 1, False, frozenset({T1, T2}), h.meta("t").start_ms)
     assert h.end("t", pid, epoch, True) == EndResult(E.PRODUCER_FENCED)
 
 
@@ -166,7 +166,7 @@ def test_commit_answers_after_prepare_and_completes_after_markers():
     h.auto_markers = False
     assert h.end("t", pid, epoch, True) == EndResult(E.NONE)
     assert h.meta("t").state is S.PREPARE_COMMIT
-    assert h.markers == [SendMarkers("t", pid, epoch, 1, True, frozenset({T1}))]
+    assert h.markers == [SendMarkers("t", pid, epoch, 1, True, frozenset({T1}), h.meta("t").start_ms)]
     # the next transaction's first AddPartitionsToTxn waits until the markers are written
     assert h.add("t", pid, epoch, T1) is None
     h.run(h.coordinator.handle(MarkersWritten("t", pid, epoch, 1, h.now)))
@@ -174,6 +174,22 @@ def test_commit_answers_after_prepare_and_completes_after_markers():
     assert (complete.state, complete.partitions) == (S.COMPLETE_COMMIT, frozenset())
     assert (ongoing.state, ongoing.partitions) == (S.ONGOING, frozenset({T1}))
     assert list(h.responses.values())[-1] == AddResult(E.NONE)
+
+
+def test_each_transaction_of_an_epoch_starts_later_than_the_last_so_its_markers_name_it():
+    """(producer id, epoch, start_ms) names one transaction in its markers
+    (core/protocol/txn_markers.py): transactions begun within one millisecond, or after the
+    clock stepped back, still get distinct, increasing starts."""
+    h, pid, epoch = reach(S.ONGOING)
+    starts = [h.meta("t").start_ms]
+    for clock_step in (0, 0, -5_000, 0):
+        h.now += clock_step
+        assert h.end("t", pid, epoch, True) == EndResult(E.NONE)
+        assert h.markers[-1].start_ms == starts[-1]
+        assert h.add("t", pid, epoch, T1) == AddResult(E.NONE)
+        starts.append(h.meta("t").start_ms)
+    assert starts == sorted(set(starts)) and starts[1] == starts[0] + 1, starts
+    assert h.meta("t").start_ms == h.log[-1][1].start_ms, "the log holds it, for a new coordinator"
 
 
 def test_a_parked_add_is_written_with_the_completion_in_one_batch_and_waits_again_if_it_fails():
@@ -333,7 +349,7 @@ def test_loading_resends_markers_of_prepared_transactions_with_the_new_epoch():
     assert h.init("t").error == E.COORDINATOR_LOAD_IN_PROGRESS
     h.auto_markers = True
     h.run(c.load_partition(0, coordinator_epoch=2, records=records, now_ms=h.now))
-    assert h.markers == [SendMarkers("t", pid, epoch, 2, False, frozenset({T1}))]
+    assert h.markers == [SendMarkers("t", pid, epoch, 2, False, frozenset({T1}), h.meta("t").start_ms)]
     assert h.meta("t").state is S.COMPLETE_ABORT
 
 

@@ -196,6 +196,27 @@ def test_write_txn_markers(version):
     assert [(p.partition_index, p.error_code) for p in topic.partitions] == [(0, 0), (2, 6)]
 
 
+def test_write_txn_markers_v1_carries_seaways_transaction_fields_tagged_and_v0_drops_them():
+    """core/protocol/txn_markers.py: the start time and per-topic partition counts ride in
+    private tags (10000, 10001) that a Kafka broker skips; without them the bytes are Kafka's."""
+    def marker(**seaway):
+        return WTM(markers=[WTM.WritableTxnMarker(
+            producer_id=4001, producer_epoch=7, transaction_result=True, coordinator_epoch=3,
+            topics=[WTM.WritableTxnMarkerTopic(name="orders", partition_indexes=[0])], **seaway)])
+    plain = req(27).encode(1, marker())
+    tagged = req(27).encode(1, marker(seaway_transaction_start_ms=1_796_000_000_123, seaway_transaction_topics=[
+        WTM.SeawayTransactionTopic(name="orders", partition_count=3),
+        WTM.SeawayTransactionTopic(name="__consumer_offsets", partition_count=1)]))
+    assert tagged[:len(plain) - 2] == plain[:-2]       # the same up to the marker's tag buffer
+    back = decode_as(WTM, req(27), 1, tagged)
+    (mk,) = back.markers
+    assert mk.seaway_transaction_start_ms == 1_796_000_000_123
+    assert [(t.name, t.partition_count) for t in mk.seaway_transaction_topics] == [("orders", 3), ("__consumer_offsets", 1)]
+    (old,) = decode_as(WTM, req(27), 0, req(27).encode(0, back)).markers
+    assert (old.seaway_transaction_start_ms, old.seaway_transaction_topics) == (-1, [])
+    assert decode_as(WTM, req(27), 1, plain).markers[0].seaway_transaction_start_ms == -1
+
+
 # --------------------------------------------------------------------------- TxnOffsetCommit
 
 TOC = m.TxnOffsetCommitRequest

@@ -9,11 +9,16 @@ where another broker leads, UNKNOWN_TOPIC_OR_PARTITION where the partition is go
 coordinator then stops asking), INVALID_PRODUCER_EPOCH for an epoch older than the producer's,
 TRANSACTION_COORDINATOR_FENCED for a coordinator epoch older than the last marker's
 (transactions/markers.py, producer_state.py). The answer follows the ISR (acks=all).
+
+A Seaway coordinator also sends, in tagged fields of its own, the transaction's start and its
+partition count per topic, which the marker's value then carries after Kafka's fields
+(core/protocol/txn_markers.py); markers from anyone else have no such extension.
 """
 from __future__ import annotations
 
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
+from core.protocol.txn_markers import TxnShape
 from core.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 from ..transactions.markers import append_markers
@@ -30,6 +35,16 @@ def _result(producer_id: int, codes: dict) -> "R.WritableTxnMarkerResult":
         R.WritableTxnMarkerTopicResult(name=t, partitions=ps) for t, ps in by_topic.items()])
 
 
+def _shape(marker) -> TxnShape | None:
+    """What names the transaction, from the Seaway coordinator's tagged fields (none from a
+    Kafka coordinator or kafka-transactions abort); a negative count is left out as unknown."""
+    if marker.seaway_transaction_start_ms < 0:
+        return None
+    topics = tuple((t.name, t.partition_count) for t in marker.seaway_transaction_topics)
+    return TxnShape(marker.seaway_transaction_start_ms,
+                    topics if topics and all(n > 0 for _, n in topics) else None)
+
+
 async def handle(ctx, req):
     allowed = ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=False) \
         or ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
@@ -40,7 +55,7 @@ async def handle(ctx, req):
             codes = dict.fromkeys(tps, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         else:
             codes = await append_markers(ctx.broker, marker.producer_id, marker.producer_epoch,
-                                         marker.coordinator_epoch, marker.transaction_result, tps)
+                                         marker.coordinator_epoch, marker.transaction_result, tps, _shape(marker))
         out.append(_result(marker.producer_id, codes))
     return R(markers=out)
 

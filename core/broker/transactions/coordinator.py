@@ -421,7 +421,7 @@ class TxnCoordinator:
         meta = entry.meta
         self._out.append(SendMarkers(meta.transactional_id, meta.producer_id, meta.producer_epoch,
                                      self.epochs[entry.partition], meta.state is S.PREPARE_COMMIT,
-                                     meta.partitions))
+                                     meta.partitions, meta.start_ms))
 
     def _fail_pending(self, entry: _Entry, code: E) -> None:
         pending, entry.pending = entry.pending, None

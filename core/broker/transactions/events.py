@@ -143,6 +143,7 @@ class SendMarkers:
     coordinator_epoch: int
     commit: bool
     partitions: frozenset[TopicPartition]
+    start_ms: int = -1      # the transaction's, named in its markers (core/protocol/txn_markers.py)
 
 
 @dataclass(frozen=True)

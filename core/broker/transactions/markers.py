@@ -3,8 +3,10 @@ how a partition leader appends them, and how the coordinator gets them written.
 
 A marker is a control batch (attributes transactional + control) of the producer's id and
 epoch, with one record: key = version int16 (0) + type int16 (ABORT 0, COMMIT 1), value =
-version int16 (0) + the coordinator epoch int32. Kafka's layout, so Kafka's consumers skip
-them and read_committed ones end the transaction with them.
+version int16 (0) + the coordinator epoch int32, then what names the transaction (its start
+and its partition count per topic, core/protocol/txn_markers.py), which Kafka's readers
+ignore. Kafka's layout, so Kafka's consumers skip them and read_committed ones end the
+transaction with them.
 
 `append_markers` is the leader's side, shared by the WriteTxnMarkers handler and by a
 coordinator that leads the partition itself: per partition, the producer state checks the
@@ -22,7 +24,6 @@ round: another coordinator owns the transaction now.
 from __future__ import annotations
 
 import logging
-import struct
 from collections import defaultdict
 from typing import TYPE_CHECKING, Iterable
 
@@ -33,6 +34,7 @@ from core.client.errors import KafkaError
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode as E
 from core.protocol.records import build_batch
+from core.protocol.txn_markers import TxnShape, encode_marker_value, marker_key
 
 from .events import SendMarkers
 from .state import TopicPartition
@@ -42,9 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ABORT, COMMIT = 0, 1
-_KEY = struct.Struct(">hh")
-_VALUE = struct.Struct(">hi")
 GROUPS_TOPIC = "__consumer_offsets"
 
 # Errors after which the coordinator stops: the transaction is someone else's now.
@@ -55,17 +54,18 @@ BACKOFF_S = (0.02, 1.0)
 
 
 def marker_batch(producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
-                 now_ms: int) -> bytearray:
-    key = _KEY.pack(0, COMMIT if commit else ABORT)
-    value = _VALUE.pack(0, coordinator_epoch)
-    return bytearray(build_batch([(key, value, None, now_ms)], producer_id=producer_id,
+                 now_ms: int, shape: TxnShape | None = None) -> bytearray:
+    value = encode_marker_value(coordinator_epoch, shape)
+    return bytearray(build_batch([(marker_key(commit), value, None, now_ms)], producer_id=producer_id,
                                  producer_epoch=producer_epoch, transactional=True, control=True))
 
 
 async def append_markers(broker: "Broker", producer_id: int, producer_epoch: int, coordinator_epoch: int,
-                         commit: bool, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, E]:
-    """Append one transaction's marker to each of `partitions` this broker leads; the error
-    per partition (NONE once the ISR holds it)."""
+                         commit: bool, partitions: Iterable[TopicPartition],
+                         shape: TxnShape | None = None) -> dict[TopicPartition, E]:
+    """Append one transaction's marker to each of `partitions` this broker leads (naming the
+    transaction with `shape` when its coordinator sent one); the error per partition (NONE
+    once the ISR holds it)."""
     results: dict[TopicPartition, E] = {}
     waiting = []
     for tp in partitions:
@@ -76,7 +76,8 @@ async def append_markers(broker: "Broker", producer_id: int, producer_epoch: int
             continue
         try:
             result = await partition.append_marker(producer_id, producer_epoch, coordinator_epoch, commit,
-                                                   broker.clock(), timeout_ms=broker.config["request.timeout.ms"])
+                                                   broker.clock(), timeout_ms=broker.config["request.timeout.ms"],
+                                                   shape=shape)
         except OSError as exc:
             log.error("%s-%d: marker append failed: %s", tp[0], tp[1], exc)
             results[tp] = E.KAFKA_STORAGE_ERROR
@@ -142,9 +143,10 @@ class MarkerSender:
 
     async def _write_to(self, leader: int, marker: SendMarkers, tps: list[TopicPartition],
                         results: dict[TopicPartition, E]) -> None:
+        shape = TxnShape.of(marker.start_ms, marker.partitions) if marker.start_ms >= 0 else None
         if leader == self.broker.config["node.id"]:
             results.update(await append_markers(self.broker, marker.producer_id, marker.producer_epoch,
-                                                marker.coordinator_epoch, marker.commit, tps))
+                                                marker.coordinator_epoch, marker.commit, tps, shape))
             return
         R = m.WriteTxnMarkersRequest
         by_topic: dict[str, list[int]] = defaultdict(list)
@@ -153,7 +155,10 @@ class MarkerSender:
         request = R(markers=[R.WritableTxnMarker(
             producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
             transaction_result=marker.commit, coordinator_epoch=marker.coordinator_epoch,
-            topics=[R.WritableTxnMarkerTopic(name=t, partition_indexes=ix) for t, ix in by_topic.items()])])
+            topics=[R.WritableTxnMarkerTopic(name=t, partition_indexes=ix) for t, ix in by_topic.items()],
+            seaway_transaction_start_ms=-1 if shape is None else shape.start_ms,
+            seaway_transaction_topics=[R.SeawayTransactionTopic(name=t, partition_count=n)
+                                       for t, n in ((shape.topics or ()) if shape is not None else ())])])
         try:
             conn = await self._connection(leader)
             response = await conn.send(request)

@@ -98,7 +98,10 @@ class TxnMetadata:
     timeout_ms: int
     state: TxnState = TxnState.EMPTY
     partitions: frozenset[TopicPartition] = frozenset()
-    start_ms: int = -1                 # when the ongoing transaction began
+    # When the ongoing (or last) transaction began; strictly increasing per id within an
+    # epoch, so that (producer id, epoch, start_ms) names one transaction (its markers carry
+    # it: core/protocol/txn_markers.py).
+    start_ms: int = -1
     last_update_ms: int = -1
     last_producer_id: int = NO_PRODUCER_ID     # the id before a rotation (KIP-360)
     # The epoch before the last bump: a retried InitProducerId that names it gets the same
@@ -113,7 +116,7 @@ class TxnMetadata:
     # -------------------------------------------------------------- transitions
 
     def prepare_add_partitions(self, partitions: frozenset[TopicPartition], now_ms: int) -> "TxnMetadata":
-        start = now_ms if self.state.completed else self.start_ms
+        start = max(now_ms, self.start_ms + 1) if self.state.completed else self.start_ms
         return self._to(S.ONGOING, partitions=self.partitions | partitions, start_ms=start,
                         last_update_ms=now_ms)
 
