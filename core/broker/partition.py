@@ -277,9 +277,15 @@ class Partition:
         return None
 
     async def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
-                            now_ms: int, *, timeout_ms: int = 30_000, shape: TxnShape | None = None):
+                            now_ms: int, *, timeout_ms: int = 30_000, shape: TxnShape | None = None,
+                            copied: bytearray | None = None, admit: Callable[[], str | None] | None = None):
         """Append a transaction's commit or abort marker (WriteTxnMarkers) with acks=all: the
-        log's AppendResult (await wait_replicated), or the ErrorCode that refused it."""
+        log's AppendResult (await wait_replicated), or the ErrorCode that refused it.
+
+        `copied` is a marker batch as another cluster wrote it, which a DR link copies into
+        a replica (core/broker/handlers/produce.py); it is appended as it came, after the
+        same checks, and `admit` (the topic's DR role, read under the lock) may refuse it
+        (Refused)."""
         async with self._lock:
             if self.offline:
                 raise OSError(f"partition is offline: {self.failure}")
@@ -288,7 +294,11 @@ class Partition:
             verdict = self.producers.validate_marker(producer_id, producer_epoch, coordinator_epoch)
             if not verdict.ok:
                 return verdict.code
-            data = marker_batch(producer_id, producer_epoch, coordinator_epoch, commit, now_ms, shape)
+            refusal = admit() if admit is not None else None
+            if refusal is not None:
+                return Refused(refusal)
+            data = copied if copied is not None else \
+                marker_batch(producer_id, producer_epoch, coordinator_epoch, commit, now_ms, shape)
             batches = scan_batches(data)
             replicated, waiter = self.replicas.append_as_leader(self, 1, -1, timeout_ms)
             if replicated.error:

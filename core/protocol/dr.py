@@ -74,6 +74,13 @@ def mirror_client_id(source_cluster: str) -> str:
     return MIRROR_CLIENT_PREFIX + source_cluster
 
 
+def copies_into(client_id: str | None, replica_of: str | None) -> bool:
+    """Is this client the mirror copying into a replica of its own source? Such a copy may
+    carry the source's transactional batches and markers as they are (a DR link copies
+    source transactions whole: mirror/txn_gate.py), which no other client may write."""
+    return bool(replica_of) and replica_of != FENCED and client_id == mirror_client_id(replica_of or "")
+
+
 def replica_write_refusal(topic: str, replica_of: str, client_id: str | None, dr_epoch: int = 0) -> str | None:
     """Why this client may not produce to `topic`, whose seaway.replica.of is `replica_of`
     ("": writable) and seaway.dr.epoch `dr_epoch`; None if it may.

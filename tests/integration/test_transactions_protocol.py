@@ -322,3 +322,74 @@ def test_fence_producers_aborts_the_open_transaction_and_fences_its_producer(nod
             late = await produce_batch(leader, topic, 0, pid, epoch, 3, 1, transactional_id=tid)
             assert late.error_code in (E.INVALID_PRODUCER_EPOCH, E.PRODUCER_FENCED), late
     run(go)
+
+
+def test_the_mirror_copies_source_transactions_into_a_replica_as_they_are_and_no_one_else_may(node, topic):
+    """A DR link's copy (core/broker/handlers/produce.py, mirror/txn_gate.py): the mirror copying
+    from `src` writes a source producer's transactional batches into a replica of `src` without
+    a transactional id or verification, and the source's markers as they are; the replica then
+    behaves as the source did (the LSO held by the open copy, the commit showing it, the abort
+    listing it). A marker or transactional batch from anyone else, or into anything else, is
+    refused as Kafka refuses a transactional write without a transactional id; a malformed
+    copy is INVALID_RECORD; a copied marker from an older coordinator epoch is refused like any."""
+    from core.broker.transactions.markers import marker_batch
+    from core.protocol.dr import REPLICA_OF, mirror_client_id
+    from core.protocol.records import build_batch
+    from core.protocol.txn_markers import TxnShape
+
+    replica = f"replica-{uuid.uuid4().hex[:6]}"
+    create_topic(node.bootstrap, replica, 1, config={REPLICA_OF: "src"})
+    pid, shape = 7_000_001, TxnShape(1_000, (("orders", 2),))
+
+    def data(seq: int, n: int):
+        return build_batch([(b"k", f"v{seq + i}".encode(), None, 1_000) for i in range(n)], producer_id=pid,
+                           producer_epoch=0, base_sequence=seq, transactional=True)
+
+    async def send(conn, where: str, records) -> tuple[int, int]:
+        R = m.ProduceRequest
+        resp = await conn.send(R(transactional_id=None, acks=-1, timeout_ms=10_000, topic_data=[R.TopicProduceData(
+            name=where, partition_data=[R.PartitionProduceData(index=0, records=records)])]))
+        part = resp.responses[0].partition_responses[0]
+        return part.error_code, part.base_offset
+
+    async def go():
+        async with KafkaClient(node.bootstrap, client_id=mirror_client_id("src")) as mirror, \
+                KafkaClient(node.bootstrap, client_id="app") as app:
+            await mirror.refresh_metadata([replica, topic])
+            conn = await mirror.connection(mirror.leader_for(replica, 0))
+            code, start = await send(conn, replica, data(0, 3))
+            assert code == E.NONE
+            assert (await _ends(conn, replica, isolation=0))[0] == start + 3
+            assert (await _ends(conn, replica, isolation=1))[0] == start, "held by the copied open transaction"
+            assert (await send(conn, replica, marker_batch(pid, 0, 4, True, 1_000, shape)))[0] == E.NONE
+            assert (await _ends(conn, replica, isolation=1))[0] == start + 4
+
+            assert (await send(conn, replica, data(3, 2)))[0] == E.NONE
+            assert (await send(conn, replica, marker_batch(pid, 0, 3, True, 1_000)))[0] == \
+                E.TRANSACTION_COORDINATOR_FENCED
+            assert (await send(conn, replica, marker_batch(pid, 0, 4, False, 1_000)))[0] == E.NONE
+            F = m.FetchRequest
+            resp = await conn.send(F(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=1,
+                                     topics=[F.FetchTopic(topic=replica, partitions=[F.FetchPartition(
+                                         partition=0, fetch_offset=start, partition_max_bytes=1 << 20)])]), version=11)
+            part = resp.responses[0].partitions[0]
+            assert part.last_stable_offset == start + 7
+            assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(pid, start + 4)]
+
+            before = (await _ends(conn, replica))[0]
+            # Kafka's order: a transactional batch without the request's transactional id is
+            # refused before anything looks at it (KafkaApis), a marker included.
+            assert (await send(conn, topic, marker_batch(pid, 0, 4, True, 1_000)))[0] == \
+                E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "the mirror, into a topic that is no replica of its source"
+            assert (await send(conn, replica, marker_batch(pid, 0, 4, True, 1_000) + data(7, 1)))[0] == \
+                E.INVALID_RECORD, "a marker and a data batch in one entry"
+            plain = build_batch([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x04", None, 1)], producer_id=pid,
+                                producer_epoch=0, control=True)
+            assert (await send(conn, replica, plain))[0] == E.INVALID_RECORD, "not transactional"
+            await app.refresh_metadata([replica])
+            app_conn = await app.connection(app.leader_for(replica, 0))
+            assert (await send(app_conn, replica, marker_batch(pid, 0, 4, True, 1_000)))[0] == \
+                E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            assert (await send(app_conn, replica, data(7, 1)))[0] == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            assert (await _ends(conn, replica))[0] == before, "nothing refused was appended"
+    run(go)

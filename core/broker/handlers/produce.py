@@ -31,7 +31,12 @@ OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EPOCH.
 
 A read-only DR replica (topic config seaway.replica.of) takes records only from the mirror
 copying from the cluster it names; anyone else gets INVALID_TOPIC_EXCEPTION, as a write to an
-internal topic does (core/protocol/dr.py).
+internal topic does (core/protocol/dr.py). That mirror may also copy the source's transactions
+as they are: transactional batches of the source's producers, without a transactional id and
+without KIP-890 verification (their coordinator is on the other cluster), and the source's
+COMMIT/ABORT markers, one control batch per partition entry, appended after the checks a
+coordinator's marker gets (producer_state.py); a control batch from anyone else is
+INVALID_RECORD, as in Kafka.
 """
 from __future__ import annotations
 
@@ -39,11 +44,12 @@ import logging
 from typing import cast
 
 from core.protocol import messages as m
-from core.protocol.dr import DR_EPOCH, REPLICA_OF, refusal_error, replica_write_refusal
+from core.protocol.dr import DR_EPOCH, REPLICA_OF, copies_into, refusal_error, replica_write_refusal
 from core.protocol.errors import ErrorCode
 from core.protocol.errors import DecodeError
 from core.protocol.records import (ATTR_TRANSACTIONAL, ATTRIBUTES_AT, InvalidBatch, Record, decode_batch,
                                    scan_batches)
+from core.protocol.txn_markers import COMMIT, read_marker
 from core.security.authorizer import Operation, ResourceType
 
 from ..partition import DuplicateAppend, Refused
@@ -113,12 +119,36 @@ async def _produce_partition(ctx, topic, index: int, records, acks: int = 1, tim
     if len(records) > topic.configs.get("segment.bytes"):
         return _error(index, ErrorCode.RECORD_LIST_TOO_LARGE,
                       f"{len(records)} bytes of records exceed segment.bytes")
+    refusal_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+
+    def admit() -> str | None:
+        """A DR replica takes only its mirror's writes (core/protocol/dr.py). Asked with the
+        partition's append lock held, of the topic's configs as they are then: a produce
+        that waited for the lock while the topic was fenced is refused, not appended after
+        the fence."""
+        nonlocal refusal_code
+        current = ctx.broker.topics.get(topic.name) or topic
+        replica_of = current.configs.get(REPLICA_OF)
+        refusal_code = refusal_error(replica_of, ctx.client_id)
+        return replica_write_refusal(current.name, replica_of, ctx.client_id, current.configs.get(DR_EPOCH))
+
+    dr_copy = copies_into(ctx.client_id, topic.configs.get(REPLICA_OF))
     if any(b.is_control for b in batches):
-        return _error(index, ErrorCode.INVALID_RECORD, "clients may not write control batches")
+        if not dr_copy:
+            return _error(index, ErrorCode.INVALID_RECORD, "clients may not write control batches")
+        result = await _copy_marker(ctx, partition, records, batches, timeout_ms, admit)
+        if isinstance(result, str):
+            return _error(index, ErrorCode.INVALID_RECORD, result)
+        if isinstance(result, Refused):
+            return _error(index, refusal_code, result.message)
+        if isinstance(result, ErrorCode):
+            return _error(index, result)
+        return (partition, result) if getattr(result, "replication", None) is not None \
+            else _appended(partition, index, result)
     if "compact" in topic.configs.get("cleanup.policy") and _has_null_key(records, batches):
         return _error(index, ErrorCode.INVALID_RECORD, "compacted topic cannot accept a record without a key")
     guard, verify = None, False
-    if any(b.is_transactional for b in batches):
+    if any(b.is_transactional for b in batches) and not dr_copy:
         if transactional_id is None:
             return _error(index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                           "transactional records need the request's transactional id")
@@ -137,19 +167,6 @@ async def _produce_partition(ctx, topic, index: int, records, acks: int = 1, tim
             data, batches = recompress(data, batches, codec, max_decompressed=ctx.broker.config["socket.request.max.bytes"])
         except DecodeError as exc:
             return _error(index, ErrorCode.CORRUPT_MESSAGE, f"cannot recompress: {exc}")
-    refusal_code = ErrorCode.INVALID_TOPIC_EXCEPTION
-
-    def admit() -> str | None:
-        """A DR replica takes only its mirror's writes (core/protocol/dr.py). Asked with the
-        partition's append lock held, of the topic's configs as they are then: a produce
-        that waited for the lock while the topic was fenced is refused, not appended after
-        the fence."""
-        nonlocal refusal_code
-        current = ctx.broker.topics.get(topic.name) or topic
-        replica_of = current.configs.get(REPLICA_OF)
-        refusal_code = refusal_error(replica_of, ctx.client_id)
-        return replica_write_refusal(current.name, replica_of, ctx.client_id, current.configs.get(DR_EPOCH))
-
     result = await partition.append(data, batches, ctx.broker.clock(), acks=acks, timeout_ms=timeout_ms,
                                     admit=admit, verification_guard=guard, require_verification=verify)
     if isinstance(result, ErrorCode):
@@ -170,6 +187,25 @@ async def _produce_partition(ctx, topic, index: int, records, acks: int = 1, tim
     if getattr(result, "replication", None) is not None:
         return partition, result
     return _appended(partition, index, result)
+
+
+async def _copy_marker(ctx, partition, records, batches, timeout_ms: int, admit):
+    """A DR link's copy of a source marker: the AppendResult, or what refused it (a message
+    for INVALID_RECORD, Refused, or the producer state's ErrorCode)."""
+    if len(batches) != 1 or not batches[0].is_transactional or batches[0].producer_id < 0:
+        return "a copied marker is one transactional control batch of a producer"
+    batch = batches[0]
+    try:
+        found = read_marker(records, batch)
+    except DecodeError as exc:
+        return f"unreadable control batch: {exc}"
+    if found is None or batch.records_count != 1:
+        return "a copied control batch must hold one COMMIT or ABORT marker"
+    control_type, value = found
+    coordinator_epoch = int.from_bytes(value[2:6], "big", signed=True)
+    return await partition.append_marker(batch.producer_id, batch.producer_epoch, coordinator_epoch,
+                                         control_type == COMMIT, ctx.broker.clock(), timeout_ms=timeout_ms,
+                                         copied=bytearray(records), admit=admit)
 
 
 def _appended(partition, index: int, result) -> PR:
@@ -234,7 +270,7 @@ async def handle(ctx, req):
         for pd in td.partition_data:
             if bad_acks:
                 pr = _error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS)
-            elif txn_refused:
+            elif txn_refused and not (topic is not None and copies_into(ctx.client_id, topic.configs.get(REPLICA_OF))):
                 pr = _error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             elif not ctx.authorize(Operation.WRITE, ResourceType.TOPIC, td.name):
                 pr = _error(pd.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
