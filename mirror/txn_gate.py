@@ -34,8 +34,11 @@ different partitions:
 Held per partition, q waits at X's marker for r to reach X's, and r waits at W's marker for q
 to reach W's: neither ever does. Held per producer there is no cycle: a copier waits behind a
 held marker of P only at P's next batch, which P wrote after its transaction completed; a
-cycle would need each of two transactions to complete before the other (the simulation in
-tests/unit/test_mirror_txn_gate.py checks both the deadlock and its absence).
+cycle would need each of two transactions to complete before the other. The same argument
+holds for a copier that takes held markers out of its in-order window and stops the whole
+partition at the held producer's next batch (everything before that batch is copied), which
+keeps the copier's window in order. The simulation in tests/unit/test_mirror_txn_gate.py
+checks the deadlock and its absence under both rules.
 
 An ABORT marker is never held: the link copies only committed records (read_committed), so an
 aborted transaction left nothing open on the target. A marker that does not name its
