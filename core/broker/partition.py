@@ -151,7 +151,7 @@ class Partition:
     async def append(self, data, batches: list[BatchInfo], now_ms: int, *, acks: int = -1,
                      timeout_ms: int = 30_000, admit: Callable[[], str | None] | None = None,
                      verification_guard=None, require_verification: bool = False,
-                     coordinator: bool = False):
+                     coordinator: bool = False, dr_copy: bool = False):
         """Append validated client batches; returns once the flush policy is satisfied.
 
         Returns the log's AppendResult, or a Verdict when the idempotent-producer check refuses
@@ -166,7 +166,9 @@ class Partition:
         Transactions: with `require_verification` (KIP-890) a transaction's first batch here
         needs the `verification_guard` the producer state handed out before the coordinator
         was asked, still in place; `coordinator` marks a group coordinator's transactional
-        offset commit, which carries no sequence to check (Kafka's origin COORDINATOR)."""
+        offset commit, which carries no sequence to check (Kafka's origin COORDINATOR);
+        `dr_copy` a DR link's copy, whose batches copied before are duplicates
+        (producer_state.py)."""
         async with self._lock:
             if self.offline:
                 raise OSError(f"partition is offline: {self.failure}")
@@ -177,7 +179,7 @@ class Partition:
             if coordinator:
                 verdict = self._check_coordinator_batches(batches)
             else:
-                verdict = self._check_producers(batches, verification_guard, require_verification)
+                verdict = self._check_producers(batches, verification_guard, require_verification, dr_copy)
             if verdict is not None and verdict.is_duplicate:
                 error, waiter = self.replicas.duplicate_as_leader(
                     self, verdict.base_offset, verdict.last_offset, acks, timeout_ms)
@@ -243,15 +245,15 @@ class Partition:
         if self.written is not None:
             self.written(self)
 
-    def _check_producers(self, batches: list[BatchInfo], guard=None, require_verification: bool = False
-                         ) -> Verdict | None:
+    def _check_producers(self, batches: list[BatchInfo], guard=None, require_verification: bool = False,
+                         dr_copy: bool = False) -> Verdict | None:
         """None to append; else the verdict to answer with (an error or a duplicate)."""
         idempotent = [b for b in batches if b.producer_id >= 0]
         if not idempotent:
             return None
         if len(batches) == 1:
             verdict = self.producers.validate(batches[0], self.own_producer_ids, verification_guard=guard,
-                                              require_verification=require_verification)
+                                              require_verification=require_verification, dr_copy=dr_copy)
             return None if verdict.ok else verdict
         # Several batches in one request: each is checked against the state the ones before
         # it would leave, on a copy of just the producers concerned.
@@ -259,7 +261,7 @@ class Partition:
         offset = self.log.log_end_offset
         for b in batches:
             verdict = staged.validate(b, self.own_producer_ids, verification_guard=guard,
-                                      require_verification=require_verification)
+                                      require_verification=require_verification, dr_copy=dr_copy)
             if not verdict.ok:
                 return verdict
             staged.update(b, offset)

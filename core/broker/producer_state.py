@@ -44,7 +44,12 @@ Produce path, per batch, as Kafka's UnifiedLog.analyzeAndValidateProducerState d
      link stopped copying before an unplanned failover, and the gap is the records stranded
      on the failed cluster, already lost and counted as the failover's RPO; refusing would
      make the producer fail (the error is fatal to it) or resend them under a new id, as
-     possible duplicates of what is stranded. A sequence behind stays an error.
+     possible duplicates of what is stranded. A sequence behind stays an error, except in a
+     DR link's copy (`dr_copy`, the mirror writing a replica of its source): a batch whose
+     sequences all lie behind the producer's last is one the link copied before (a restarted
+     link sends again what it had not recorded), older than the five batches kept, and is
+     answered DUPLICATE_SEQUENCE_NUMBER and not appended, where OUT_OF_ORDER would have the
+     link write it again under its own producer id.
    - unknown producer id: accepted with any sequence. Since KIP-360 (Kafka 2.5) the broker no
      longer answers UNKNOWN_PRODUCER_ID for this; the state was lost (expiry, retention) and
      the producer is simply re-registered.
@@ -204,6 +209,11 @@ def _forward_gap(last_seq: int, first_seq: int) -> bool:
     if last_seq < 0:
         return True
     return 0 < (first_seq - next_sequence(last_seq)) % (INT32_MAX + 1) < (INT32_MAX + 1) // 2
+
+
+def _behind(last_seq: int, seq: int) -> bool:
+    """`seq` is `last_seq` or lies behind it (within half the sequence space)."""
+    return (next_sequence(last_seq) - seq) % (INT32_MAX + 1) - 1 in range(0, (INT32_MAX + 1) // 2 - 1)
 
 
 def batch_last_sequence(batch: BatchInfo) -> int:
@@ -458,7 +468,7 @@ class ProducerState:
 
     def validate(self, batch: BatchInfo, own_ids: range | None = None, *,
                  verification_guard: VerificationGuard | None = None,
-                 require_verification: bool = False) -> Verdict:
+                 require_verification: bool = False, dr_copy: bool = False) -> Verdict:
         """The verdict for a client batch before it is appended. Never mutates.
 
         `own_ids` is the cluster's own producer id range (core/protocol/dr.py): a producer
@@ -490,7 +500,7 @@ class ProducerState:
             return Verdict.error(ErrorCode.INVALID_TXN_STATE,
                                  f"record of producer {pid} was not part of an ongoing transaction "
                                  f"(no valid verification)")
-        verdict = self._check_sequence(entry, batch, own_ids)
+        verdict = self._check_sequence(entry, batch, own_ids, dr_copy)
         if not verdict.ok:
             return verdict
         if ongoing and not batch.is_transactional:
@@ -498,7 +508,8 @@ class ProducerState:
                                  f"expected a transactional write from producer {pid}: its transaction is ongoing")
         return _ACCEPT
 
-    def _check_sequence(self, entry: ProducerEntry | None, batch: BatchInfo, own_ids: range | None) -> Verdict:
+    def _check_sequence(self, entry: ProducerEntry | None, batch: BatchInfo, own_ids: range | None,
+                        dr_copy: bool = False) -> Verdict:
         """Kafka's checkProducerEpoch then checkSequence (origin CLIENT)."""
         pid, epoch, first_seq = batch.producer_id, batch.producer_epoch, batch.base_sequence
         if entry is not None and epoch < entry.epoch:
@@ -521,6 +532,11 @@ class ProducerState:
                                      f"got {first_seq}")
             return _ACCEPT
         expected_after = entry.last_seq       # NO_SEQUENCE (-1) when no batch is cached: needs 0
+        if dr_copy and expected_after >= 0 and _behind(expected_after, first_seq) \
+                and _behind(expected_after, batch_last_sequence(batch)):
+            return Verdict.error(ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
+                                 f"sequences {first_seq}..{batch_last_sequence(batch)} of producer {pid} were "
+                                 f"copied here before (its last is {expected_after})")
         if not in_sequence(expected_after, first_seq) \
                 and not (own_ids is not None and pid not in own_ids and _forward_gap(expected_after, first_seq)):
             return Verdict.error(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,

@@ -393,3 +393,37 @@ def test_the_mirror_copies_source_transactions_into_a_replica_as_they_are_and_no
             assert (await send(app_conn, replica, data(7, 1)))[0] == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             assert (await _ends(conn, replica))[0] == before, "nothing refused was appended"
     run(go)
+
+
+def test_a_dr_links_copy_of_batches_it_copied_before_is_answered_as_a_duplicate(node):
+    """producer_state.py, `dr_copy`: a restarted DR link sends again what it had not recorded;
+    a batch older than the five the replica keeps per producer is DUPLICATE_SEQUENCE_NUMBER
+    (the copier drops it), not OUT_OF_ORDER (which had the copier write it again under its own
+    producer id: a duplicate on the replica)."""
+    from core.protocol.dr import REPLICA_OF, mirror_client_id
+    from core.protocol.records import build_batch
+
+    replica = f"replica-{uuid.uuid4().hex[:6]}"
+    create_topic(node.bootstrap, replica, 1, config={REPLICA_OF: "src"})
+
+    async def go():
+        async with KafkaClient(node.bootstrap, client_id=mirror_client_id("src")) as mirror:
+            await mirror.refresh_metadata([replica])
+            conn = await mirror.connection(mirror.leader_for(replica, 0))
+            R = m.ProduceRequest
+
+            async def send(seq: int):
+                batch = build_batch([(b"k", f"v{seq}".encode(), None, 1_000)], producer_id=7_000_002,
+                                    producer_epoch=0, base_sequence=seq)
+                resp = await conn.send(R(transactional_id=None, acks=-1, timeout_ms=10_000, topic_data=[
+                    R.TopicProduceData(name=replica, partition_data=[R.PartitionProduceData(index=0, records=batch)])]))
+                part = resp.responses[0].partition_responses[0]
+                return part.error_code, part.base_offset
+
+            offsets = [await send(seq) for seq in range(8)]
+            assert [code for code, _ in offsets] == [E.NONE] * 8
+            end = (await _ends(conn, replica))[0]
+            assert (await send(1))[0] == E.DUPLICATE_SEQUENCE_NUMBER
+            assert await send(6) == (E.NONE, offsets[6][1]), "one of the five kept: its offset, as ever"
+            assert (await _ends(conn, replica))[0] == end
+    run(go)

@@ -132,6 +132,38 @@ def test_a_producer_from_the_dr_partner_may_skip_ahead_and_nothing_else(name, hi
         assert v.base_offset == dup_offset
 
 
+# A DR link's copy (`dr_copy`: the mirror writing a replica of its source): batches copied
+# before, older than the five kept, are duplicates, not OUT_OF_ORDER (a restarted link sends
+# again what it had not recorded). Only behind: a gap or a new epoch is judged as before.
+COPY_CASES = [
+    ("a copy older than the five kept is a duplicate", [(7, 0, i, 1) for i in range(8)], (7, 0, 1, 1),
+     E.DUPLICATE_SEQUENCE_NUMBER, None),
+    ("the whole of an older batch", [(7, 0, 0, 4), (7, 0, 4, 4)] + [(7, 0, 8 + i, 1) for i in range(5)],
+     (7, 0, 0, 4), E.DUPLICATE_SEQUENCE_NUMBER, None),
+    ("one of the five kept is answered with its offset", [(7, 0, i, 1) for i in range(8)], (7, 0, 6, 1), E.NONE, 6),
+    ("a batch reaching past the last is not a duplicate", [(7, 0, i, 1) for i in range(8)], (7, 0, 1, 9),
+     E.OUT_OF_ORDER_SEQUENCE_NUMBER, None),
+    ("behind across the wrap", [(7, 0, MAX - 1, 1), (7, 0, MAX, 1)] + [(7, 0, i, 1) for i in range(5)],
+     (7, 0, MAX - 1, 1), E.DUPLICATE_SEQUENCE_NUMBER, None),
+    ("in sequence is appended", [(7, 0, i, 1) for i in range(8)], (7, 0, 8, 1), E.NONE, None),
+    ("an own producer's copy too", [(1500, 0, i, 1) for i in range(8)], (1500, 0, 0, 1),
+     E.DUPLICATE_SEQUENCE_NUMBER, None),
+    ("an older epoch is still fenced", [(7, 3, i, 1) for i in range(8)], (7, 2, 0, 1), E.INVALID_PRODUCER_EPOCH, None),
+]
+
+
+@pytest.mark.parametrize("name,history,probe,code,dup_offset", COPY_CASES, ids=[c[0] for c in COPY_CASES])
+def test_a_dr_links_copy_of_batches_it_copied_before_is_a_duplicate(name, history, probe, code, dup_offset):
+    state, _ = state_from(history)
+    v = state.validate(hdr(*probe), OWN, dr_copy=True)
+    assert v.code == code, v
+    assert v.is_duplicate == (dup_offset is not None) and not (v.ok and code != E.NONE)
+    if dup_offset is not None:
+        assert v.base_offset == dup_offset
+    if code == E.DUPLICATE_SEQUENCE_NUMBER:
+        assert state.validate(hdr(*probe), OWN).code == E.OUT_OF_ORDER_SEQUENCE_NUMBER, "only for a DR copy"
+
+
 def test_verdict_constructors():
     v = Verdict.duplicate(7)
     assert v.is_duplicate and v.code == E.NONE and v.base_offset == 7 and not v.ok

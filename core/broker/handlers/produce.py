@@ -168,7 +168,8 @@ async def _produce_partition(ctx, topic, index: int, records, acks: int = 1, tim
         except DecodeError as exc:
             return _error(index, ErrorCode.CORRUPT_MESSAGE, f"cannot recompress: {exc}")
     result = await partition.append(data, batches, ctx.broker.clock(), acks=acks, timeout_ms=timeout_ms,
-                                    admit=admit, verification_guard=guard, require_verification=verify)
+                                    admit=admit, verification_guard=guard, require_verification=verify,
+                                    dr_copy=dr_copy)
     if isinstance(result, ErrorCode):
         return _error(index, result)
     if isinstance(result, Refused):
