@@ -12,6 +12,7 @@ was promoted. Once anything is promoted, the failover only goes forward.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -22,9 +23,10 @@ from typing import Callable
 import anyio
 
 from core.client import Admin, KafkaClient, Producer
+from core.client.consumer import Consumer
 from core.client.admin import ConfigResource, NewTopic
 from core.client.errors import KafkaError
-from core.protocol.dr import DR_EPOCH, DR_STATE_TOPIC, FENCED, REPLICA_OF, STRANDED_SUFFIX
+from core.protocol.dr import DR_EPOCH, DR_STATE_TOPIC, FENCED, REPLICA_OF, STRANDED_SUFFIX, txn_decisions_topic
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from mirror.records import OffsetSync, encode_offset_sync, offset_sync_headers
@@ -312,16 +314,97 @@ class Failover:
     async def _record_syncs(self) -> str:
         """Where the promoted copies stand. Planned: an offset sync per partition for the link
         back (promoted end -> old active end), which it resumes from. Unplanned: kept in the
-        history for failback, which finds the stranded records from it."""
+        history for failback, which finds the stranded records from it.
+
+        First every transaction still open on the promoted copies is ended. The link copies
+        source transactions as transactions and commits each only once it has all of it
+        (mirror/txn_gate.py); one it had in part when the link stopped would hold the
+        partitions' last stable offset back for good, and must never be shown: it is aborted.
+        One the link had decided to commit (its record in the decisions topic names the open
+        copy) but not yet marked everywhere is committed. A planned failover's drain ends only
+        after the link wrote its markers (its offset syncs wait for them), so there it finds
+        none."""
         target = self.plan.target
+        ended = await self._abort_open_copies()
         ends = await self._settled_ends(target)
         self.context["target_ends"] = _by_topic(ends)
         if self.plan.kind != "planned":
-            return f"{target}'s copies end at {sum(ends.values())} records"
+            return f"{ended}; {target}'s copies end at {sum(ends.values())} records"
         source_ends = self.context["source_ends"]
         await self._write_syncs(target, self.plan.source,
                                 {tp: (end, source_ends[tp[0]][tp[1]]) for tp, end in ends.items()})
-        return f"{len(ends)} partitions: the link back starts where {target}'s copies end"
+        return f"{ended}; {len(ends)} partitions: the link back starts where {target}'s copies end"
+
+    async def _abort_open_copies(self) -> str:
+        """End the transactions open on the target's copies of the failover's topics: COMMIT
+        where the link's decision names the copy, ABORT elsewhere (Admin.abort_transaction,
+        as `kafka-transactions abort`); says how many of each."""
+        target = self.plan.target
+        admin = self._admin(target)
+        partitions = [(t, p) for t, n in self.plan.topics.items() for p in range(n)]
+        found = await admin.describe_producers(partitions)
+        decided = await self._decisions() if any(
+            not isinstance(ps, KafkaError) and any(p.current_transaction_start_offset is not None for p in ps)
+            for ps in found.values()) else {}
+        aborted = committed = 0
+        for (topic, partition), producers in sorted(found.items()):
+            if isinstance(producers, KafkaError):
+                raise FailoverError(f"{target}: the producers of {topic}-{partition}: {producers}")
+            for p in producers:
+                if p.current_transaction_start_offset is None:
+                    continue
+                decision = decided.get((topic, partition, p.producer_id))
+                commit = decision is not None and decision.get("epoch") == p.producer_epoch \
+                    and decision.get("first_offset") == p.current_transaction_start_offset
+                try:
+                    await admin.abort_transaction(topic, partition, p.producer_id, p.producer_epoch,
+                                                  p.coordinator_epoch if p.coordinator_epoch is not None else 0,
+                                                  commit=commit)
+                except KafkaError as exc:
+                    raise FailoverError(f"{target}: could not end the transaction of producer {p.producer_id} "
+                                        f"left open on {topic}-{partition}: {exc}") from None
+                committed += commit
+                aborted += not commit
+        said = []
+        if committed:
+            said.append(f"{count(committed, 'copied transaction')} the link had whole committed on {target}")
+        if aborted:
+            said.append(f"{count(aborted, 'copied transaction')} left open by the link aborted on {target}")
+        return "; ".join(said) or f"no copied transaction left open on {target}"
+
+    async def _decisions(self) -> dict[tuple[str, int, int], dict]:
+        """The link's records of copied transactions it had whole (core/protocol/dr.py
+        txn_decisions_topic), the latest per (topic, partition, producer id)."""
+        topic = txn_decisions_topic(self.plan.source)
+        client = self._client(self.plan.target)
+        if topic not in await self._admin(self.plan.target).list_topics(internal=True):
+            return {}
+        consumer = Consumer(client, isolation_level="read_committed")
+        out: dict[tuple[str, int, int], dict] = {}
+        try:
+            await consumer.start()
+            consumer.assign([(topic, 0)])
+            consumer.seek_to_beginning((topic, 0))
+            end = (await consumer.end_offsets([(topic, 0)]))[(topic, 0)]
+            position = 0
+            while position < end:
+                for record in await consumer.poll(timeout_ms=1000):
+                    position = record.offset + 1
+                    try:
+                        name, partition, producer = record.key.decode().rsplit(":", 2)
+                        key = (name, int(partition), int(producer))
+                    except (AttributeError, ValueError):
+                        continue
+                    if record.value is None:
+                        out.pop(key, None)
+                        continue
+                    try:
+                        out[key] = json.loads(record.value)
+                    except ValueError:
+                        continue
+        finally:
+            await consumer.close()
+        return out
 
     async def _write_syncs(self, upstream: str, downstream: str,
                            where: dict[tuple[str, int], tuple[int, int]]) -> None:

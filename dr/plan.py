@@ -302,7 +302,8 @@ def plan_failover(view: PairView, region: str, *, force: bool = False, only: set
         steps = [
             Step("take-epoch", f"take DR epoch {epoch} on {target}"),
             Step("seal", f"make {target}'s replicas {FENCED}: the link's last writes land or are refused"),
-            Step("record-syncs", f"record where {target}'s copies stand, for failback"),
+            Step("record-syncs", f"abort what the link left open of source transactions it had not copied "
+                                 f"whole; record where {target}'s copies stand, for failback"),
             Step("promote", f"make {target}'s {topics} writable"),
             Step("restore-groups", f"commit each group's last checkpoint on {target} into its idle group there "
                                    f"(only forward): consumers resume where the mirror last saw them"),

@@ -27,6 +27,14 @@ partition's fetched bytes, `prepare_for_target` walks the batch headers once and
    (core/controller/producer_ids.py). The mirror's own sequence counts only the batches it
    stamps.
 
+With `copy_transactions` as well (a DR pair's links, mirror/txn_gate.py), a batch of a
+committed source transaction is kept the same way, transactional bit and all, so that the
+target holds it in an open transaction of that producer, and the transaction's COMMIT marker
+is forwarded too (`ForwardedBatch.marker`), for the copier to hold until the transaction is
+whole on the target. ABORT markers are still skipped: the aborted records were never copied.
+A transactional batch that had to be rebuilt cannot keep its sequences and is copied as a
+plain one, as without the option.
+
 The answer says which bytes to produce, where each output batch came from upstream (for
 offset syncs), the offset the next fetch starts at, and the next producer sequence.
 
@@ -117,7 +125,7 @@ _I16 = struct.Struct(">h")
 _U32 = struct.Struct(">I")
 _PRODUCER = struct.Struct(">qhi")
 
-_ABORT = 0                  # ControlRecordType.ABORT; COMMIT is 1
+_ABORT, _COMMIT = 0, 1      # ControlRecordType
 _CONTROL_KEY_SIZE = 4       # int16 version + int16 type
 _MAX_CONTROL_BATCH = 1 << 20  # bound on decompressing a (never compressed in practice) marker
 
@@ -159,6 +167,8 @@ class ForwardedBatch(NamedTuple):
     base_sequence: int          # as written (-1 without a producer)
     reencoded: bool             # rebuilt from its records (compacted or trimmed)
     kept_producer: bool = False  # written under the source's producer, not the mirror's
+    transactional: bool = False  # kept with its transactional bit (copy_transactions)
+    marker: bool = False         # a COMMIT marker, forwarded as it is (copy_transactions)
 
     @property
     def run(self) -> int:
@@ -231,7 +241,7 @@ def prepare_for_target(fetched: bytes | bytearray | memoryview, *, fetch_offset:
                        aborted: Iterable[Any] | None = None,
                        last_stable_offset: int | None = None,
                        producer: tuple[int, int, int] | None = None,
-                       keep_producers: bool = False) -> PreparedBatches:
+                       keep_producers: bool = False, copy_transactions: bool = False) -> PreparedBatches:
     """Turn one partition's fetched record bytes into batches for the target.
 
     `fetch_offset` is the offset the fetch asked for; `aborted` is the answer's
@@ -239,7 +249,9 @@ def prepare_for_target(fetched: bytes | bytearray | memoryview, *, fetch_offset:
     attributes; `last_stable_offset` is the answer's (None or negative: unknown);
     `producer` is the mirror's (producer_id, producer_epoch, next_sequence) for the target
     partition, or None to write batches without a producer id; `keep_producers` keeps an
-    idempotent producer's own fields where they still describe the batch (see above).
+    idempotent producer's own fields where they still describe the batch (see above);
+    `copy_transactions` (with `keep_producers`) keeps committed transactions as transactions
+    and forwards their COMMIT markers (see above).
     """
     if producer is not None:
         producer = MirrorProducer(*producer)
@@ -272,6 +284,14 @@ def prepare_for_target(fetched: bytes | bytearray | memoryview, *, fetch_offset:
             out.skipped_aborted_records += info.records_count
             continue
         if info.is_control:
+            if copy_transactions and keep_producers and info.next_offset > fetch_offset \
+                    and _is_commit_marker(view, info):
+                start = len(out.data)
+                out.data += view[info.position:info.position + info.size]
+                _finish(out.data, start, info.size, keep_transactional=True)
+                out.batches.append(ForwardedBatch(start, info.size, info.base_offset, info.last_offset, 1,
+                                                  NO_SEQUENCE, False, True, False, True))
+                continue
             out.skipped_control += 1
             continue
         if info.next_offset <= fetch_offset:
@@ -291,8 +311,9 @@ def prepare_for_target(fetched: bytes | bytearray | memoryview, *, fetch_offset:
         else:
             out.data += view[info.position:info.position + info.size]
             upstream_base, count, reencoded = info.base_offset, info.records_count, False
-        kept = keep_producers and not reencoded and info.producer_id >= 0 and not info.is_transactional \
-            and info.base_sequence >= 0
+        kept = keep_producers and not reencoded and info.producer_id >= 0 \
+            and (copy_transactions or not info.is_transactional) and info.base_sequence >= 0
+        transactional = kept and info.is_transactional
         if kept:
             base_sequence = info.base_sequence      # the header already holds the producer's fields
         elif producer is not None:
@@ -305,9 +326,9 @@ def prepare_for_target(fetched: bytes | bytearray | memoryview, *, fetch_offset:
             _PRODUCER.pack_into(out.data, start + PRODUCER_ID_AT, NO_PRODUCER_ID,
                                 NO_PRODUCER_EPOCH, NO_SEQUENCE)
         size = len(out.data) - start
-        _finish(out.data, start, size)
+        _finish(out.data, start, size, keep_transactional=transactional)
         out.batches.append(ForwardedBatch(start, size, upstream_base, info.last_offset, count,
-                                          base_sequence, reencoded, kept))
+                                          base_sequence, reencoded, kept, transactional))
     if producer is not None:
         out.next_sequence = sequence
     return out
@@ -348,6 +369,12 @@ def _verify(view: memoryview, info: BatchInfo) -> None:
                                              f"computed {actual:#010x})")
     if info.compression > Compression.ZSTD:
         raise CorruptBatchError(base_offset, f"unknown compression codec {info.compression}")
+
+
+def _is_commit_marker(view: memoryview, info: BatchInfo) -> bool:
+    """A transaction's COMMIT marker of a producer: one control record of type COMMIT."""
+    return info.is_transactional and info.producer_id >= 0 and info.records_count == 1 \
+        and _first_control_type(view, info) == _COMMIT
 
 
 def _first_control_type(view: memoryview, info: BatchInfo) -> int | None:
@@ -399,19 +426,23 @@ def _rebuild(view: memoryview, info: BatchInfo, fetch_offset: int) -> tuple[byte
 
 def restamp_producer(batch, producer_id: int, producer_epoch: int, base_sequence: int) -> bytearray:
     """A copy of one prepared batch under another producer id, epoch and base sequence (the
-    mirror's producer was fenced or forgotten by the target), its CRC recomputed."""
+    mirror's producer was fenced or forgotten by the target), its CRC recomputed. A batch of
+    a copied transaction becomes a plain one: the mirror's producer has no transaction."""
     data = bytearray(batch)
     _PRODUCER.pack_into(data, PRODUCER_ID_AT, producer_id, producer_epoch, wire_sequence(base_sequence))
+    attrs = _I16.unpack_from(data, ATTRIBUTES_AT)[0]
+    _I16.pack_into(data, ATTRIBUTES_AT, attrs & ~ATTR_TRANSACTIONAL)
     _U32.pack_into(data, CRC_AT, crc32c(memoryview(data)[CRC_START:]))
     return data
 
 
-def _finish(data: bytearray, start: int, size: int) -> None:
+def _finish(data: bytearray, start: int, size: int, keep_transactional: bool = False) -> None:
     """Offsets and leader epoch for the target to assign, attributes cleaned, CRC last."""
     _I64.pack_into(data, start + BASE_OFFSET_AT, 0)
     _I32.pack_into(data, start + LEADER_EPOCH_AT, NO_PARTITION_LEADER_EPOCH)
     attrs = _I16.unpack_from(data, start + ATTRIBUTES_AT)[0]
-    _I16.pack_into(data, start + ATTRIBUTES_AT, attrs & ~_CLEARED_ATTRIBUTES)
+    cleared = _CLEARED_ATTRIBUTES & ~ATTR_TRANSACTIONAL if keep_transactional else _CLEARED_ATTRIBUTES
+    _I16.pack_into(data, start + ATTRIBUTES_AT, attrs & ~cleared)
     view = memoryview(data)
     _U32.pack_into(data, start + CRC_AT, crc32c(view[start + CRC_START:start + size]))
     view.release()

@@ -44,6 +44,17 @@ producer wrote keeps that producer's id, epoch and sequence (mirror/batches.py),
 target's producer state follows the application's and the gateway can move the producer
 across a failover mid-sequence. The copier's own producer stamps every other batch.
 
+Transactions. With a `relay` (a DR pair's links) a committed source transaction is copied as
+a transaction: its batches keep the producer's fields and transactional bit, so the target
+holds them open, and its COMMIT marker is forwarded. A marker goes out only once the gate
+(mirror/txn_gate.py, through the link's TxnRelay) says the transaction is whole on the target:
+once everything before it is acknowledged, it is parked outside the window, and the copy stops
+at the next batch of the same producer (which must not join the open transaction) while
+everything before that batch goes on. Released, the relay writes it. While a marker is parked the
+offset syncs are held back (`_sync`), so that a copier started again resumes before the marker
+and reaches it again; what it then sends again is answered as duplicates where it kept a
+producer's sequences (core/broker/producer_state.py, `dr_copy`).
+
 Failures. Transport errors and retriable answers (leadership moved, not enough replicas)
 resend the unacknowledged batches in order with the same sequences after a backoff. If the
 target forgot or fenced the producer (UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -53,6 +64,7 @@ position below the log start (retention upstream) restarts at the log start, cou
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import deque
@@ -63,15 +75,19 @@ from typing import Any, Awaitable, Callable
 import anyio
 from anyio.abc import TaskGroup
 
-from core.client import KafkaClient
+from core.client import Admin, KafkaClient
 from core.client.errors import KafkaConnectionError, KafkaError
 from core.client.offsets import list_offsets
 from core.protocol import messages as m
-from core.protocol.errors import ErrorCode
+from core.protocol.errors import DecodeError, ErrorCode
 from core.protocol.records import MAX_TIMESTAMP_AT, PRODUCER_ID_AT
+
+from core.protocol.records import read_batch_header
+from core.protocol.txn_markers import decode_marker_value, read_marker
 
 from .batches import MirrorBatchError, prepare_for_target, restamp_producer
 from .fetcher import Slot, SourceFetchers
+from .txn_gate import TxnGate
 
 log = logging.getLogger("mirror.copier")
 
@@ -82,6 +98,99 @@ INT32_MAX = 2**31 - 1
 IDLE_TAKE_S = 5.0
 RESET_PRODUCER = {ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                   ErrorCode.INVALID_PRODUCER_EPOCH}
+# A copied marker refused for good: the target has a newer state of that producer, or the
+# marker is not one it takes; sending it again cannot help.
+MARKER_REFUSED = {ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                  ErrorCode.INVALID_RECORD, ErrorCode.CORRUPT_MESSAGE}
+
+
+class TxnRelay:
+    """A DR link's gate (mirror/txn_gate.py), the copiers that hold markers for it, and the
+    writing of the markers it releases.
+
+    A released transaction's markers are written here, all at once, each straight to its
+    partition's leader, not through the copiers' windows: a copier may be backing off from a
+    failing source just then (the source region going down is what this is for), and the
+    markers must not wait for it. That is safe because a copier parks a marker only once
+    everything before it in its partition is acknowledged, and sends nothing more of that
+    producer until the marker is written (`marker_written`).
+
+    Before a released transaction's markers are written, `decide` records durably on the
+    target that the link has all of it (core/protocol/dr.py `txn_decisions_topic`): a link
+    that dies between two of the markers, or a target sealed between them by a failover,
+    leaves copies some marked and some open, and `dr failover` then commits the open ones
+    the record names instead of aborting them."""
+
+    def __init__(self, tg: TaskGroup | None = None,
+                 decide: Callable[[list[tuple[bytes, bytes]]], Awaitable[None]] | None = None):
+        self.gate = TxnGate()
+        self._copiers: dict[tuple[str, int], "PartitionCopier"] = {}
+        self._tg = tg
+        self._decide = decide
+        self.markers_written = 0
+
+    def join(self, copier: "PartitionCopier") -> None:
+        self._copiers[copier.key] = copier
+        self.gate.copy_topic(copier.source_topic)
+
+    def leave(self, copier: "PartitionCopier") -> None:
+        if self._copiers.get(copier.key) is copier:
+            del self._copiers[copier.key]
+            self.gate.forget(copier.key)
+
+    def reach(self, copier: "PartitionCopier", producer_id: int, producer_epoch: int, shape) -> None:
+        for release in self.gate.reach(copier.key, producer_id, producer_epoch, shape):
+            held = []
+            for key in release.partitions:
+                holder = self._copiers.get(key)
+                entry = holder._parked.get(producer_id) if holder is not None else None
+                if holder is not None and entry is not None:
+                    held.append((holder, entry))
+            assert self._tg is not None
+            self._tg.start_soon(self._release, held, release.key is not None)
+
+    async def _release(self, held: list, gated: bool) -> None:
+        if gated and self._decide is not None:
+            records = [(f"{c.target_topic}:{c.partition}:{e.producer_id}".encode(),
+                        json.dumps({"epoch": e.producer_epoch, "first_offset": e.txn_first_offset,
+                                    "start_ms": e.start_ms}).encode()) for c, e in held]
+            attempt = 0
+            while True:
+                try:
+                    await self._decide(records)
+                    break
+                except (KafkaError, OSError) as exc:
+                    attempt += 1
+                    log.info("recording a copied transaction's decision: %s; again", exc)
+                    await anyio.sleep(min(0.1 * 2 ** attempt, 2.0))
+        async with anyio.create_task_group() as tg:
+            for copier, entry in held:
+                tg.start_soon(self._write, copier, entry)
+
+    async def _write(self, copier: "PartitionCopier", entry: "_InFlight") -> None:
+        """Until the marker is written, or refused for good."""
+        attempt = 0
+        while True:
+            try:
+                code = await copier.send_marker(entry)
+            except (KafkaError, OSError) as exc:
+                code, detail = ErrorCode.NETWORK_EXCEPTION, str(exc)
+            else:
+                detail = ErrorCode(code).name
+            if code == ErrorCode.NONE or code in MARKER_REFUSED or code == ErrorCode.INVALID_TOPIC_EXCEPTION \
+                    or copier.stopped.is_set():
+                break
+            attempt += 1
+            if attempt % 10 == 1:
+                log.info("%r: the marker of producer %d: %s; writing it again", copier, entry.producer_id, detail)
+            copier.target.request_metadata_update()
+            await anyio.sleep(min(copier.target.backoff_ms(attempt), 1000) / 1000)
+        if code:
+            log.warning("%r: the marker of producer %d at upstream %d was not written (%s)", copier,
+                        entry.producer_id, entry.upstream_base, ErrorCode(code).name)
+        else:
+            self.markers_written += 1
+        await copier.marker_written(entry)
 
 
 class ProducerIdentity:
@@ -183,6 +292,11 @@ class _InFlight:
     extent: int = 0                   # its run: upstream offsets that keep their distance downstream
     sent: _Answer | None = None       # the batch's Produce request, once sent
     producer_id: int = -1             # as stamped in `data`
+    transactional: bool = False       # of a copied source transaction (relay)
+    marker: bool = False              # a copied COMMIT marker (relay): parked, written by the relay
+    producer_epoch: int = -1          # a marker's: its transaction's producer epoch,
+    start_ms: int = -1                # ... start (core/protocol/txn_markers.py),
+    txn_first_offset: int = -1        # ... and where its copy begins in this partition (-1: none)
 
     def __post_init__(self):
         self.producer_id = _producer_id(self.data)
@@ -194,7 +308,7 @@ class PartitionCopier:
                  on_synced: Callable[[int, int, int], Awaitable[None] | None],
                  fetchers: SourceFetchers, max_in_flight: int = 5, fetch_max_wait_ms: int = 500,
                  produce_timeout_ms: int = 30_000, retry_backoff_ms: int = 200, drain_timeout_s: float = 8.0,
-                 keep_producers: bool = False):
+                 keep_producers: bool = False, relay: TxnRelay | None = None):
         if not 1 <= max_in_flight <= 5:
             raise ValueError("max_in_flight must be 1..5 (the target's idempotence tracks 5 batches)")
         self.source, self.target, self.producer = source, target, producer
@@ -205,6 +319,14 @@ class PartitionCopier:
         self.produce_timeout_ms, self.retry_backoff_ms = produce_timeout_ms, retry_backoff_ms
         self.stats = CopierStats(position=-1 if start_offset is None else start_offset)
         self.keep_producers = keep_producers
+        self.relay = relay
+        self.key = (source_topic, partition)
+        self._parked: dict[int, _InFlight] = {}     # producer id -> its marker, until acknowledged
+        # producer id -> where its open copied transaction begins here (None: not known)
+        self._open_txn: dict[int, int | None] = {}
+        self._released = anyio.Event()
+        self._held_syncs: list[tuple[int, int, int]] = []
+        self._sync_lock = anyio.Lock()
         self._pid, self._epoch, self._next_seq = -1, -1, 0
         self._window: deque[_InFlight] = deque()
         # Producer ids the target has acknowledged a batch of, in this partition (_may_follow).
@@ -250,6 +372,8 @@ class PartitionCopier:
             self._lifetime.cancel()
 
     async def run(self) -> None:
+        if self.relay is not None:
+            self.relay.join(self)
         try:
             with anyio.CancelScope() as self._lifetime:
                 if self._stop_requested.is_set():
@@ -263,6 +387,8 @@ class PartitionCopier:
                             "may copy what followed its last recorded sync again", self,
                             self.drain_timeout_s, len(self._window))
         finally:
+            if self.relay is not None:
+                self.relay.leave(self)
             self.stopped.set()
             self._release_slot()
 
@@ -347,7 +473,8 @@ class PartitionCopier:
         prepared = prepare_for_target(records, fetch_offset=self.stats.position, aborted=aborted,
                                       last_stable_offset=lso,
                                       producer=(self._pid, self._epoch, self._next_seq),
-                                      keep_producers=self.keep_producers)
+                                      keep_producers=self.keep_producers,
+                                      copy_transactions=self.relay is not None)
         self.stats.skipped_aborted += prepared.skipped_aborted
         self.stats.skipped_control += prepared.skipped_control
         # The whole answer joins the window before anything is sent, with the position and
@@ -355,7 +482,8 @@ class PartitionCopier:
         # fetched again under new sequences (which the target could not tell from new data).
         for batch, view in zip(prepared.batches, prepared.views()):
             self._window.append(_InFlight(view, batch.base_sequence, batch.upstream_base_offset,
-                                          batch.records_count, _max_timestamp(view), extent=batch.run))
+                                          batch.records_count, _max_timestamp(view), extent=batch.run,
+                                          transactional=batch.transactional, marker=batch.marker))
         self._next_seq = prepared.next_sequence
         self.stats.position = prepared.next_fetch_offset
         self._note_mirrored()
@@ -372,13 +500,89 @@ class PartitionCopier:
             if not unsent:
                 return
             in_flight = len(self._window) - len(unsent)
-            if in_flight >= self.max_in_flight or (in_flight and not self._may_follow(unsent[0], in_flight)):
+            entry = unsent[0]
+            parked = self._parked.get(entry.producer_id)
+            if parked is not None and parked is not entry:
+                # Its producer's marker is held: this batch begins the next transaction.
+                if in_flight:
+                    await self._complete_oldest()
+                else:
+                    await self._until_released()
+                continue
+            if entry.marker:
+                if in_flight:
+                    await self._complete_oldest()   # parked only with everything before it written
+                else:
+                    await self._park(entry)
+                continue
+            if in_flight >= self.max_in_flight or (in_flight and not self._may_follow(entry, in_flight)):
                 await self._complete_oldest()
                 continue
-            await self._send(unsent[0])
+            await self._send(entry)
             # Answers that are already in are taken now: they carry the offset syncs.
             while self._window and self._window[0].sent is not None and self._window[0].sent.done.is_set():
                 await self._complete_oldest()
+
+    # ------------------------------------------------------------------ held markers
+
+    async def _park(self, entry: _InFlight) -> None:
+        """Take a copied COMMIT marker out of the window and tell the gate, which has the
+        relay write it once the transaction is whole on the target (at once, if it is)."""
+        assert self.relay is not None
+        header = read_batch_header(entry.data)
+        found = read_marker(entry.data, header)
+        try:
+            shape = decode_marker_value(found[1]).shape if found is not None else None
+        except DecodeError:
+            shape = None                # a marker the gate cannot name is released at once
+        entry.producer_epoch = header.producer_epoch
+        entry.start_ms = shape.start_ms if shape is not None else -1
+        first = self._open_txn.pop(entry.producer_id, -1)
+        entry.txn_first_offset = first if first is not None else await self._open_txn_start(entry.producer_id)
+        self._window.remove(entry)
+        self._parked[entry.producer_id] = entry
+        self.relay.reach(self, entry.producer_id, header.producer_epoch, shape)
+
+    async def _open_txn_start(self, producer_id: int) -> int:
+        """Where the producer's open transaction begins on the target, when this copier only
+        got duplicates for its batches (a restart sent them again): DescribeProducers."""
+        found = await Admin(self.target).describe_producers([(self.target_topic, self.partition)])
+        producers = found.get((self.target_topic, self.partition))
+        if isinstance(producers, KafkaError):
+            raise producers
+        start = next((p.current_transaction_start_offset for p in producers or ()
+                      if p.producer_id == producer_id), None)
+        return -1 if start is None else start
+
+    async def send_marker(self, entry: _InFlight) -> int:
+        """Write a released marker (for the relay): the partition's error code."""
+        conn = await self._target_connection()
+        request = m.ProduceRequest(transactional_id=None, acks=-1, timeout_ms=self.produce_timeout_ms,
+                                   topic_data=[m.ProduceRequest.TopicProduceData(
+                                       name=self.target_topic, partition_data=[
+                                           m.ProduceRequest.PartitionProduceData(index=self.partition,
+                                                                                 records=entry.data)])])
+        response = await conn.send(request, api_key=PRODUCE,
+                                   timeout_ms=self.produce_timeout_ms + self.target.request_timeout_ms)
+        return response.responses[0].partition_responses[0].error_code
+
+    async def marker_written(self, entry: _InFlight) -> None:
+        """The relay wrote (or gave up on) a parked marker: its producer may go on, and once
+        no marker is parked the held syncs are recorded."""
+        if self._parked.get(entry.producer_id) is entry:
+            del self._parked[entry.producer_id]
+        self._released.set()
+        async with self._sync_lock:
+            if not self._parked:
+                while self._held_syncs:
+                    await self._record(*self._held_syncs[0])
+                    self._held_syncs.pop(0)
+
+    async def _until_released(self) -> None:
+        """Until some parked marker is written (the caller checked just before, with no await
+        in between: the relay cannot slip in)."""
+        self._released = anyio.Event()
+        await self._released.wait()
 
     def _may_follow(self, entry: _InFlight, in_flight: int) -> bool:
         """May `entry` be sent while the batches before it are still unanswered?
@@ -399,8 +603,10 @@ class PartitionCopier:
             e.producer_id == pid for e in islice(self._window, in_flight))
 
     async def _drain_window(self) -> None:
-        await self._fill_window()
-        while self._window:
+        while True:
+            await self._fill_window()
+            if not self._window:
+                return
             await self._complete_oldest()
 
     # ------------------------------------------------------------------ source
@@ -514,15 +720,21 @@ class PartitionCopier:
         if code == ErrorCode.NONE:
             self._window.popleft()
             self._known_producers.add(entry.producer_id)
+            if entry.transactional:
+                self._open_txn.setdefault(entry.producer_id, part.base_offset)
             await self._acknowledged(entry, part.base_offset, entry.sent.at)
             return
         if code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:      # written before; its offset is unknown
             self._window.popleft()
             self._downstream_end = None
+            if entry.transactional:
+                self._open_txn.setdefault(entry.producer_id, None)
             return
         if code in RESET_PRODUCER:
             await self._renew_producer()
         raise KafkaError(code, f"produce to {self.target_topic}-{self.partition}")
+
+
 
     async def _renew_producer(self) -> None:
         """Re-stamp what is unacknowledged with a new producer id, sequences from 0. A batch
@@ -534,6 +746,9 @@ class PartitionCopier:
         self._pid, self._epoch = await self.producer.ensure(stale_id=self._pid)
         seq = 0
         for entry in self._window:
+            if entry.marker:
+                continue        # the source producer's marker, never the mirror's
+            entry.transactional = False     # a plain copy from now on (restamp_producer)
             entry.data = memoryview(restamp_producer(entry.data, self._pid, self._epoch, seq))
             entry.producer_id = self._pid
             entry.base_sequence = seq
@@ -573,10 +788,18 @@ class PartitionCopier:
             return      # an end edge where the last run ends says nothing new
         if last == (upstream, downstream, extent):
             return
+        async with self._sync_lock:
+            if self._parked or self._held_syncs:
+                # A restart must resume before the parked marker and reach it again.
+                self._held_syncs.append((upstream, downstream, extent))
+            else:
+                await self._record(upstream, downstream, extent)
+        self._last_sync = (upstream, downstream, extent)   # only once handed to the producer or held
+
+    async def _record(self, upstream: int, downstream: int, extent: int) -> None:
         result = self.on_synced(upstream, downstream, extent)
         if result is not None:
             await result
-        self._last_sync = (upstream, downstream, extent)   # only once it was handed to the producer
 
 
 def _producer_id(batch: memoryview) -> int:

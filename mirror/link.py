@@ -41,13 +41,13 @@ from core.client.errors import KafkaError
 from core.client.producer import Producer
 from core.client.properties import PropertiesFileError, read_properties
 from core.client.security import ClientSecurity, checked_properties, security_from_properties
-from core.protocol.dr import REPLICA_OF, link_copies, mirror_client_id
+from core.protocol.dr import REPLICA_OF, link_copies, mirror_client_id, txn_decisions_topic
 from core.protocol.errors import ErrorCode
 
 from .checkpoints import CheckpointEmitter
 # NOT_COPIED and DYNAMIC_TOPIC_CONFIG are also read from here (dr/observe.py's drift check).
 from .configsync import DYNAMIC_TOPIC_CONFIG, NOT_COPIED, copyable  # noqa: F401
-from .copier import PartitionCopier, ProducerIdentity
+from .copier import PartitionCopier, ProducerIdentity, TxnRelay
 from .fetcher import SourceFetchers
 from .policy import DefaultReplicationPolicy, IdentityReplicationPolicy, TopicFilter, should_replicate
 from .records import (
@@ -167,6 +167,8 @@ class MirrorLink:
         self._unstarted: anyio.CancelScope | None = None    # startup, before any copier runs
         self._discovering: anyio.CancelScope | None = None
         self.fetchers: SourceFetchers | None = None     # while copying: one per source broker
+        self.relay: TxnRelay | None = None              # a DR link's transactions, while copying
+        self._decisions_topic_ready: set[str] = set()
 
     @property
     def name(self) -> str:
@@ -244,6 +246,8 @@ class MirrorLink:
                                        max_bytes=self.config.fetch_response_max_bytes,
                                        per_broker=self.config.fetchers_per_broker)
         async with anyio.create_task_group() as tg:
+            # Source transactions are copied whole (mirror/txn_gate.py) on a DR pair's links.
+            self.relay = TxnRelay(tg, self._record_decisions) if self.config.dr_pair else None
             await tg.start(self.fetchers.run, name=f"{self.name} fetchers")
             await self._discover_until_stopped(tg, identity, retry=False)
             tg.start_soon(self.checkpoints.run, name=f"{self.name} checkpoints")
@@ -357,6 +361,29 @@ class MirrorLink:
         key, value = encode_offset_sync(sync)
         await self._sync_producer.send(self.syncs_topic, value=value, key=key, headers=offset_sync_headers(sync),
                                        partition=0)
+
+    async def _record_decisions(self, records: list[tuple[bytes, bytes]]) -> None:
+        """That the link has all of a copied transaction (mirror/copier.py TxnRelay), on the
+        target, acknowledged by its ISR, before any of its markers is written."""
+        producer = self.checkpoint_producer
+        assert producer is not None
+        topic = txn_decisions_topic(self.config.source_alias)
+        if topic not in self._decisions_topic_ready:
+            await self._ensure_compacted(Admin(self.target), topic)
+            self._decisions_topic_ready.add(topic)
+        futures = [await producer.send(topic, value=value, key=key, partition=0) for key, value in records]
+        await producer.flush()
+        for future in futures:
+            await future
+
+    async def _ensure_compacted(self, admin: Admin, topic: str) -> None:
+        if topic in await admin.list_topics(internal=True):
+            return
+        result = await admin.create_topics([NewTopic(topic, 1, self.config.replication_factor,
+                                                     {"cleanup.policy": "compact"})])
+        error = result.get(topic)
+        if isinstance(error, KafkaError) and error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+            raise error
 
     # ------------------------------------------------------------------ topics
 
@@ -489,7 +516,7 @@ class MirrorLink:
             partition=partition, start_offset=start,
             on_synced=lambda u, d, x, t=topic, p=partition: self._record_sync(t, p, u, d, x),
             fetchers=fetchers, max_in_flight=self.config.max_in_flight,
-            keep_producers=self.config.dr_pair)
+            keep_producers=self.config.dr_pair, relay=self.relay)
         self.copiers[(topic, partition)] = copier
         tg.start_soon(copier.run, name=repr(copier))
 

@@ -225,7 +225,8 @@ def mirror_acls(mirror_user: str, cluster: str, links: list) -> list:
     own there: `heartbeats` and `mm2-offset-syncs.<target>.internal`. On a target it
     creates, writes, grows and configures the remote topics, which the default policy
     names `<source>.` (the identity policy keeps names, so there it is every topic),
-    writes `<source>.checkpoints.internal`, and commits translated offsets into groups."""
+    writes `<source>.checkpoints.internal` and `<source>.txn-decisions.internal`, and commits
+    translated offsets into groups."""
     from core.client.acl_admin import AclBinding, AclOperation as Op, AclPermission, PatternType, ResourceType
     principal = f"User:{mirror_user}"
     out: list = []
@@ -247,6 +248,8 @@ def mirror_acls(mirror_user: str, cluster: str, links: list) -> list:
             grant(T, *remote, Op.CREATE, Op.WRITE, Op.READ, Op.DESCRIBE, Op.ALTER, Op.ALTER_CONFIGS,
                   Op.DESCRIBE_CONFIGS)
             grant(T, f"{link.source}.checkpoints.internal", LIT, Op.CREATE, Op.WRITE, Op.READ, Op.DESCRIBE)
+            # A DR link's record of the copied transactions it has whole (core/protocol/dr.py).
+            grant(T, f"{link.source}.txn-decisions.internal", LIT, Op.CREATE, Op.WRITE, Op.READ, Op.DESCRIBE)
             grant(G, "*", LIT, Op.READ, Op.DESCRIBE)
             grant(C, "kafka-cluster", LIT, Op.DESCRIBE)
     return list(dict.fromkeys(out))

@@ -327,17 +327,19 @@ class TxnAdmin(AdminCore):
     # ------------------------------------------------------------------ abort
 
     async def abort_transaction(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
-                                coordinator_epoch: int) -> None:
+                                coordinator_epoch: int, *, commit: bool = False) -> None:
         """Write an ABORT marker for (producer_id, producer_epoch) to the partition, at its
         leader, as a coordinator with `coordinator_epoch` would; raises the partition's error
         (CLUSTER_AUTHORIZATION_FAILED, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED,
-        ...). The epochs are the ones DescribeProducers shows for the hanging producer."""
+        ...). The epochs are the ones DescribeProducers shows for the hanging producer.
+        `commit` writes a COMMIT marker instead: what `dr failover` does for a transaction a
+        DR link had decided to commit but not yet marked everywhere (dr/failover.py)."""
         R = m.WriteTxnMarkersRequest
         tp = (topic, partition)
 
         async def one_node(node: int, group: dict[TopicPartition, None]):
             req = R(markers=[R.WritableTxnMarker(
-                producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=False,
+                producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
                 coordinator_epoch=coordinator_epoch,
                 topics=[R.WritableTxnMarkerTopic(name=topic, partition_indexes=[partition])])])
             resp = await self.client.send(node, req, api_key=WRITE_TXN_MARKERS)
@@ -348,7 +350,8 @@ class TxnAdmin(AdminCore):
                 return {tp: KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
                                        f"WriteTxnMarkers answered for other markers than {topic}-{partition}")}
             code = results[0].error_code
-            return {tp: KafkaError(code, f"abort the transaction of producer {producer_id} (epoch {producer_epoch}) "
+            what = "commit" if commit else "abort"
+            return {tp: KafkaError(code, f"{what} the transaction of producer {producer_id} (epoch {producer_epoch}) "
                                          f"on {topic}-{partition}") if code else None}
 
         async def attempt(todo: dict[TopicPartition, None]):

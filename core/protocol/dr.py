@@ -74,6 +74,16 @@ def mirror_client_id(source_cluster: str) -> str:
     return MIRROR_CLIENT_PREFIX + source_cluster
 
 
+def txn_decisions_topic(source_cluster: str) -> str:
+    """The compacted topic on a DR link's target where the link records, before it writes a
+    copied transaction's markers, that it has all of it (mirror/copier.py TxnRelay): one
+    record per (partition, producer), key "<topic>:<partition>:<producer id>", value JSON
+    {"epoch", "first_offset", "start_ms"}, the first offset being where that transaction's copy
+    begins in the partition. `dr failover` commits a copy still open that matches one and
+    aborts every other (dr/failover.py). Named like MM2's internal topics, which no link copies."""
+    return f"{source_cluster}.txn-decisions.internal"
+
+
 def copies_into(client_id: str | None, replica_of: str | None) -> bool:
     """Is this client the mirror copying into a replica of its own source? Such a copy may
     carry the source's transactional batches and markers as they are (a DR link copies

@@ -7,6 +7,7 @@ producer hears that it was fenced, never a commit that did not happen. The appli
 starts its producer again on the promoted side."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -209,3 +210,163 @@ class _Supervised:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self.thread.join(20)
+
+
+LEDGER_PARTITIONS = 4
+
+
+def test_an_unplanned_failover_never_shows_part_of_a_transaction(tmp_path):
+    """eu-west dies (kill -9) while a transactional producer commits transactions across
+    every partition of `ledger`, each its own size per partition so that the link's copies of
+    the partitions run at different paces. The link copies each source transaction as a
+    transaction and commits it on us-east only once it has all of it (mirror/txn_gate.py);
+    `dr failover --force` aborts those it had in part. So us-east's read_committed view is whole
+    transactions, exactly the first N the producer committed (one producer commits in order),
+    and the promoted partitions are not held back by anything left open: a transaction
+    written there afterwards is read at once."""
+    with dr_pair(tmp_path) as (eu, us, config):
+        admin = AdminClient({"bootstrap.servers": eu.bootstrap})
+        admin.create_topics([NewTopic("ledger", LEDGER_PARTITIONS, 1)])["ledger"].result(10)
+        committed: list[int] = []
+        stop = threading.Event()
+
+        def write():
+            p = Producer({"bootstrap.servers": eu.bootstrap, "transactional.id": "ledger-writer",
+                          "linger.ms": 2, "message.timeout.ms": 10_000})
+            p.init_transactions(30)
+            n = 0
+            try:
+                while not stop.is_set():
+                    p.begin_transaction()
+                    for partition in range(LEDGER_PARTITIONS):
+                        for k in range(1 + (n + partition) % 5):       # uneven: 1..5 records each
+                            p.produce("ledger", f"{n}:{k}:".encode() + b"x" * 2000 * partition,
+                                      partition=partition)
+                    p.commit_transaction(10)
+                    committed.append(n)
+                    n += 1
+            except KafkaException:
+                pass            # the region died under it
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        _wait(lambda: len(committed) >= 150, 60, "150 transactions committed on eu-west")
+        eu.kill()
+        stop.set()
+        writer.join(30)
+
+        done = subprocess.run([sys.executable, "-m", "dr.cli", "--config", str(config), "--timeout", "2",
+                               "failover", "eu-west", "--force"], cwd=REPO, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert re.search(r"(\d+ copied transactions? left open by the link aborted|no copied transaction "
+                         r"left open) on us-1", done.stdout), done.stdout
+
+        seen = _ledger(us.bootstrap, "read_committed")
+        whole = {n: sum(1 + (n + p) % 5 for p in range(LEDGER_PARTITIONS)) for n in seen}
+        partial = {n: (len(records), whole[n]) for n, records in seen.items() if len(records) != whole[n]}
+        assert not partial, f"transactions seen in part on the promoted side (n: (seen, written)): {partial}"
+        assert sorted(seen) == list(range(len(seen))), "the promoted side holds the first N transactions"
+        assert len(seen) >= 100 and len(seen) <= len(committed) + 1, (len(seen), len(committed))
+        for n, records in seen.items():
+            assert len(set(records)) == len(records), f"transaction {n} copied twice"
+
+        after = Producer({"bootstrap.servers": us.bootstrap, "transactional.id": "ledger-writer"})
+        after.init_transactions(30)
+        after.begin_transaction()
+        for partition in range(LEDGER_PARTITIONS):
+            after.produce("ledger", b"after:0:", partition=partition)
+        after.commit_transaction(30)
+        _wait(lambda: len(_ledger(us.bootstrap, "read_committed", quiet_s=0.6).get("after", [])) == LEDGER_PARTITIONS,
+              30, "the transaction written on the promoted side to be read there")
+
+
+def _ledger(bootstrap: str, isolation: str, quiet_s: float = 1.5) -> dict:
+    """Every record of ledger on `bootstrap`, by transaction: n -> [(partition, k)], read
+    until nothing more comes for `quiet_s`."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "ledger-check", "isolation.level": isolation,
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition("ledger", p, 0) for p in range(LEDGER_PARTITIONS)])
+    out: dict = {}
+    quiet_until, deadline = time.monotonic() + quiet_s, time.monotonic() + 60
+    try:
+        while time.monotonic() < min(quiet_until, deadline):
+            for msg in c.consume(500, timeout=0.2):
+                if msg.error():
+                    continue
+                n, k, _ = msg.value().split(b":", 2)
+                key = n.decode() if n == b"after" else int(n)
+                out.setdefault(key, []).append((msg.partition(), int(k)))
+                quiet_until = time.monotonic() + quiet_s
+        return out
+    finally:
+        c.close()
+
+
+def test_an_unplanned_failover_commits_the_copies_the_link_had_decided_and_aborts_the_rest(tmp_path):
+    """The link records that it has a copied transaction whole before it writes its markers
+    (mirror/copier.py TxnRelay). Here it got as far as one marker of two (written by hand, as
+    the link would): `dr failover --force` commits the copy its decision names, so both halves
+    show, and aborts a copy no decision names, so none of it does."""
+    import anyio
+
+    from core.broker.transactions.markers import marker_batch
+    from core.client import KafkaClient, Producer as OurProducer
+    from core.protocol import messages as m
+    from core.protocol.dr import mirror_client_id, txn_decisions_topic
+    from core.protocol.records import build_batch
+    from core.protocol.txn_markers import TxnShape
+    import json
+
+    decided, undecided = 9_000_001, 9_000_002
+    with dr_pair(tmp_path) as (eu, us, config):
+        admin = AdminClient({"bootstrap.servers": eu.bootstrap})
+        admin.create_topics([NewTopic("ledger", 2, 1)])["ledger"].result(10)
+        us_admin = AdminClient({"bootstrap.servers": us.bootstrap})
+        _wait(lambda: "ledger" in us_admin.list_topics(timeout=5).topics, 30, "the link to create the replica on us-east")
+
+        async def copy_by_hand():
+            async with KafkaClient(us.bootstrap, client_id=mirror_client_id("eu-1")) as client:
+                await client.refresh_metadata(["ledger"])
+
+                async def write(partition: int, records) -> int:
+                    R = m.ProduceRequest
+                    conn = await client.connection(client.leader_for("ledger", partition))
+                    resp = await conn.send(R(transactional_id=None, acks=-1, timeout_ms=10_000, topic_data=[
+                        R.TopicProduceData(name="ledger", partition_data=[
+                            R.PartitionProduceData(index=partition, records=records)])]))
+                    part = resp.responses[0].partition_responses[0]
+                    assert part.error_code == 0, part
+                    return part.base_offset
+
+                def data(pid: int, value: str):
+                    return build_batch([(b"k", value.encode(), None, 1_000)], producer_id=pid, producer_epoch=0,
+                                       base_sequence=0, transactional=True)
+                first = {p: await write(p, data(decided, f"decided-{p}")) for p in (0, 1)}
+                await write(1, data(undecided, "undecided-1"))
+                async with OurProducer(client, acks=-1) as producer:
+                    for p in (0, 1):
+                        await producer.send(txn_decisions_topic("eu-1"), partition=0,
+                                            key=f"ledger:{p}:{decided}".encode(),
+                                            value=json.dumps({"epoch": 0, "first_offset": first[p],
+                                                              "start_ms": 5}).encode())
+                    await producer.flush()
+                await write(0, marker_batch(decided, 0, 3, True, 1_000, TxnShape(5, (("ledger", 2),))))
+        anyio.run(copy_by_hand)
+        eu.kill()
+        done = subprocess.run([sys.executable, "-m", "dr.cli", "--config", str(config), "--timeout", "2",
+                               "failover", "eu-west", "--force"], cwd=REPO, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "1 copied transaction the link had whole committed on us-1; 1 copied transaction left open by " \
+               "the link aborted on us-1" in done.stdout, done.stdout
+        c = Consumer({"bootstrap.servers": us.bootstrap, "group.id": "check", "isolation.level": "read_committed",
+                      "enable.auto.commit": False})
+        c.assign([TopicPartition("ledger", p, 0) for p in (0, 1)])
+        seen: list[str] = []
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and len(seen) < 2:
+            seen += [msg.value().decode() for msg in c.consume(10, timeout=0.5) if not msg.error()]
+        time.sleep(1)
+        seen += [msg.value().decode() for msg in c.consume(10, timeout=0.5) if not msg.error()]
+        c.close()
+        assert sorted(seen) == ["decided-0", "decided-1"], seen

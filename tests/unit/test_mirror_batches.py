@@ -235,7 +235,7 @@ def test_rewrite_keeps_records_and_payload(codec, producer, transactional):
     assert (dst.base_timestamp, dst.max_timestamp, dst.last_offset_delta, dst.records_count) == (
         src.base_timestamp, src.max_timestamp, src.last_offset_delta, src.records_count)
     assert dst.crc == crc32c(data[CRC_START:])
-    assert batch == (0, len(source), 100, 104, 5, 0 if producer else -1, False, False)
+    assert batch == (0, len(source), 100, 104, 5, 0 if producer else -1, False, False, False, False)
     (decoded,) = target_batches(out)
     assert [(r.key, r.value, r.headers, r.timestamp, r.timestamp_type) for r in decoded] == [
         (k, v, h, ts, 0) for k, v, h, ts in recs]
@@ -641,3 +641,41 @@ def test_a_batch_rebuilt_from_a_position_inside_it_cannot_keep_its_producers_seq
 
 def view_of(out: PreparedBatches, batch) -> memoryview:
     return memoryview(out.data)[batch.position:batch.position + batch.size]
+
+
+# --------------------------------------------------------------------------- copy_transactions (DR links)
+
+
+def test_a_dr_link_keeps_committed_transactions_as_transactions_and_forwards_their_commit():
+    """mirror/txn_gate.py: a committed transaction's batches keep producer, sequences and the
+    transactional bit, and its COMMIT marker is forwarded as it is (for the copier to hold);
+    an aborted transaction's batches and its ABORT marker are not forwarded at all."""
+    log = bytearray()
+    log += build_batch([rec(0), rec(1)], base_offset=0, producer_id=9000, producer_epoch=2, base_sequence=7,
+                       transactional=True)
+    log += build_batch([rec(2)], base_offset=2, producer_id=7001, producer_epoch=0, base_sequence=0)
+    log += marker_batch(3, 9000, commit=True, epoch=2)
+    log += build_batch([rec(4)], base_offset=4, producer_id=9100, producer_epoch=0, base_sequence=0,
+                       transactional=True)
+    log += marker_batch(5, 9100, commit=False)
+    out = prepare_for_target(log, fetch_offset=0, aborted=[(9100, 4)], producer=MIRROR, keep_producers=True,
+                             copy_transactions=True)
+    headers = [read_batch_header(view) for view in out.views()]
+    assert [(b.upstream_base_offset, b.transactional, b.marker, b.kept_producer) for b in out.batches] == [
+        (0, True, False, True), (2, False, False, True), (3, False, True, True)]
+    txn, _, commit = headers
+    assert (txn.producer_id, txn.producer_epoch, txn.base_sequence) == (9000, 2, 7)
+    assert txn.attributes & ATTR_TRANSACTIONAL and not txn.is_control
+    assert commit.is_control and commit.attributes & ATTR_TRANSACTIONAL and commit.producer_id == 9000
+    assert bytes(view_of(out, out.batches[2]))[HEADER_SIZE:] == bytes(marker_batch(3, 9000, commit=True, epoch=2))[HEADER_SIZE:]
+    for batch, dst in zip(out.batches, headers):
+        assert dst.base_offset == 0 and dst.crc == crc32c(bytes(view_of(out, batch))[CRC_START:])
+    assert (out.skipped_aborted, out.skipped_control, out.next_sequence, out.next_fetch_offset) == (1, 1, 0, 6)
+    scan_batches(out.data)
+    # Without the option the same log is copied as before: plain records, no marker.
+    plain = prepare_for_target(log, fetch_offset=0, aborted=[(9100, 4)], producer=MIRROR, keep_producers=True)
+    assert [(b.transactional, b.marker) for b in plain.batches] == [(False, False), (False, False)]
+    # A resume past the marker does not forward it again.
+    again = prepare_for_target(log, fetch_offset=4, aborted=[(9100, 4)], producer=MIRROR, keep_producers=True,
+                               copy_transactions=True)
+    assert again.batches == []
