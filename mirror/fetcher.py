@@ -179,10 +179,6 @@ class Slot:
             self.position = answer.next_position
         self._arrived.set()
 
-    def wake(self) -> None:
-        """End the `take` under way now (as if its time ran out): its copier has work."""
-        self._arrived.set()
-
     def interrupt(self) -> None:
         """End a `take` now, and every later one at once, with whatever the slot holds: its
         copier is stopping."""

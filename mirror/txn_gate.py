@@ -11,9 +11,8 @@ id, epoch, sequences and transactional bit, and the target holds them open: read
 consumers there see none of it), and to hold each of its commit markers until the transaction
 is *complete* on the target: every partition of the link that the transaction wrote has
 reached its marker. Then the markers are released, all of them, and the copies write them.
-This module decides when; the copiers (mirror/copier.py) are to hold and write. Not yet:
-until the copier drives this gate and the target's brokers take a DR link's transactional
-batches and markers, a DR link still copies committed records as plain ones, per partition.
+This module decides when; the copiers hold (mirror/copier.py), the link's TxnRelay records
+the decision on the target and writes the markers, and `dr failover` ends what is left open.
 
 A marker says which transaction it ends and how many partitions of each topic that
 transaction wrote (core/protocol/txn_markers.py), so the gate needs nothing but the markers:
