@@ -23,7 +23,7 @@ from typing import Callable
 import anyio
 
 from core.client import Admin, KafkaClient, Producer
-from core.client.consumer import Consumer
+from core.client.consumer import read_to_end
 from core.client.admin import ConfigResource, NewTopic
 from core.client.errors import KafkaError
 from core.protocol.dr import DR_EPOCH, DR_STATE_TOPIC, FENCED, REPLICA_OF, STRANDED_SUFFIX, txn_decisions_topic
@@ -376,34 +376,22 @@ class Failover:
         """The link's records of copied transactions it had whole (core/protocol/dr.py
         txn_decisions_topic), the latest per (topic, partition, producer id)."""
         topic = txn_decisions_topic(self.plan.source)
-        client = self._client(self.plan.target)
         if topic not in await self._admin(self.plan.target).list_topics(internal=True):
             return {}
-        consumer = Consumer(client, isolation_level="read_committed")
         out: dict[tuple[str, int, int], dict] = {}
-        try:
-            await consumer.start()
-            consumer.assign([(topic, 0)])
-            consumer.seek_to_beginning((topic, 0))
-            end = (await consumer.end_offsets([(topic, 0)]))[(topic, 0)]
-            position = 0
-            while position < end:
-                for record in await consumer.poll(timeout_ms=1000):
-                    position = record.offset + 1
-                    try:
-                        name, partition, producer = record.key.decode().rsplit(":", 2)
-                        key = (name, int(partition), int(producer))
-                    except (AttributeError, ValueError):
-                        continue
-                    if record.value is None:
-                        out.pop(key, None)
-                        continue
-                    try:
-                        out[key] = json.loads(record.value)
-                    except ValueError:
-                        continue
-        finally:
-            await consumer.close()
+        for record in await read_to_end(self._client(self.plan.target), topic):
+            try:
+                name, partition, producer = record.key.decode().rsplit(":", 2)
+                key = (name, int(partition), int(producer))
+            except (AttributeError, ValueError):
+                continue                # not a decision
+            if record.value is None:
+                out.pop(key, None)
+                continue
+            try:
+                out[key] = json.loads(record.value)
+            except ValueError:
+                continue
         return out
 
     async def _write_syncs(self, upstream: str, downstream: str,

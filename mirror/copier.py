@@ -557,14 +557,17 @@ class PartitionCopier:
     async def send_marker(self, entry: _InFlight) -> int:
         """Write a released marker (for the relay): the partition's error code."""
         conn = await self._target_connection()
-        request = m.ProduceRequest(transactional_id=None, acks=-1, timeout_ms=self.produce_timeout_ms,
-                                   topic_data=[m.ProduceRequest.TopicProduceData(
-                                       name=self.target_topic, partition_data=[
-                                           m.ProduceRequest.PartitionProduceData(index=self.partition,
-                                                                                 records=entry.data)])])
-        response = await conn.send(request, api_key=PRODUCE,
+        response = await conn.send(self._produce_request(entry), api_key=PRODUCE,
                                    timeout_ms=self.produce_timeout_ms + self.target.request_timeout_ms)
         return response.responses[0].partition_responses[0].error_code
+
+    def _produce_request(self, entry: _InFlight) -> m.ProduceRequest:
+        """One batch to the target partition, acks=all (one batch per partition entry)."""
+        return m.ProduceRequest(transactional_id=None, acks=-1, timeout_ms=self.produce_timeout_ms,
+                                topic_data=[m.ProduceRequest.TopicProduceData(
+                                    name=self.target_topic, partition_data=[
+                                        m.ProduceRequest.PartitionProduceData(index=self.partition,
+                                                                              records=entry.data)])])
 
     async def marker_written(self, entry: _InFlight) -> None:
         """The relay wrote (or gave up on) a parked marker: its producer may go on, and once
@@ -682,11 +685,7 @@ class PartitionCopier:
 
     async def _send(self, entry: _InFlight) -> None:
         conn = await self._target_connection()
-        request = m.ProduceRequest(transactional_id=None, acks=-1, timeout_ms=self.produce_timeout_ms,
-                                   topic_data=[m.ProduceRequest.TopicProduceData(
-                                       name=self.target_topic, partition_data=[
-                                           m.ProduceRequest.PartitionProduceData(index=self.partition,
-                                                                                 records=entry.data)])])
+        request = self._produce_request(entry)
         # Tasks run first in the order they were started, and send() writes the request before
         # it first yields, so sends keep the window's order.
         entry.sent = answer = _Answer()

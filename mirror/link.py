@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from core.client import Admin, KafkaClient, NewTopic
 from core.client.admin import ConfigResource
-from core.client.consumer import Consumer
+from core.client.consumer import read_to_end
 from core.client.errors import KafkaError
 from core.client.producer import Producer
 from core.client.properties import PropertiesFileError, read_properties
@@ -524,23 +524,12 @@ class MirrorLink:
 async def read_offset_syncs(client: KafkaClient, topic: str) -> list[OffsetSync]:
     """Every offset sync in `topic` (partition 0) to its end, in order; records that are not
     syncs are skipped, and said so."""
-    consumer = Consumer(client, isolation_level="read_committed")
     out: list[OffsetSync] = []
-    try:
-        await consumer.start()
-        consumer.assign([(topic, 0)])
-        consumer.seek_to_beginning((topic, 0))
-        end = (await consumer.end_offsets([(topic, 0)]))[(topic, 0)]
-        position = 0
-        while position < end:
-            for record in await consumer.poll(timeout_ms=1000):
-                position = record.offset + 1
-                try:
-                    out.append(decode_offset_sync(record.key, record.value, record.headers))
-                except ValueError as exc:       # someone else's record
-                    log.warning("offset %d of %s is not an offset sync: %s", record.offset, topic, exc)
-    finally:
-        await consumer.close()
+    for record in await read_to_end(client, topic):
+        try:
+            out.append(decode_offset_sync(record.key, record.value, record.headers))
+        except ValueError as exc:       # someone else's record
+            log.warning("offset %d of %s is not an offset sync: %s", record.offset, topic, exc)
     return out
 
 

@@ -71,7 +71,7 @@ from .tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Consumer", "ConsumerRecord", "RebalanceListener"]
+__all__ = ["Consumer", "ConsumerRecord", "RebalanceListener", "read_to_end"]
 
 FETCH = m.ApiKey.FETCH
 TopicPartition = tuple[str, int]
@@ -713,3 +713,26 @@ class Consumer:
             ErrorCode.MESSAGE_TOO_LARGE,
             f"{cf.tp[0]}-{cf.tp[1]} at offset {cf.fetch_offset}: the broker returned "
             f"{len(cf.records)} bytes without a complete batch; raise max_partition_fetch_bytes")
+
+
+async def read_to_end(client, topic: str, partition: int = 0, *,
+                      isolation_level: str = "read_committed") -> list[ConsumerRecord]:
+    """Every record of one partition, from its log start to the end it has when asked: how
+    the mirror and the DR controller read their small bookkeeping topics (offset syncs,
+    checkpoints, transaction decisions)."""
+    consumer = Consumer(client, isolation_level=isolation_level)
+    tp = (topic, partition)
+    out: list[ConsumerRecord] = []
+    try:
+        await consumer.start()
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        position = (await consumer.beginning_offsets([tp]))[tp]
+        while position < end:
+            for record in await consumer.poll(timeout_ms=1000):
+                position = record.offset + 1
+                out.append(record)
+    finally:
+        await consumer.close()
+    return out
