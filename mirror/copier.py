@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections import deque
 from itertools import islice
@@ -96,6 +97,18 @@ INT32_MAX = 2**31 - 1
 # How long a caught-up copier waits for records before it looks again (a source that stops
 # answering shows in the lag after mirror/metrics.py SOURCE_SILENCE_S, which is longer).
 IDLE_TAKE_S = 5.0
+# A fault hook for the tests: "<source topic>-<partition>=<seconds>,..." makes those
+# partitions' copiers pause that long before each step, so that the others' markers stay
+# parked waiting for them (tests/integration/test_dr_transactions.py).
+SLOW_ENV = "SEAWAY_MIRROR_SLOW_PARTITIONS"
+
+
+def _slow_partitions() -> dict[str, float]:
+    out = {}
+    for item in filter(None, os.environ.get(SLOW_ENV, "").split(",")):
+        name, _, seconds = item.partition("=")
+        out[name.strip()] = float(seconds)
+    return out
 RESET_PRODUCER = {ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                   ErrorCode.INVALID_PRODUCER_EPOCH}
 # A copied marker refused for good: the target has a newer state of that producer, or the
@@ -321,6 +334,7 @@ class PartitionCopier:
         self.keep_producers = keep_producers
         self.relay = relay
         self.key = (source_topic, partition)
+        self._slow_s = _slow_partitions().get(f"{source_topic}-{partition}", 0.0)
         self._parked: dict[int, _InFlight] = {}     # producer id -> its marker, until acknowledged
         # producer id -> where its open copied transaction begins here (None: not known)
         self._open_txn: dict[int, int | None] = {}
@@ -460,6 +474,8 @@ class PartitionCopier:
                 await self._stop_requested.wait()
 
     async def _step(self) -> None:
+        if self._slow_s:
+            await anyio.sleep(self._slow_s)
         if self._window and self._window[0].sent is None:
             await self._drain_window()        # what an error left unacknowledged goes first
         # The next fetch goes out while this one's batches are still being acknowledged: a

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 
+import anyio
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -294,6 +295,8 @@ def _ledger(bootstrap: str, isolation: str, quiet_s: float = 1.5) -> dict:
                 if msg.error():
                     continue
                 n, k, _ = msg.value().split(b":", 2)
+                if n == b"plain":
+                    continue
                 key = n.decode() if n == b"after" else int(n)
                 out.setdefault(key, []).append((msg.partition(), int(k)))
                 quiet_until = time.monotonic() + quiet_s
@@ -307,7 +310,6 @@ def test_an_unplanned_failover_commits_the_copies_the_link_had_decided_and_abort
     (mirror/copier.py TxnRelay). Here it got as far as one marker of two (written by hand, as
     the link would): `dr failover --force` commits the copy its decision names, so both halves
     show, and aborts a copy no decision names, so none of it does."""
-    import anyio
 
     from core.broker.transactions.markers import marker_batch
     from core.client import KafkaClient, Producer as OurProducer
@@ -372,14 +374,20 @@ def test_an_unplanned_failover_commits_the_copies_the_link_had_decided_and_abort
         assert sorted(seen) == ["decided-0", "decided-1"], seen
 
 
-def test_a_dr_link_killed_with_kill9_copies_every_transaction_once_and_whole(tmp_path):
+def test_a_dr_link_killed_with_kill9_copies_every_transaction_once_and_whole(tmp_path, monkeypatch):
     """A DR link killed (kill -9) while it copies transactions, and started again, ends with
     every committed transaction on us-east once and whole, in both read_committed and
-    read_uncommitted views. (The kill rarely lands while a marker is parked, so this does not
-    pin down the copier's held syncs or the replica's duplicate answers for old copies: those
-    need a fault hook that keeps a marker parked, still to write.)"""
+    read_uncommitted views, and no transaction committed by another's marker. One
+    partition's copy is slowed (mirror/copier.py's fault hook), so the other partitions hold
+    transactions' markers parked while it catches up, and copy another producer's records
+    past them; the kill lands then. The restarted link must resume before every marker it
+    had not written (its offset syncs waited for them), or those transactions stay open on
+    us-east for good. (With the syncs not held back this failed 1 run in 2.)"""
+    from mirror.copier import SLOW_ENV
     from tests.support.mirror import start_dr_links, stop_mirror
     from tests.support.node import SeawayNode
+
+    monkeypatch.setenv(SLOW_ENV, "ledger-0=4")
 
     total = 200
     with SeawayNode(tmp_path / "eu") as eu, SeawayNode(tmp_path / "us") as us:
@@ -399,21 +407,39 @@ def test_a_dr_link_killed_with_kill9_copies_every_transaction_once_and_whole(tmp
                         p.produce("ledger", f"{n}:{k}:".encode() + b"x" * 2000 * partition, partition=partition)
                 p.commit_transaction(30)
                 committed.append(n)
+        plain_done = threading.Event()
+
+        def write_plain():
+            # Records of another producer between the transaction's: a copy goes on past a
+            # parked marker with them, and records their offset syncs (held back).
+            p = Producer({"bootstrap.servers": eu.bootstrap, "enable.idempotence": True, "linger.ms": 2})
+            i = 0
+            while not plain_done.is_set():
+                p.produce("ledger", f"plain:{i}:".encode(), partition=i % LEDGER_PARTITIONS)
+                i += 1
+                p.poll(0.002)
+            p.flush(30)
+        plain = threading.Thread(target=write_plain, daemon=True)
         writer = threading.Thread(target=write, daemon=True)
+        plain.start()
         writer.start()
         try:
-            _wait(lambda: len(_ledger(us.bootstrap, "read_committed", quiet_s=0.3)) >= 40, 60,
-                  "the link to copy 40 transactions")
-            mirror.kill()
-            mirror.wait()
-            time.sleep(1)
-            mirror = start_dr_links(tmp_path, *links)
             writer.join(120)
             assert len(committed) == total
+            # The other partitions' copies hold the last transaction's marker while
+            # ledger-0's (slowed) catches up: the kill lands then.
+            time.sleep(1)
+            mirror.kill()
+            mirror.wait()
+            plain_done.set()
+            plain.join(30)
+            time.sleep(1)
+            mirror = start_dr_links(tmp_path, *links)
             _wait(lambda: len(_ledger(us.bootstrap, "read_committed", quiet_s=0.5)) == total, 90,
                   f"us-east to hold all {total} transactions")
             seen = _ledger(us.bootstrap, "read_committed")
             everything = _ledger(us.bootstrap, "read_uncommitted")
+            folded = anyio.run(_folded, us.bootstrap, "ledger", LEDGER_PARTITIONS)
         finally:
             stop_mirror(mirror)
     assert sorted(seen) == list(range(total))
@@ -422,3 +448,40 @@ def test_a_dr_link_killed_with_kill9_copies_every_transaction_once_and_whole(tmp
             f"transaction {n}: {sorted(records)}"
     assert {n: len(r) for n, r in everything.items()} == {n: len(r) for n, r in seen.items()}, \
         "nothing copied twice, not even outside a committed transaction"
+    assert not folded, f"transactions committed by another's marker on us-east: {folded[:5]}"
+
+
+async def _folded(bootstrap: str, topic: str, partitions: int) -> list:
+    """Where a replica's log holds records of two source transactions between one COMMIT
+    marker of their producer and the next: a transaction whose marker the link never wrote,
+    committed later by the next one's (the records start with the transaction's number)."""
+    from core.client import KafkaClient
+    from core.protocol import messages as m
+    from core.protocol.records import decode_batch, iter_batch_headers
+    out = []
+    F = m.FetchRequest
+    async with KafkaClient(bootstrap) as client:
+        await client.refresh_metadata([topic])
+        for partition in range(partitions):
+            conn = await client.connection(client.leader_for(topic, partition))
+            position, open_txns = 0, {}
+            while True:
+                resp = await conn.send(F(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=8 << 20,
+                                         isolation_level=0, topics=[F.FetchTopic(topic=topic, partitions=[
+                                             F.FetchPartition(partition=partition, fetch_offset=position,
+                                                              partition_max_bytes=8 << 20)])]), version=11)
+                data = resp.responses[0].partitions[0].records or b""
+                infos = list(iter_batch_headers(data))
+                if not infos:
+                    break
+                for info in infos:
+                    if info.is_control:
+                        open_txns.pop(info.producer_id, None)
+                    elif info.is_transactional:
+                        numbers = {r.value.split(b":", 1)[0] for r in decode_batch(data, info)}
+                        seen = open_txns.setdefault(info.producer_id, set())
+                        seen |= numbers
+                        if len(seen) > 1:
+                            out.append((partition, info.base_offset, sorted(seen)))
+                    position = info.next_offset
+    return out
