@@ -343,28 +343,26 @@ class Failover:
         admin = self._admin(target)
         partitions = [(t, p) for t, n in self.plan.topics.items() for p in range(n)]
         found = await admin.describe_producers(partitions)
-        decided = await self._decisions() if any(
-            not isinstance(ps, KafkaError) and any(p.current_transaction_start_offset is not None for p in ps)
-            for ps in found.values()) else {}
-        aborted = committed = 0
+        open_copies = []
         for (topic, partition), producers in sorted(found.items()):
             if isinstance(producers, KafkaError):
                 raise FailoverError(f"{target}: the producers of {topic}-{partition}: {producers}")
-            for p in producers:
-                if p.current_transaction_start_offset is None:
-                    continue
-                decision = decided.get((topic, partition, p.producer_id))
-                commit = decision is not None and decision.get("epoch") == p.producer_epoch \
-                    and decision.get("first_offset") == p.current_transaction_start_offset
-                try:
-                    await admin.abort_transaction(topic, partition, p.producer_id, p.producer_epoch,
-                                                  p.coordinator_epoch if p.coordinator_epoch is not None else 0,
-                                                  commit=commit)
-                except KafkaError as exc:
-                    raise FailoverError(f"{target}: could not end the transaction of producer {p.producer_id} "
-                                        f"left open on {topic}-{partition}: {exc}") from None
-                committed += commit
-                aborted += not commit
+            open_copies += [(topic, partition, p) for p in producers if p.current_transaction_start_offset is not None]
+        decided = await self._decisions() if open_copies else {}
+        aborted = committed = 0
+        for topic, partition, p in open_copies:
+            decision = decided.get((topic, partition, p.producer_id))
+            commit = decision is not None and decision.get("epoch") == p.producer_epoch \
+                and decision.get("first_offset") == p.current_transaction_start_offset
+            try:
+                await admin.abort_transaction(topic, partition, p.producer_id, p.producer_epoch,
+                                              p.coordinator_epoch if p.coordinator_epoch is not None else 0,
+                                              commit=commit)
+            except KafkaError as exc:
+                raise FailoverError(f"{target}: could not end the transaction of producer {p.producer_id} "
+                                    f"left open on {topic}-{partition}: {exc}") from None
+            committed += commit
+            aborted += not commit
         said = []
         if committed:
             said.append(f"{count(committed, 'copied transaction')} the link had whole committed on {target}")

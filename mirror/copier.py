@@ -111,10 +111,11 @@ def _slow_partitions() -> dict[str, float]:
     return out
 RESET_PRODUCER = {ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                   ErrorCode.INVALID_PRODUCER_EPOCH}
-# A copied marker refused for good: the target has a newer state of that producer, or the
-# marker is not one it takes; sending it again cannot help.
+# A copied marker refused for good: the target has a newer state of that producer, the marker
+# is not one it takes, or the topic is no longer this link's to write; sending it again
+# cannot help.
 MARKER_REFUSED = {ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED,
-                  ErrorCode.INVALID_RECORD, ErrorCode.CORRUPT_MESSAGE}
+                  ErrorCode.INVALID_RECORD, ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_TOPIC_EXCEPTION}
 
 
 class TxnRelay:
@@ -140,7 +141,6 @@ class TxnRelay:
         self._copiers: dict[tuple[str, int], "PartitionCopier"] = {}
         self._tg = tg
         self._decide = decide
-        self.markers_written = 0
 
     def join(self, copier: "PartitionCopier") -> None:
         self._copiers[copier.key] = copier
@@ -190,8 +190,7 @@ class TxnRelay:
                 code, detail = ErrorCode.NETWORK_EXCEPTION, str(exc)
             else:
                 detail = ErrorCode(code).name
-            if code == ErrorCode.NONE or code in MARKER_REFUSED or code == ErrorCode.INVALID_TOPIC_EXCEPTION \
-                    or copier.stopped.is_set():
+            if code == ErrorCode.NONE or code in MARKER_REFUSED or copier.stopped.is_set():
                 break
             attempt += 1
             if attempt % 10 == 1:
@@ -201,8 +200,6 @@ class TxnRelay:
         if code:
             log.warning("%r: the marker of producer %d at upstream %d was not written (%s)", copier,
                         entry.producer_id, entry.upstream_base, ErrorCode(code).name)
-        else:
-            self.markers_written += 1
         await copier.marker_written(entry)
 
 
@@ -557,7 +554,7 @@ class PartitionCopier:
         entry.txn_first_offset = first if first is not None else await self._open_txn_start(entry.producer_id)
         self._window.remove(entry)
         self._parked[entry.producer_id] = entry
-        self.relay.reach(self, entry.producer_id, header.producer_epoch, shape)
+        self.relay.reach(self, entry.producer_id, entry.producer_epoch, shape)
 
     async def _open_txn_start(self, producer_id: int) -> int:
         """Where the producer's open transaction begins on the target, when this copier only

@@ -168,7 +168,7 @@ class MirrorLink:
         self._discovering: anyio.CancelScope | None = None
         self.fetchers: SourceFetchers | None = None     # while copying: one per source broker
         self.relay: TxnRelay | None = None              # a DR link's transactions, while copying
-        self._decisions_topic_ready: set[str] = set()
+        self._decisions_topic_ready = False
 
     @property
     def name(self) -> str:
@@ -320,14 +320,7 @@ class MirrorLink:
     # ------------------------------------------------------------------ offset syncs
 
     async def _ensure_syncs_topic(self) -> None:
-        admin = Admin(self.source)
-        if self.syncs_topic in await admin.list_topics(internal=True):
-            return
-        result = await admin.create_topics([NewTopic(self.syncs_topic, 1, self.config.replication_factor,
-                                                     {"cleanup.policy": "compact"})])
-        error = result.get(self.syncs_topic)
-        if isinstance(error, KafkaError) and error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-            raise error
+        await self._ensure_compacted(Admin(self.source), self.syncs_topic)
 
     async def _load_syncs(self, only: set[tuple[str, int]] | None = None) -> None:
         """Read the offset-syncs topic to its end: resume points and the translation store,
@@ -368,15 +361,16 @@ class MirrorLink:
         producer = self.checkpoint_producer
         assert producer is not None
         topic = txn_decisions_topic(self.config.source_alias)
-        if topic not in self._decisions_topic_ready:
+        if not self._decisions_topic_ready:
             await self._ensure_compacted(Admin(self.target), topic)
-            self._decisions_topic_ready.add(topic)
+            self._decisions_topic_ready = True
         futures = [await producer.send(topic, value=value, key=key, partition=0) for key, value in records]
         await producer.flush()
         for future in futures:
             await future
 
     async def _ensure_compacted(self, admin: Admin, topic: str) -> None:
+        """One compacted partition (the offset syncs, the transaction decisions)."""
         if topic in await admin.list_topics(internal=True):
             return
         result = await admin.create_topics([NewTopic(topic, 1, self.config.replication_factor,

@@ -213,7 +213,7 @@ def _forward_gap(last_seq: int, first_seq: int) -> bool:
 
 def _behind(last_seq: int, seq: int) -> bool:
     """`seq` is `last_seq` or lies behind it (within half the sequence space)."""
-    return (next_sequence(last_seq) - seq) % (INT32_MAX + 1) - 1 in range(0, (INT32_MAX + 1) // 2 - 1)
+    return 0 < (next_sequence(last_seq) - seq) % (INT32_MAX + 1) < (INT32_MAX + 1) // 2
 
 
 def batch_last_sequence(batch: BatchInfo) -> int:
