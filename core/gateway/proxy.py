@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import ssl
 import time
 from collections import deque
@@ -83,6 +84,11 @@ RETRY_MIN_S, RETRY_MAX_S = 0.25, 2.0
 
 Rewrite = Callable[[bytearray], 'bytes | bytearray']
 
+# A fault hook for the tests: the requests of one socket read are handed on this many
+# milliseconds apart, not at once, so that a move of the gateway lands between a producer's
+# pipelined requests far more often than it would by chance (tests/integration/test_gateway.py).
+SPACE_FRAMES_ENV = "SEAWAY_GATEWAY_SPACE_FRAMES_MS"
+
 _REWRITES: dict[int, Callable[[Any, SlotMap], Any]] = {
     ApiKey.METADATA: rewrite_metadata,
     ApiKey.FIND_COORDINATOR: rewrite_find_coordinator,
@@ -113,11 +119,12 @@ class GatewayConfig:
 
 class Reply:
     """One client request's answer, in the connection's queue."""
-    __slots__ = ("head", "data")
+    __slots__ = ("head", "data", "cluster")
 
     def __init__(self, head: RequestHead):
         self.head = head
         self.data: bytes | bytearray | memoryview | None = None
+        self.cluster: str | None = None     # where the request went (None: not sent to a broker yet)
 
     def fill(self, frame: bytes | bytearray | memoryview, rewrite: "Rewrite | None") -> Exception | None:
         """Take the broker's answer, rewritten if it names brokers. An answer that cannot be
@@ -161,6 +168,7 @@ class Gateway:
         self._slot_maps: dict[str, tuple[tuple[int, ...], SlotMap]] = {}
         self._move_started: float | None = None
         self.decision: Decision | None = None
+        self.space_frames_s = float(os.environ.get(SPACE_FRAMES_ENV) or 0) / 1000
         self.metrics.serve(self.view.active)
 
     # ------------------------------------------------------------------ serving
@@ -299,6 +307,8 @@ class ClientConnection(asyncio.Protocol):
         # When the client's SASL session ends (the cluster's connections.max.reauth.ms, as
         # the broker's answer gave it; None: never): it must have logged in again by then.
         self.session_expires: float | None = None
+        self._spaced: deque[bytearray] | None = deque() if gateway.space_frames_s else None
+        self._spacing: asyncio.TimerHandle | None = None
 
     # -------------------------------------------------------------- asyncio.Protocol
 
@@ -327,10 +337,24 @@ class ClientConnection(asyncio.Protocol):
             self.gw.metrics.request("?", "refused")
             self.abort()
             return
+        if self._spaced is not None:
+            self._spaced.extend(frames)
+            if self._spacing is None and self._spaced:
+                self._hand_on_spaced()
+            return
         for frame in frames:
             if self.closed:
                 return
             self._request(frame)
+
+    def _hand_on_spaced(self) -> None:
+        """The test fault hook's pace (SPACE_FRAMES_ENV): one request, then a pause."""
+        self._spacing = None
+        if self.closed or not self._spaced:
+            return
+        self._request(self._spaced.popleft())
+        if self._spaced:
+            self._spacing = asyncio.get_running_loop().call_later(self.gw.space_frames_s, self._hand_on_spaced)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._close()
@@ -379,8 +403,13 @@ class ClientConnection(asyncio.Protocol):
         r = routing.route(head.api_key, view, max_wait_ms=getattr(fetch, "max_wait_ms", 0))
         if isinstance(r, Forward):
             self.gw.metrics.request(api.name, "forwarded")
-            reply = None if head.api_key == ApiKey.PRODUCE and _acks(head, frame) == 0 else Reply(head)
-            self._forward(r.cluster, frame, reply)
+            cluster = r.cluster
+            if head.api_key == ApiKey.PRODUCE:
+                reply = None if _acks(head, frame) == 0 else Reply(head)
+                cluster = self._unanswered_produce_cluster() or cluster
+            else:
+                reply = Reply(head)
+            self._forward(cluster, frame, reply)
         elif isinstance(r, Answer):
             self.gw.metrics.request(api.name, "answered")
             reply = Reply(head)
@@ -475,6 +504,19 @@ class ClientConnection(asyncio.Protocol):
         frame = routing.encode_request_body(held.head, held.frame, held.body_at, held.join)
         self._forward(self.gw.view.active, frame, held.reply, queued=True)
 
+    def _unanswered_produce_cluster(self) -> str | None:
+        """The cluster this connection's unanswered Produce requests went to, if any: the
+        next Produce goes there too, whatever the view says now. A producer pipelines its
+        requests and relies on their order: if R1 and R2 were on their way to the cluster
+        being left (which refuses them, retriably) and R3 went to the other, R3 would arrive
+        first with a gap before its sequence, and a client told that R3 is written counts
+        R1 and R2 written too (librdkafka does). Sent to the same cluster, R3 fails as they
+        do and the client retries the three in order, wherever the gateway sends them then."""
+        for reply in reversed(self.queue):
+            if reply.data is None and reply.cluster is not None and reply.head.api_key == ApiKey.PRODUCE:
+                return reply.cluster
+        return None
+
     def _forward(self, cluster: str, frame: bytes | bytearray, reply: Reply | None, queued: bool = False) -> None:
         if reply is not None and not queued:
             self.queue.append(reply)
@@ -488,6 +530,7 @@ class ClientConnection(asyncio.Protocol):
             return
         rewrite = None
         if reply is not None:
+            reply.cluster = cluster
             head = reply.head
             if head.api_key == ApiKey.API_VERSIONS:
                 rewrite = _api_versions_rewriter(head)
@@ -647,6 +690,9 @@ class ClientConnection(asyncio.Protocol):
         if self._retry_timer is not None:
             self._retry_timer.cancel()
             self._retry_timer = None
+        if self._spacing is not None:
+            self._spacing.cancel()
+            self._spacing = None
         self.parked = None
         self.gw.connections.discard(self)
         self.gw.metrics.connections.dec()

@@ -5,7 +5,8 @@ own answers (dropped) interleaved. The broker connections are real sockets to a 
 never answers; the test feeds their data_received itself, in chunks hypothesis picks.
 
 And requests for a broker that cannot be reached wait, in order, and go to the cluster active
-when they are tried again, until they have waited too long."""
+when they are tried again, until they have waited too long; and a producer's requests follow
+its unanswered ones, not the move."""
 from __future__ import annotations
 
 import asyncio
@@ -17,7 +18,9 @@ from hypothesis import strategies as st
 from core.gateway import proxy
 from core.gateway.metrics import GatewayMetrics
 from core.gateway.proxy import ClientConnection, Reply, Upstream
-from core.gateway.routing import RequestHead, size_prefix
+from core.gateway.routing import RequestHead, View, encode_request, size_prefix
+from core.protocol import messages as m
+from core.protocol.api_keys import ApiKey
 
 
 class RecordingTransport:
@@ -44,7 +47,7 @@ def client_connection(brokers: dict[str, tuple[str, int]] | None = None) -> tupl
     gateway = SimpleNamespace(config=SimpleNamespace(max_request_bytes=1 << 20, sasl_mechanisms=(), pair="p",
                                                      envelopes=False, upstream=SimpleNamespace(ssl_context=None)),
                               metrics=GatewayMetrics("p"), connections=set(), held=[],
-                              view=SimpleNamespace(active="a"),
+                              view=View("a"), space_frames_s=0,
                               broker_for=lambda cluster, slot: (brokers or {}).get(cluster))
     conn = ClientConnection(gateway, 0)
     transport = RecordingTransport()
@@ -192,7 +195,7 @@ def test_requests_for_a_broker_that_cannot_be_reached_wait_and_go_to_the_cluster
         conn._forward("a", bytearray(b"later"), None)            # behind them, not past them
         await asyncio.sleep(0.6)                                 # retried on a: still unreachable
         assert [f for f, _ in conn.parked] == [b"answer me", b"acks=0", b"later"]
-        conn.gw.view.active = "b"                                # the gateway moves
+        conn.gw.view = View("b")                                 # the gateway moves
         conn.retry_parked()
         for _ in range(50):
             if len(got) == 3 and transport.written:
@@ -217,4 +220,69 @@ def test_a_broker_unreachable_for_too_long_closes_the_clients_connection(monkeyp
                 break
             await asyncio.sleep(0.05)
         assert transport.aborted and conn.closed
+    asyncio.run(run())
+
+
+def produce(correlation_id: int, acks: int = -1) -> bytearray:
+    P = m.ProduceRequest
+    return encode_request(ApiKey.PRODUCE, 9, correlation_id, "producer", P(
+        transactional_id=None, acks=acks, timeout_ms=1000, topic_data=[P.TopicProduceData(
+            name="orders", partition_data=[P.PartitionProduceData(index=0, records=b"\x00" * 70)])]))
+
+
+def test_a_producers_requests_follow_its_unanswered_ones_not_the_move():
+    """R1 and R2 went to cluster a; the gateway moves to b before R3 arrives. R3 goes to a
+    too: sent to b it would arrive there first, with a gap before its sequence, and a client
+    told R3 is written counts R1 and R2 written too. Once a has answered them, the next
+    Produce goes to b; other requests never wait for that."""
+    async def run():
+        got: dict[str, list[int]] = {"a": [], "b": []}
+        writers = {}
+
+        def broker(name):
+            async def serve(reader, writer):
+                writers[name] = writer
+                while True:
+                    try:
+                        size = int.from_bytes(await reader.readexactly(4), "big")
+                        frame = await reader.readexactly(size)
+                    except asyncio.IncompleteReadError:
+                        return
+                    got[name].append(int.from_bytes(frame[4:8], "big"))   # the correlation id
+            return serve
+        servers = {name: await asyncio.start_server(broker(name), "127.0.0.1", 0) for name in "ab"}
+        conn, transport = client_connection({name: ("127.0.0.1", s.sockets[0].getsockname()[1])
+                                             for name, s in servers.items()})
+
+        async def arrived(name, n):
+            for _ in range(100):
+                if len(got[name]) >= n:
+                    return
+                await asyncio.sleep(0.02)
+
+        conn._request(produce(1))
+        conn._request(produce(2))
+        await arrived("a", 2)
+        conn.gw.view = View("b")
+        conn._request(produce(3))
+        conn._request(encode_request(ApiKey.API_VERSIONS, 3, 4, "producer", m.ApiVersionsRequest(
+            client_software_name="t", client_software_version="1")))
+        await arrived("a", 3)
+        await arrived("b", 1)
+        assert got == {"a": [1, 2, 3], "b": [4]}
+        # a answers the three (NOT_LEADER_OR_FOLLOWER, as a fenced side would: the bytes do
+        # not matter to the gateway, which passes them through).
+        writers["a"].write(b"".join(size_prefix(5) + cid.to_bytes(4, "big") + b"!" for cid in (1, 2, 3)))
+        for _ in range(100):
+            if not any(r.head.api_key == ApiKey.PRODUCE for r in conn.queue):
+                break
+            await asyncio.sleep(0.02)
+        conn._request(produce(5))
+        conn._request(produce(6, acks=0))
+        await arrived("b", 3)
+        assert got == {"a": [1, 2, 3], "b": [4, 5, 6]}
+        assert not transport.aborted
+        conn._close()
+        for s in servers.values():
+            s.close()
     asyncio.run(run())
