@@ -26,7 +26,8 @@ from core.client import Admin, KafkaClient, Producer
 from core.client.consumer import read_to_end
 from core.client.admin import ConfigResource, NewTopic
 from core.client.errors import KafkaError
-from core.protocol.dr import DR_EPOCH, DR_STATE_TOPIC, FENCED, REPLICA_OF, STRANDED_SUFFIX, txn_decisions_topic
+from core.protocol.dr import (DR_EPOCH, DR_STATE_TOPIC, FENCED, REPLICA_OF, STRANDED_SUFFIX, UNPLANNED_FROM,
+                              txn_decisions_topic)
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from mirror.records import OffsetSync, encode_offset_sync, offset_sync_headers
@@ -150,11 +151,12 @@ class Failover:
     def _epoch(self) -> str:
         return str(self.plan.epoch)
 
-    async def _set_roles(self, cluster: str, role: str | None) -> int:
+    async def _set_roles(self, cluster: str, role: str | None, also: dict[str, str | None] | None = None) -> int:
         """Every DR topic of the failover on `cluster` gets seaway.replica.of = `role` (None:
-        writable), at the failover's epoch."""
+        writable), at the failover's epoch, and the configs in `also`."""
         topics = self.plan.topics
-        changes = {ConfigResource.topic(t): {REPLICA_OF: role, DR_EPOCH: self._epoch} for t in topics}
+        changes = {ConfigResource.topic(t): {REPLICA_OF: role, DR_EPOCH: self._epoch, **(also or {})}
+                   for t in topics}
         if not changes:
             return 0
         result = await self._admin(cluster).incremental_alter_configs(changes)
@@ -437,7 +439,10 @@ class Failover:
         return f"{count(n, 'replica')} on {self.plan.target} sealed"
 
     async def _promote(self) -> str:
-        n = await self._set_roles(self.plan.target, None)
+        # Only after an unplanned failover may a producer from the old side skip sequences
+        # here: the records it skips are stranded there (core/protocol/dr.py).
+        stranded_on = self.plan.source if self.plan.kind == "unplanned" else None
+        n = await self._set_roles(self.plan.target, None, {UNPLANNED_FROM: stranded_on})
         return f"{count(n, 'topic')} of {self.plan.target} writable"
 
     async def _switch_clients(self) -> str:

@@ -151,7 +151,7 @@ class Partition:
     async def append(self, data, batches: list[BatchInfo], now_ms: int, *, acks: int = -1,
                      timeout_ms: int = 30_000, admit: Callable[[], str | None] | None = None,
                      verification_guard=None, require_verification: bool = False,
-                     coordinator: bool = False, dr_copy: bool = False):
+                     coordinator: bool = False, dr_copy: bool = False, strandable: bool = False):
         """Append validated client batches; returns once the flush policy is satisfied.
 
         Returns the log's AppendResult, or a Verdict when the idempotent-producer check refuses
@@ -168,7 +168,9 @@ class Partition:
         was asked, still in place; `coordinator` marks a group coordinator's transactional
         offset commit, which carries no sequence to check (Kafka's origin COORDINATOR);
         `dr_copy` a DR link's copy, whose batches copied before are duplicates
-        (producer_state.py)."""
+        (producer_state.py). A forward gap in the sequence of a producer from the DR partner
+        is accepted only in a link's copy or with `strandable` (the topic was promoted by an
+        unplanned failover, core/protocol/dr.py)."""
         async with self._lock:
             if self.offline:
                 raise OSError(f"partition is offline: {self.failure}")
@@ -179,7 +181,8 @@ class Partition:
             if coordinator:
                 verdict = self._check_coordinator_batches(batches)
             else:
-                verdict = self._check_producers(batches, verification_guard, require_verification, dr_copy)
+                verdict = self._check_producers(batches, verification_guard, require_verification, dr_copy,
+                                                own_ids=self.own_producer_ids if dr_copy or strandable else None)
             if verdict is not None and verdict.is_duplicate:
                 error, waiter = self.replicas.duplicate_as_leader(
                     self, verdict.base_offset, verdict.last_offset, acks, timeout_ms)
@@ -246,13 +249,13 @@ class Partition:
             self.written(self)
 
     def _check_producers(self, batches: list[BatchInfo], guard=None, require_verification: bool = False,
-                         dr_copy: bool = False) -> Verdict | None:
+                         dr_copy: bool = False, own_ids: range | None = None) -> Verdict | None:
         """None to append; else the verdict to answer with (an error or a duplicate)."""
         idempotent = [b for b in batches if b.producer_id >= 0]
         if not idempotent:
             return None
         if len(batches) == 1:
-            verdict = self.producers.validate(batches[0], self.own_producer_ids, verification_guard=guard,
+            verdict = self.producers.validate(batches[0], own_ids, verification_guard=guard,
                                               require_verification=require_verification, dr_copy=dr_copy)
             return None if verdict.ok else verdict
         # Several batches in one request: each is checked against the state the ones before
@@ -260,7 +263,7 @@ class Partition:
         staged = self.producers.stage({b.producer_id for b in idempotent})
         offset = self.log.log_end_offset
         for b in batches:
-            verdict = staged.validate(b, self.own_producer_ids, verification_guard=guard,
+            verdict = staged.validate(b, own_ids, verification_guard=guard,
                                       require_verification=require_verification, dr_copy=dr_copy)
             if not verdict.ok:
                 return verdict

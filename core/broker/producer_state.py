@@ -40,11 +40,16 @@ Produce path, per batch, as Kafka's UnifiedLog.analyzeAndValidateProducerState d
      OUT_OF_ORDER_SEQUENCE_NUMBER, not a duplicate (Kafka behaves the same). Seaway's one
      departure: a producer whose id is outside the cluster's own range came from the other
      cluster of a DR pair (its state here was copied by the DR link, core/protocol/dr.py),
-     and a sequence *ahead* of last seq + 1 is accepted for it. The state then ends where the
-     link stopped copying before an unplanned failover, and the gap is the records stranded
-     on the failed cluster, already lost and counted as the failover's RPO; refusing would
-     make the producer fail (the error is fatal to it) or resend them under a new id, as
-     possible duplicates of what is stranded. A sequence behind stays an error, except in a
+     and where the caller passes `own_ids` a sequence *ahead* of last seq + 1 is accepted
+     for it. The partition passes them in a DR link's copy (the link skips aborted
+     transactions and what retention removed upstream) and on a topic an unplanned failover
+     promoted: there the state ends where the link stopped copying, and the gap is the
+     records stranded on the failed cluster, already lost and counted as the failover's
+     RPO; refusing would make the producer fail (the error is fatal to it) or resend them
+     under a new id, as possible duplicates of what is stranded. Anywhere else (after a
+     planned failover, say) a gap is requests of the producer that were lost on the way and
+     that it will retry; accepting the later one would let the client count the earlier ones
+     acknowledged. A sequence behind stays an error, except in a
      DR link's copy (`dr_copy`, the mirror writing a replica of its source): a batch whose
      sequences all lie behind the producer's last is one the link copied before (a restarted
      link sends again what it had not recorded), older than the five batches kept, and is
@@ -471,9 +476,9 @@ class ProducerState:
                  require_verification: bool = False, dr_copy: bool = False) -> Verdict:
         """The verdict for a client batch before it is appended. Never mutates.
 
-        `own_ids` is the cluster's own producer id range (core/protocol/dr.py): a producer
-        from outside it came from the other cluster of a DR pair, and a forward gap in its
-        sequence is accepted (see the module's notes). With `require_verification`, a
+        `own_ids` is the cluster's own producer id range (core/protocol/dr.py), given where a
+        forward gap may be accepted: a producer from outside it came from the other cluster
+        of a DR pair, and a forward gap in its sequence is accepted (see the module's notes). With `require_verification`, a
         transactional batch that starts a transaction here needs `verification_guard` to be the
         producer's current guard (KIP-890), else INVALID_TXN_STATE."""
         pid = batch.producer_id

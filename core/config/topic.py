@@ -9,7 +9,7 @@ from typing import Any
 
 import re
 
-from core.protocol.dr import DR_EPOCH, FENCED, REPLICA_OF
+from core.protocol.dr import DR_EPOCH, FENCED, REPLICA_OF, UNPLANNED_FROM
 
 from .defs import LONG_MAX, ConfigDef, ConfigError, ConfigType
 
@@ -79,6 +79,10 @@ TOPIC_CONFIG_LIST = [
               "(empty: writable)", validator=lambda v: _check_cluster_name(REPLICA_OF, v)),
     ConfigDef(DR_EPOCH, _T.LONG, 0, "the DR epoch of the last role change (only grows)",
               minimum=0),
+    ConfigDef(UNPLANNED_FROM, _T.STRING, "",
+              "the cluster an unplanned failover promoted this topic away from: producers that "
+              "came from it may skip the sequences stranded there (empty: none may)",
+              validator=lambda v: _check_cluster_name(UNPLANNED_FROM, v, fenced=False)),
 ]
 
 
@@ -91,10 +95,10 @@ def _check_throttled(name: str, items: list[str]) -> None:
             raise ConfigError(f"{name}: {item!r} is not PARTITION:BROKER (or the list is not just *)")
 
 
-def _check_cluster_name(name: str, value: str) -> None:
-    if value and value != FENCED and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", value):
-        raise ConfigError(f"{name}: {value!r} is neither a cluster name (letters, digits, '_', "
-                          f"'-') nor {FENCED}")
+def _check_cluster_name(name: str, value: str, fenced: bool = True) -> None:
+    if value and not (fenced and value == FENCED) and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", value):
+        raise ConfigError(f"{name}: {value!r} is not a cluster name (letters, digits, '_', '-')"
+                          + (f" nor {FENCED}" if fenced else ""))
 
 
 def is_throttled(items: list[str], partition: int, broker: int) -> bool:

@@ -57,6 +57,9 @@ from .errors import ErrorCode
 
 REPLICA_OF = "seaway.replica.of"
 DR_EPOCH = "seaway.dr.epoch"
+# Set by an unplanned failover's promote step (cleared by a planned one's): the cluster the
+# topic was promoted away from, where records may be stranded. See "Producer ids" below.
+UNPLANNED_FROM = "seaway.dr.unplanned.from"
 # One compacted partition per cluster: its config holds the cluster's DR epoch, and its records
 # (key: the DR pair's name) are the controller's decisions, which clients and gateways follow.
 DR_STATE_TOPIC = "__seaway_dr"
@@ -178,9 +181,15 @@ class Decision:
 # A DR link keeps an application producer's id on the batches it copies (mirror/batches.py),
 # so the producer can continue on the other cluster after a failover; the ranges keep that id
 # from being another producer's there. An id outside a cluster's own range therefore belongs
-# to a producer that came from its partner, and the broker accepts a forward gap in its
-# sequence (core/broker/producer_state.py): the records in the gap are the ones an
-# unplanned failover stranded on the partner, already counted as its RPO.
+# to a producer that came from its partner. The broker accepts a forward gap in such a
+# producer's sequence in two cases only (core/broker/producer_state.py): in a DR link's copy
+# (the link skips aborted transactions and what retention removed upstream), and on a topic
+# an unplanned failover promoted (UNPLANNED_FROM), where the gap is the records stranded on
+# the partner, already counted as the failover's RPO. Anywhere else a gap means requests of
+# the producer were lost on the way, and it is refused as Kafka refuses it: after a planned
+# failover the link has copied everything, so a gap there is a client's earlier requests
+# still to be retried, and accepting the later one would lose them once the client counts
+# them acknowledged.
 PRODUCER_ID_RANGE_BITS = 32
 PRODUCER_ID_RANGES = 2**20
 

@@ -14,7 +14,7 @@ import pytest
 from core.client import Admin, KafkaClient, NewTopic, Producer
 from core.client.admin import ConfigResource
 from core.client.errors import KafkaError
-from core.protocol.dr import DR_EPOCH, DR_STATE_TOPIC, REPLICA_OF, mirror_client_id
+from core.protocol.dr import DR_EPOCH, DR_STATE_TOPIC, REPLICA_OF, UNPLANNED_FROM, mirror_client_id
 from core.protocol.errors import ErrorCode
 from tests.support.cli import seaway
 from tests.support.clients import CLIENTS, Record, unique_topic
@@ -180,6 +180,57 @@ def test_a_retry_after_the_fence_is_answered_as_the_duplicate_it_is_and_new_reco
     assert retried == (0, 0)            # the duplicate: its original offset, no error
     # Refused with a retriable error: the fence passes, and the retry lands on the promoted side.
     assert new[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER and "fenced" in (new[2] or ""), new
+
+
+def test_a_producer_from_the_partner_skips_sequences_only_where_an_unplanned_failover_promoted(seaway_broker):
+    """A producer whose id is the partner cluster's (its state copied here by the DR link) may
+    leave a forward gap only on a topic promoted by an unplanned failover (UNPLANNED_FROM):
+    the gap is what is stranded there. Anywhere else a gap is requests lost on the way (a
+    move between a producer's pipelined requests, say) and is refused as Kafka refuses it:
+    accepting the later request would let the client count the earlier ones written."""
+    from core.client.connection import BrokerConnection
+    from core.protocol import messages as m
+    from core.protocol.records import build_batch
+
+    topic = unique_topic("partner-gap")
+    anyio.run(_admin, seaway_broker, lambda a: a.create_topics([NewTopic(topic, 1, 1)]))
+    host, port = seaway_broker.rsplit(":", 1)
+
+    async def scenario() -> list[int]:
+        conn = await BrokerConnection(host, int(port)).connect()
+        try:
+            init = await conn.send(m.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000,
+                                                           producer_id=-1, producer_epoch=-1), 22)
+            assert init.error_code == 0, init
+            own = init.producer_id
+            partner = own ^ (1 << 32)       # another cluster's range (core/protocol/dr.py)
+
+            async def produce(pid: int, sequence: int) -> int:
+                records = build_batch([(b"k", b"v%d" % sequence, [], 1000)], producer_id=pid,
+                                      producer_epoch=0, base_sequence=sequence)
+                R = m.ProduceRequest
+                answer = await conn.send(R(transactional_id=None, acks=-1, timeout_ms=10000, topic_data=[
+                    R.TopicProduceData(name=topic, partition_data=[R.PartitionProduceData(index=0, records=records)])]),
+                    0)
+                return answer.responses[0].partition_responses[0].error_code
+
+            codes = [await produce(partner, 0), await produce(own, 0),
+                     await produce(partner, 5), await produce(own, 5)]          # a gap: refused
+            promoted = await _admin(seaway_broker, lambda a: a.incremental_alter_configs(
+                {ConfigResource.topic(topic): {UNPLANNED_FROM: "eu-west-1"}}))
+            assert promoted[ConfigResource.topic(topic)] is None, promoted
+            codes += [await produce(partner, 5), await produce(partner, 6),     # skipped: accepted
+                      await produce(own, 5)]                                    # its own: still refused
+            return codes
+        finally:
+            await conn.close()
+
+    codes = anyio.run(scenario)
+    oos = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert codes == [0, 0, oos, oos, 0, 0, oos], codes
+    # Bad input gets the config's name.
+    bad = set_configs(seaway_broker, topic, {UNPLANNED_FROM: "(fenced)"})
+    assert bad is not None and bad.code == ErrorCode.INVALID_CONFIG and UNPLANNED_FROM in str(bad), bad
 
 
 async def _fence(conn, topic: str):

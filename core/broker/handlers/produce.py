@@ -44,7 +44,7 @@ import logging
 from typing import cast
 
 from core.protocol import messages as m
-from core.protocol.dr import DR_EPOCH, REPLICA_OF, copies_into, refusal_error, replica_write_refusal
+from core.protocol.dr import DR_EPOCH, REPLICA_OF, UNPLANNED_FROM, copies_into, refusal_error, replica_write_refusal
 from core.protocol.errors import ErrorCode
 from core.protocol.errors import DecodeError
 from core.protocol.records import (ATTR_TRANSACTIONAL, ATTRIBUTES_AT, InvalidBatch, Record, decode_batch,
@@ -169,7 +169,7 @@ async def _produce_partition(ctx, topic, index: int, records, acks: int = 1, tim
             return _error(index, ErrorCode.CORRUPT_MESSAGE, f"cannot recompress: {exc}")
     result = await partition.append(data, batches, ctx.broker.clock(), acks=acks, timeout_ms=timeout_ms,
                                     admit=admit, verification_guard=guard, require_verification=verify,
-                                    dr_copy=dr_copy)
+                                    dr_copy=dr_copy, strandable=bool(topic.configs.get(UNPLANNED_FROM)))
     if isinstance(result, ErrorCode):
         return _error(index, result)
     if isinstance(result, Refused):
