@@ -8,7 +8,9 @@ on slot k forwards to broker k of a cluster (the cluster's brokers in id order),
 broker connection of its own per cluster, opened when first needed: a connection's
 requests, its SASL exchange included, stay one stream end to end, as if the client spoke to
 the broker. What cluster a request goes to is routing.py's decision, from the view the
-decision record gives (follower.py).
+decision record gives (follower.py). The one exception: a Produce goes to the cluster this
+connection's unanswered Produce requests went to, if any (`_unanswered_produce_cluster`
+says why).
 
 Requests pass through as the bytes the client sent, correlation id and all; a broker
 connection answers in order, so each answer goes to the oldest request waiting on it.
