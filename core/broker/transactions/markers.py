@@ -20,6 +20,13 @@ partitions are grouped by their leader, written, and the ones that failed with a
 error are tried again after a backoff that doubles up to a second, until every partition has
 its marker or is gone (its topic was deleted). A coordinator or producer fence stops the
 round: another coordinator owns the transaction now.
+
+Requests to another broker are combined, as Kafka's channel manager drains its queue per
+broker into one request: one WriteTxnMarkers (and one verifying AddPartitionsToTxn) is in
+flight per broker at a time, and what the other transactions ask for meanwhile goes in the
+next one, together (`_Combiner`). Many producers committing at once then cost the leaders
+one request per round trip instead of one per transaction; one producer alone waits no
+longer than before.
 """
 from __future__ import annotations
 
@@ -94,11 +101,52 @@ async def append_markers(broker: "Broker", producer_id: int, producer_epoch: int
     return results
 
 
+class _Ask:
+    """One transaction's part of a combined request, and its answer once sent."""
+    __slots__ = ("item", "answer")
+
+    def __init__(self, item):
+        self.item = item
+        self.answer = None
+
+
+class _Combiner:
+    """Per broker, one request in flight; what is asked meanwhile waits and goes in the next
+    request, all together. The caller that takes the broker's lock with its own ask still
+    unanswered sends everything queued by then; `send` answers each ask of the batch, and
+    whatever it leaves unanswered (it raised, or its caller was cancelled) gets `failed`."""
+
+    def __init__(self, send, failed):
+        self._send = send
+        self._failed = failed
+        self._queued: dict[int, list[_Ask]] = defaultdict(list)
+        self._locks: dict[int, anyio.Lock] = defaultdict(anyio.Lock)
+
+    async def ask(self, node_id: int, item):
+        mine = _Ask(item)
+        queue = self._queued[node_id]
+        queue.append(mine)
+        async with self._locks[node_id]:
+            if mine.answer is None:
+                batch = list(queue)         # `mine` among them: a holder answers all it takes
+                queue.clear()
+                try:
+                    await self._send(node_id, batch)
+                finally:
+                    for a in batch:
+                        if a.answer is None:
+                            a.answer = self._failed(a.item)
+        return mine.answer
+
+
 class MarkerSender:
     def __init__(self, broker: "Broker"):
         self.broker = broker
         self._connections: dict[int, BrokerConnection] = {}
         self._connecting: dict[int, anyio.Lock] = defaultdict(anyio.Lock)
+        self._markers = _Combiner(self._send_markers,
+                                  lambda item: dict.fromkeys(item[1], E.NOT_LEADER_OR_FOLLOWER))
+        self._verifications = _Combiner(self._send_verifications, lambda item: E.COORDINATOR_NOT_AVAILABLE)
 
     async def send(self, marker: SendMarkers) -> bool:
         """True once every partition has the marker (or is gone); False if fenced."""
@@ -148,54 +196,81 @@ class MarkerSender:
             results.update(await append_markers(self.broker, marker.producer_id, marker.producer_epoch,
                                                 marker.coordinator_epoch, marker.commit, tps, shape))
             return
+        results.update(await self._markers.ask(leader, (marker, tps, shape)))
+
+    async def _send_markers(self, leader: int, batch: list[_Ask]) -> None:
+        """One WriteTxnMarkers with every transaction's markers in `batch` for `leader`; each
+        ask's answer is its partitions' errors."""
         R = m.WriteTxnMarkersRequest
-        by_topic: dict[str, list[int]] = defaultdict(list)
-        for topic, index in tps:
-            by_topic[topic].append(index)
-        request = R(markers=[R.WritableTxnMarker(
-            producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
-            transaction_result=marker.commit, coordinator_epoch=marker.coordinator_epoch,
-            topics=[R.WritableTxnMarkerTopic(name=t, partition_indexes=ix) for t, ix in by_topic.items()],
-            seaway_transaction_start_ms=-1 if shape is None else shape.start_ms,
-            seaway_transaction_topics=[R.SeawayTransactionTopic(name=t, partition_count=n)
-                                       for t, n in ((shape.topics or ()) if shape is not None else ())])])
+        entries = []
+        for ask in batch:
+            marker, tps, shape = ask.item
+            by_topic: dict[str, list[int]] = defaultdict(list)
+            for topic, index in tps:
+                by_topic[topic].append(index)
+            entries.append(R.WritableTxnMarker(
+                producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
+                transaction_result=marker.commit, coordinator_epoch=marker.coordinator_epoch,
+                topics=[R.WritableTxnMarkerTopic(name=t, partition_indexes=ix) for t, ix in by_topic.items()],
+                seaway_transaction_start_ms=-1 if shape is None else shape.start_ms,
+                seaway_transaction_topics=[R.SeawayTransactionTopic(name=t, partition_count=n)
+                                           for t, n in ((shape.topics or ()) if shape is not None else ())]))
         try:
             conn = await self._connection(leader)
-            response = await conn.send(request)
+            response = await conn.send(R(markers=entries))
         except (KafkaError, OSError, anyio.BrokenResourceError, TimeoutError) as exc:
             log.debug("markers to broker %d failed: %s", leader, exc)
             await self._drop(leader)
-            results.update(dict.fromkeys(tps, E.NOT_LEADER_OR_FOLLOWER))
-            return
-        for mr in response.markers:
-            for t in mr.topics:
-                for p in t.partitions:
-                    results[(t.name, p.partition_index)] = E(p.error_code)
-        for tp in tps:
-            results.setdefault(tp, E.UNKNOWN_SERVER_ERROR)
+            return          # each ask is answered as failed (retriable)
+        # The answer lists the markers in the request's order (Kafka's handler keeps it).
+        for ask, result in zip(batch, response.markers):
+            marker, tps, _ = ask.item
+            if result.producer_id != marker.producer_id:
+                break
+            codes = {(t.name, p.partition_index): E(p.error_code) for t in result.topics for p in t.partitions}
+            ask.answer = {tp: codes.get(tp, E.UNKNOWN_SERVER_ERROR) for tp in tps}
+        for ask in batch:
+            if ask.answer is None:
+                ask.answer = dict.fromkeys(ask.item[1], E.UNKNOWN_SERVER_ERROR)
 
     async def verify_remotely(self, node_id: int, transactional_id: str, producer_id: int, producer_epoch: int,
                               tp: TopicPartition) -> E:
-        """AddPartitionsToTxn v4 with VerifyOnly to the coordinator on `node_id` (KIP-890)."""
+        """AddPartitionsToTxn v4 with VerifyOnly to the coordinator on `node_id` (KIP-890),
+        combined with the other verifications waiting for that broker."""
+        return await self._verifications.ask(node_id, (transactional_id, producer_id, producer_epoch, tp))
+
+    async def _send_verifications(self, node_id: int, batch: list[_Ask]) -> None:
         R = m.AddPartitionsToTxnRequest
+        # One entry per transactional id (the request's key): asks for the same id go in
+        # separate requests, each in its turn.
+        first: dict[str, _Ask] = {}
+        for ask in batch:
+            first.setdefault(ask.item[0], ask)
+        now = list(first.values())
+        later = [a for a in batch if first[a.item[0]] is not a]
         request = R(transactions=[R.AddPartitionsToTxnTransaction(
-            transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
-            verify_only=True, topics=[R.AddPartitionsToTxnTopic(name=tp[0], partitions=[tp[1]])])])
+            transactional_id=tid, producer_id=pid, producer_epoch=epoch, verify_only=True,
+            topics=[R.AddPartitionsToTxnTopic(name=tp[0], partitions=[tp[1]])])
+            for tid, pid, epoch, tp in (a.item for a in now)])
         try:
             conn = await self._connection(node_id)
             response = await conn.send(request, version=min(4, conn.version_for(m.ApiKey.ADD_PARTITIONS_TO_TXN)))
         except (KafkaError, OSError, anyio.BrokenResourceError, TimeoutError) as exc:
             log.debug("verification with broker %d failed: %s", node_id, exc)
             await self._drop(node_id)
-            return E.COORDINATOR_NOT_AVAILABLE
-        if response.error_code:
-            return E(response.error_code)
-        for txn in response.results_by_transaction:
-            for topic in txn.topic_results:
-                for p in topic.results_by_partition:
-                    if (topic.name, p.partition_index) == tp:
-                        return E(p.partition_error_code)
-        return E.UNKNOWN_SERVER_ERROR
+            return
+        by_id = {txn.transactional_id: txn for txn in response.results_by_transaction}
+        for ask in now:
+            tid, _, _, tp = ask.item
+            if response.error_code:
+                ask.answer = E(response.error_code)
+                continue
+            txn = by_id.get(tid)
+            codes = {(t.name, p.partition_index): p.partition_error_code
+                     for t in (txn.topic_results if txn is not None else ()) for p in t.results_by_partition}
+            ask.answer = E(codes[tp]) if tp in codes else E.UNKNOWN_SERVER_ERROR
+        if later:
+            await self._send_verifications(node_id, later)
 
     async def _connection(self, node_id: int) -> BrokerConnection:
         async with self._connecting[node_id]:
