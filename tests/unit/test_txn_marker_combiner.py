@@ -142,3 +142,22 @@ def test_every_ask_is_answered_once_whatever_the_interleaving(asks):
         assert sorted(sent) == list(range(asks))
         assert all(answers[item][0] == item for item in answers)
     run(test)
+
+
+def test_a_combined_request_is_handled_side_by_side_and_answered_in_its_order():
+    """The leader's side (core/broker/handlers/txn_common.py): a transaction that waits (for
+    its ISR, for its coordinator) does not hold up the others of the request, and the answer
+    lists them in the request's order."""
+    from core.broker.handlers.txn_common import side_by_side
+
+    async def test():
+        finished = []
+
+        async def handle(item):
+            await anyio.sleep(item)
+            finished.append(item)
+            return item * 10
+        assert await side_by_side([0.3, 0.0, 0.1], handle) == [3.0, 0.0, 1.0]
+        assert finished == [0.0, 0.1, 0.3]
+        assert await side_by_side([0.0], handle) == [0.0]
+    run(test)

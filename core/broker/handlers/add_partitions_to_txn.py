@@ -16,14 +16,12 @@ PRODUCER_FENCED is INVALID_PRODUCER_EPOCH below v2.
 """
 from __future__ import annotations
 
-import anyio
-
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 from ..transactions.events import AddPartitions, AddResult
-from .txn_common import for_version
+from .txn_common import for_version, side_by_side
 
 R = m.AddPartitionsToTxnResponse
 VERSIONS = (0, 4)
@@ -72,24 +70,13 @@ async def handle(ctx, req):
         return R(throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(codes))
     if not ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
         return R(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results_by_transaction=[])
-    results: list = [None] * len(req.transactions)
-
-    async def add(k: int, txn) -> None:
+    async def add(txn) -> "R.AddPartitionsToTxnResult":
         tps = _partitions(txn.topics)
         codes = await _add(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, tps, txn.verify_only,
                            not txn.verify_only)
-        results[k] = R.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
-                                                topic_results=_topic_results(codes))
+        return R.AddPartitionsToTxnResult(transactional_id=txn.transactional_id, topic_results=_topic_results(codes))
 
-    # The transactions of one request (a leader combines its verifications) are independent:
-    # one waiting at the coordinator (its previous transaction is completing) holds up no other.
-    if len(req.transactions) == 1:
-        await add(0, req.transactions[0])
-    else:
-        async with anyio.create_task_group() as tg:
-            for k, txn in enumerate(req.transactions):
-                tg.start_soon(add, k, txn)
-    return R(throttle_time_ms=0, error_code=0, results_by_transaction=results)
+    return R(throttle_time_ms=0, error_code=0, results_by_transaction=await side_by_side(req.transactions, add))
 
 
 handle.VERSIONS = VERSIONS  # type: ignore[attr-defined]

@@ -16,14 +16,13 @@ partition count per topic, which the marker's value then carries after Kafka's f
 """
 from __future__ import annotations
 
-import anyio
-
 from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.protocol.txn_markers import TxnShape
 from core.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 from ..transactions.markers import append_markers
+from .txn_common import side_by_side
 
 R = m.WriteTxnMarkersResponse
 
@@ -50,26 +49,17 @@ def _shape(marker) -> TxnShape | None:
 async def handle(ctx, req):
     allowed = ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=False) \
         or ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
-    out: list = [None] * len(req.markers)
-
-    async def write(k: int, marker) -> None:
+    async def write(marker) -> "R.WritableTxnMarkerResult":
         tps = [(t.name, i) for t in marker.topics for i in t.partition_indexes]
         if not allowed:
             codes = dict.fromkeys(tps, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         else:
             codes = await append_markers(ctx.broker, marker.producer_id, marker.producer_epoch,
                                          marker.coordinator_epoch, marker.transaction_result, tps, _shape(marker))
-        out[k] = _result(marker.producer_id, codes)
+        return _result(marker.producer_id, codes)
 
-    # The markers of several transactions (a coordinator combines them) are appended and
-    # replicated side by side, not one after another's ISR; the answer keeps their order.
-    if len(req.markers) == 1:
-        await write(0, req.markers[0])
-    else:
-        async with anyio.create_task_group() as tg:
-            for k, marker in enumerate(req.markers):
-                tg.start_soon(write, k, marker)
-    return R(markers=out)
+    # Markers are appended and replicated side by side, not one after another's ISR.
+    return R(markers=await side_by_side(req.markers, write))
 
 
 HANDLES = {m.ApiKey.WRITE_TXN_MARKERS: handle}
