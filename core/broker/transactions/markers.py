@@ -259,12 +259,12 @@ class MarkerSender:
             log.debug("verification with broker %d failed: %s", node_id, exc)
             await self._drop(node_id)
             return
-        by_id = {txn.transactional_id: txn for txn in response.results_by_transaction}
-        for ask in now:
-            tid, _, _, tp = ask.item
-            if response.error_code:
+        if response.error_code:
+            for ask in now:
                 ask.answer = E(response.error_code)
-                continue
+        by_id = {txn.transactional_id: txn for txn in response.results_by_transaction}
+        for ask in (a for a in now if a.answer is None):
+            tid, _, _, tp = ask.item
             txn = by_id.get(tid)
             codes = {(t.name, p.partition_index): p.partition_error_code
                      for t in (txn.topic_results if txn is not None else ()) for p in t.results_by_partition}
