@@ -15,6 +15,7 @@ anything is allocated, so a hostile frame can never make us allocate more than i
 """
 from __future__ import annotations
 
+import operator
 import struct
 from typing import Any, Callable, Literal, Sequence, TypeAlias, cast, overload
 
@@ -78,10 +79,15 @@ class Message:
     _fields: tuple[str, ...] = ()
     unknown_tags: dict[int, bytes] | None   # a slot of every generated class
 
+    @staticmethod
+    def _values(message: "Message") -> tuple:   # each class's own: operator.attrgetter of its fields
+        return ()
+
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Message) or type(other) is not type(self):
+        if type(other) is not type(self):
             return NotImplemented
-        return (all(getattr(self, f) == getattr(other, f) for f in self._fields)
+        # Encoders compare tagged struct fields with their defaults, for every message sent.
+        return (self._values(self) == other._values(other)   # type: ignore[attr-defined]
                 and (self.unknown_tags or None) == (other.unknown_tags or None))
 
     def __repr__(self) -> str:
@@ -317,14 +323,18 @@ def build_classes(spec: MessageSpec) -> type[Message]:
         # type() makes a Message subclass, which its signature cannot say.
         s.cls = cast("type[Message]", type(
             s.name, (Message,), {"__slots__": attrs + ("unknown_tags",), "_fields": attrs,
+                                 **({"_values": operator.attrgetter(*attrs)} if attrs else {}),
                                  "__module__": "core.protocol.messages"}))
     for s in structs:
         ns: dict[str, Any] = {"_MISSING": _MISSING}
         params, body = [], []
-        for i, f in enumerate(s.fields):
-            ns[f"_f{i}"] = f
+        def const(value: object) -> str:
+            name = f"_d{len(ns)}"
+            ns[name] = value
+            return name
+        for f in s.fields:
             params.append(f"{f.attr}=_MISSING")
-            body.append(f"    self.{f.attr} = _f{i}.default_value() if {f.attr} is _MISSING else {f.attr}")
+            body.append(f"    self.{f.attr} = {default_source(f, const)} if {f.attr} is _MISSING else {f.attr}")
         params.append("unknown_tags=None")
         body.append("    self.unknown_tags = unknown_tags")
         src = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body) + "\n"
@@ -338,6 +348,18 @@ def build_classes(spec: MessageSpec) -> type[Message]:
 
 
 _MISSING = object()
+
+
+def default_source(f: Field, const: Callable[[object], str]) -> str:
+    """Source of an expression for a fresh default of `f` (what `Field.default_value`
+    returns), with no call where the default cannot be changed: constructing and decoding a
+    message sets every field left out, a few hundred per transaction on a node.
+    `const(value)` names a value in the generated code's namespace."""
+    if f.is_array:
+        return "None" if f.has_default and f.default is None else "[]"
+    if f.struct is not None:
+        return "None" if f.has_default and f.default is None else f"{const(f.struct.cls)}()"
+    return const(f.default_value())
 
 # What _Gen compiles for one (message, version): decode(buffer, position) -> (object, end) and
 # encode(object, writer).
@@ -449,7 +471,7 @@ class _Gen:
         tagged = []
         for f in s.fields:
             if self.version not in f.versions or (f.tag is not None and self.flexible):
-                L.append(f"    o.{f.attr} = {self.const(f)}.default_value()")
+                L.append(f"    o.{f.attr} = {default_source(f, self.const)}")
                 if self.version in f.versions:
                     tagged.append(f)
                 continue
