@@ -364,26 +364,26 @@ class Log:
         segs = self._segments
         for i in range(self._segment_index(offset), len(segs)):
             seg = segs[i]
-            found = seg.find_batch(offset)
+            found = seg.locate(offset)
             if found is None:
                 continue   # offset lies past this segment's data: a gap, or its very end
-            pos, first = found
-            if first.base_offset + first.last_offset_delta >= limit:
+            pos, first_base, first_last, first_size = found
+            if first_last >= limit:
                 return empty
             if limit >= (segs[i + 1].base_offset if i + 1 < len(segs) else leo):
                 end = seg.size
             else:
                 end = seg.position_of(limit)
-            budget = max(max_bytes, first.size) if min_one_batch else max_bytes
+            budget = max(max_bytes, first_size) if min_one_batch else max_bytes
             n = min(end - pos, budget)
-            if n < first.size:
+            if n < first_size:
                 return empty
             data = seg.read(pos, n)
             whole, last_pos = _whole_batches(data)
             next_offset = (_BASE_OFFSET.unpack_from(data, last_pos)[0]
                            + _LENGTH.unpack_from(data, last_pos + LAST_OFFSET_DELTA_AT)[0] + 1)
             return ReadResult(data if whole == len(data) else memoryview(data)[:whole],
-                              first.base_offset, next_offset)
+                              first_base, next_offset)
         return empty
 
     def _segment_index(self, offset: int) -> int:

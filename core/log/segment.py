@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 SCAN_CHUNK = 16 * 1024      # header walks: one pread covers many small batches
 RECOVER_CHUNK = 1 << 20     # CRC recovery reads whole batches, so read big
+TAIL_BATCHES = 64           # recent batches a segment finds without its index (Segment._tail)
 
 _OFFSET_ENTRY = OffsetIndex.ENTRY
 _TIME_ENTRY = TimeIndex.ENTRY
@@ -133,6 +134,10 @@ class Segment:
         self._max_ts = -1
         self._offset_of_max = -1       # last offset of the batch holding _max_ts
         self._bytes_since_index = 0
+        # The last batches appended: base offset -> (position, size, last offset). Followers
+        # and caught-up consumers read from where a recent batch starts, and find it here
+        # without the index search and the walk of batch headers from disk.
+        self._tail: dict[int, tuple[int, int, int]] = {}
 
     @classmethod
     def create(cls, directory: Path, base_offset: int, index_interval: int, now: int) -> "Segment":
@@ -232,6 +237,7 @@ class Segment:
         With verify_crc every batch's CRC32C is checked (crash recovery); without, only the
         framing and offset order. Returns the number of bytes cut off the end.
         """
+        self._tail = {}
         tracker = _Tracker(self.base_offset, self.index_interval, 0, -1, -1, -1)
         next_offset = self.base_offset
         end = 0
@@ -290,10 +296,13 @@ class Segment:
         start = self.size
         offset = first_offset
         last = next_offset - 1
+        appended = []
         for b in batches:
-            last = (b.base_offset if offset is None else offset) + b.last_offset_delta
+            base = b.base_offset if offset is None else offset
+            last = base + b.last_offset_delta
             tracker.add(start + b.position, last,
                         b.max_timestamp if append_time is None else append_time, b.size)
+            appended.append((base, (start + b.position, b.size, last)))
             if offset is not None:
                 offset = last + 1
         entries = len(self.index), len(self.time_index)
@@ -310,6 +319,10 @@ class Segment:
         self._next_offset = last + 1
         self._max_ts, self._offset_of_max = tracker.max_ts, tracker.offset_of_max
         self._bytes_since_index = tracker.bytes_since
+        tail = self._tail
+        tail.update(appended)
+        if len(tail) > 2 * TAIL_BATCHES:
+            self._tail = dict(list(tail.items())[-TAIL_BATCHES:])
 
     def _undo_append(self, size: int, index_entries: int, time_entries: int) -> None:
         """Best effort: cut the files back to where a failed append found them, so nothing
@@ -364,6 +377,7 @@ class Segment:
             return 0
         pos = found[0]
         removed = self.size - pos
+        self._tail = {}
         with self._lock:
             os.ftruncate(self.fd, pos)
             self.size = pos
@@ -403,6 +417,7 @@ class Segment:
                 or self.index.dirty or self.time_index.dirty or self.txn_index.dirty)
 
     def close(self) -> None:
+        self._tail = {}
         with self._lock:
             if self.fd >= 0:
                 os.close(self.fd)
@@ -431,8 +446,23 @@ class Segment:
             lambda: self.index.lookup(offset - base),
             lambda info: info.base_offset + info.last_offset_delta >= offset)
 
+    def locate(self, offset: int) -> tuple[int, int, int, int] | None:
+        """(position, base offset, last offset, size) of the first batch whose last offset is
+        >= offset, as find_batch, from the recent batches when one starts at `offset`."""
+        hit = self._tail.get(offset)
+        if hit is not None:
+            return hit[0], offset, hit[2], hit[1]
+        found = self.find_batch(offset)
+        if found is None:
+            return None
+        pos, info = found
+        return pos, info.base_offset, info.base_offset + info.last_offset_delta, info.size
+
     def position_of(self, offset: int) -> int:
         """File position of the first batch whose last offset is >= offset (or the size)."""
+        hit = self._tail.get(offset)
+        if hit is not None:
+            return hit[0]
         found = self.find_batch(offset)
         return self.size if found is None else found[0]
 

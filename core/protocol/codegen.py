@@ -80,14 +80,15 @@ class Message:
     unknown_tags: dict[int, bytes] | None   # a slot of every generated class
 
     @staticmethod
-    def _values(message: "Message") -> tuple:   # each class's own: operator.attrgetter of its fields
+    def _values(message: "Message") -> tuple[object, ...]:
+        """Each generated class has its own: operator.attrgetter of its fields."""
         return ()
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
         # Encoders compare tagged struct fields with their defaults, for every message sent.
-        return (self._values(self) == other._values(other)   # type: ignore[attr-defined]
+        return (self._values(self) == other._values(other)
                 and (self.unknown_tags or None) == (other.unknown_tags or None))
 
     def __repr__(self) -> str:

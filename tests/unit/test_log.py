@@ -262,6 +262,29 @@ def test_truncate_to(tmp_path):
     assert read_everything(log) == [expected[b] for b in bases[:3]]
 
 
+def test_reads_from_recent_batches_follow_a_truncation_and_a_different_append(tmp_path):
+    """A follower reads where recent batches start (a segment finds those without its index);
+    after a truncation, new batches of other sizes at the same offsets are what it reads,
+    and batches long past the recent ones are still found through the index."""
+    clock = Clock()
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=1 << 20, index_interval_bytes=200), clock=clock)
+    expected = fill(log, 300, ts0=clock.now)    # one segment: no roll for its age
+    bases = sorted(expected)
+    assert all(bytes(log.read(b, 1).data) == expected[b] for b in bases)   # old and recent
+    log.truncate_to(bases[-3])
+    # One batch where there were three: the old batches' offsets now fall inside it.
+    span = bases[-1] + 4 - bases[-3]
+    data = stored(batch(n=span, size=50, ts=clock.now, tag=200), bases[-3])
+    log.append(data, assign_offsets=False)
+    assert len(log.segments) == 1
+    for base in bases[-3:]:
+        assert bytes(log.read(base, 1).data) == data
+    after = stored(batch(n=1, size=400, ts=clock.now, tag=201), bases[-3] + span)
+    log.append(after, assign_offsets=False)
+    assert bytes(log.read(bases[-3] + span, 1).data) == after
+    assert bytes(log.read(bases[5], 1).data) == expected[bases[5]]
+
+
 def test_truncate_below_log_start_starts_over(tmp_path):
     log = Log.open(tmp_path / "t-0", CONFIG)
     fill(log, 30)
