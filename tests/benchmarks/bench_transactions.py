@@ -12,7 +12,10 @@ min.insync.replicas=2, confluent-kafka clients on the same 2 cores:
   from one transactional producer committing every 100 records (the issue's target: at least
   0.7 of the idempotent figure); the median of --repeat runs each. With --producers P, P of
   each kind at once, N in all; the clock starts when every producer is set up and has
-  written its first record (or transaction), so that setting up is not what is measured;
+  written its first record (or transaction), so that setting up is not what is measured.
+  Each idempotent run is followed by a transactional one: the ratio of each pair is printed
+  beside the ratio of the medians, and so is the nodes' CPU (user and system, /proc) per 100
+  records of each run, the cost that does not depend on how busy the machine is;
 - commit latency: transactions of one record, begin to commit_transaction() returning,
   p50/p99/max over --commits transactions;
 - coordinator recovery: kill -9 the node leading the transactional id's __transaction_state
@@ -23,6 +26,7 @@ min.insync.replicas=2, confluent-kafka clients on the same 2 cores:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import threading
 import sys
@@ -109,6 +113,17 @@ def concurrent(run, bootstrap: str, topic: str, n: int, producers: int, *args) -
     return share * producers * len(VALUE) / (time.perf_counter() - start) / 1e6
 
 
+def nodes_cpu(pids: list[int]) -> tuple[float, float]:
+    """The nodes' user and system CPU seconds so far (from /proc: every thread)."""
+    user = system = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        user += int(fields[11]) / tick
+        system += int(fields[12]) / tick
+    return user, system
+
+
 def commit_latencies(bootstrap: str, topic: str, count: int) -> list[float]:
     p = Producer(dict(BASE, **{"bootstrap.servers": bootstrap, "transactional.id": f"lat-{uuid.uuid4().hex[:6]}",
                                "linger.ms": 0}))
@@ -169,10 +184,17 @@ def main(argv=None) -> int:
         while len(admin.list_topics(timeout=5).brokers) < 3 and time.monotonic() < deadline:
             time.sleep(0.2)
         idem, txn = [], []
+        cpu: dict[str, list[tuple[float, float]]] = {"idempotent": [], "transactional": []}
+        pids = [n.proc.pid for n in cluster.nodes.values()]
         for _ in range(args.repeat):
+            before = nodes_cpu(pids)
             idem.append(concurrent(idempotent_run, cluster.bootstrap, _topic(admin), args.n, args.producers))
+            middle = nodes_cpu(pids)
             txn.append(concurrent(transactional_run, cluster.bootstrap, _topic(admin), args.n, args.producers,
                                   args.per_txn))
+            after = nodes_cpu(pids)
+            for kind, (a, b) in (("idempotent", (before, middle)), ("transactional", (middle, after))):
+                cpu[kind].append(tuple((y - x) * 1000 / (args.n / 100) for x, y in zip(a, b)))
         lat = sorted(commit_latencies(cluster.bootstrap, _topic(admin), args.commits))
         recovery, killed = coordinator_recovery(cluster, admin, _topic(admin))
     i, t = statistics.median(idem), statistics.median(txn)
@@ -181,7 +203,10 @@ def main(argv=None) -> int:
     print(f"  idempotent     {i:7.1f} MB/s  (runs {', '.join(f'{x:.1f}' for x in idem)})")
     print(f"  transactional  {t:7.1f} MB/s  (runs {', '.join(f'{x:.1f}' for x in txn)}), "
           f"{args.per_txn} records per transaction")
-    print(f"  ratio          {t / i:7.2f}")
+    print(f"  ratio          {t / i:7.2f}  (each run's pair: {', '.join(f'{b / a:.2f}' for a, b in zip(idem, txn))})")
+    for kind, runs in cpu.items():
+        print(f"  nodes' CPU per 100 records, {kind:13s} user + system: "
+              + ", ".join(f"{u:.2f} + {sy:.2f} ms" for u, sy in runs))
     print(f"commit latency, 1 record per transaction, {len(lat)} transactions: "
           f"p50 {lat[len(lat) // 2]:.1f} ms, p99 {lat[int(len(lat) * 0.99) - 1]:.1f} ms, max {lat[-1]:.1f} ms")
     print(f"coordinator recovery: node {killed} killed -9; a new producer committed {recovery:.1f} s later")
