@@ -177,6 +177,8 @@ class Connection:
                     data = await self.stream.receive(RECEIVE_SIZE)
                 finally:
                     self._waiting = False
+                if self._scope.cancel_called:
+                    return   # closed as the bytes came: no request starts in a cancelled scope
                 self._last_active = loop.time()
             except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
                 if reader.pending:
