@@ -12,7 +12,6 @@ own work: receiving, decoding, dispatching, answering and writing, whatever the 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -26,11 +25,7 @@ import anyio  # noqa: E402
 from core.client.connection import BrokerConnection  # noqa: E402
 from core.protocol import messages as m  # noqa: E402
 from tests.support.node import SeawayNode  # noqa: E402
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from tests.support.procstat import cpu_seconds  # noqa: E402
 
 
 async def one_run(bootstrap: str, pid: int, n: int, in_flight: int) -> tuple[float, float]:

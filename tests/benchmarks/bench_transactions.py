@@ -26,7 +26,6 @@ min.insync.replicas=2, confluent-kafka clients on the same 2 cores:
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import threading
 import sys
@@ -42,6 +41,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from core.broker.groups.storage import partition_for  # noqa: E402
 from tests.support.cluster import KRaftCluster  # noqa: E402
+from tests.support.procstat import cpu_user_system  # noqa: E402
 
 VALUE = b"x" * 1024
 BASE = {"acks": "all", "linger.ms": 5, "batch.size": 1 << 20, "log_level": 3,
@@ -114,14 +114,9 @@ def concurrent(run, bootstrap: str, topic: str, n: int, producers: int, *args) -
 
 
 def nodes_cpu(pids: list[int]) -> tuple[float, float]:
-    """The nodes' user and system CPU seconds so far (from /proc: every thread)."""
-    user = system = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        user += int(fields[11]) / tick
-        system += int(fields[12]) / tick
-    return user, system
+    """The nodes' user and system CPU seconds so far, all of them together."""
+    both = [cpu_user_system(pid) for pid in pids]
+    return sum(u for u, _ in both), sum(s for _, s in both)
 
 
 def commit_latencies(bootstrap: str, topic: str, count: int) -> list[float]:

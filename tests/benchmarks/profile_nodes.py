@@ -36,6 +36,7 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from tests.benchmarks.bench_transactions import _topic, concurrent, idempotent_run, transactional_run  # noqa: E402
 from tests.support.cluster import KRaftCluster  # noqa: E402
+from tests.support.procstat import cpu_seconds  # noqa: E402
 
 # (what a stack is counted as, a pattern it contains); the first that matches wins
 CATEGORIES = [
@@ -51,11 +52,6 @@ CATEGORIES = [
     ("coordinator task: {0}", r"(TxnManager\.\w+|MarkerSender\.\w+)"),
     ("background: {0}", r"core/broker/handlers/(\w+)\.py"),
 ]
-
-
-def node_cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
 
 
 def categorise(stacks: list[tuple[str, int]]) -> collections.Counter:
@@ -77,7 +73,7 @@ def main(argv=None) -> int:
     ap.add_argument("--producers", type=int, default=16)
     ap.add_argument("--n", type=int, default=200_000, help="records in all")
     ap.add_argument("--idempotent", action="store_true", help="idempotent producers instead")
-    ap.add_argument("--seconds", type=float, default=6, help="how long py-spy samples")
+    ap.add_argument("--seconds", type=int, default=6, help="how long py-spy samples (whole seconds)")
     ap.add_argument("--keep", type=Path, help="a directory for py-spy's raw stacks, one file per node")
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args(argv)
@@ -97,7 +93,7 @@ def main(argv=None) -> int:
         def load() -> None:
             result["MB/s"] = concurrent(run[0], cluster.bootstrap, topic, args.n, args.producers, *extra)
         pids = {i: n.proc.pid for i, n in cluster.nodes.items()}
-        before = {i: node_cpu_ticks(p) for i, p in pids.items()}
+        before = {i: cpu_seconds(p) for i, p in pids.items()}
         worker = threading.Thread(target=load)
         worker.start()
         time.sleep(2)   # the producers set up and run
@@ -108,7 +104,7 @@ def main(argv=None) -> int:
         for spy in spies:
             spy.wait()
         worker.join()
-        after = {i: node_cpu_ticks(p) for i, p in pids.items()}
+        after = {i: cpu_seconds(p) for i, p in pids.items()}
     stacks = []
     for f in sorted(out.glob("node*.txt")):
         for line in f.read_text().splitlines():
@@ -118,10 +114,10 @@ def main(argv=None) -> int:
     if not total:
         print(f"py-spy took no samples (is it installed, may it attach?); see {out}", file=sys.stderr)
         return 1
-    ticks = sum(after.values()) - sum(before.values())
+    used = sum(after.values()) - sum(before.values())
     kind = "idempotent" if args.idempotent else "transactional, 100 records per transaction"
     print(f"{args.producers} producer(s), {kind}, {args.n} records of 1 KiB: {result['MB/s']:.1f} MB/s")
-    print(f"node CPU (3 nodes, whole run): {ticks / 100:.1f} s, {ticks * 10 / (args.n / 100):.2f} ms per 100 records")
+    print(f"node CPU (3 nodes, whole run): {used:.1f} s, {used * 1000 / (args.n / 100):.2f} ms per 100 records")
     print(f"where it goes ({total} samples with the GIL held, raw stacks in {out}):")
     for name, n in categorise(stacks).most_common(args.top):
         print(f"  {100 * n / total:5.1f}%  {name}")

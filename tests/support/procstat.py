@@ -8,10 +8,15 @@ from pathlib import Path
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def cpu_user_system(pid: int) -> tuple[float, float]:
+    """User and system CPU time the process has used so far, every thread (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / TICKS, int(fields[12]) / TICKS     # utime, stime
+
+
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU time the process has used so far (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS     # utime, stime
+    return sum(cpu_user_system(pid))
 
 
 def rss_bytes(pid: int) -> int:
