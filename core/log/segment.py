@@ -134,10 +134,10 @@ class Segment:
         self._max_ts = -1
         self._offset_of_max = -1       # last offset of the batch holding _max_ts
         self._bytes_since_index = 0
-        # The last batches appended: base offset -> (position, size, last offset). Followers
-        # and caught-up consumers read from where a recent batch starts, and find it here
-        # without the index search and the walk of batch headers from disk.
-        self._tail: dict[int, tuple[int, int, int]] = {}
+        # The last batches appended: base offset -> what `locate` answers for it. Followers and
+        # caught-up consumers read from where a recent batch starts, and find it here without
+        # the index search and the walk of batch headers from disk.
+        self._tail: dict[int, tuple[int, int, int, int]] = {}
 
     @classmethod
     def create(cls, directory: Path, base_offset: int, index_interval: int, now: int) -> "Segment":
@@ -302,7 +302,7 @@ class Segment:
             last = base + b.last_offset_delta
             tracker.add(start + b.position, last,
                         b.max_timestamp if append_time is None else append_time, b.size)
-            appended.append((base, (start + b.position, b.size, last)))
+            appended.append((base, (start + b.position, base, last, b.size)))
             if offset is not None:
                 offset = last + 1
         entries = len(self.index), len(self.time_index)
@@ -451,7 +451,7 @@ class Segment:
         >= offset, as find_batch, from the recent batches when one starts at `offset`."""
         hit = self._tail.get(offset)
         if hit is not None:
-            return hit[0], offset, hit[2], hit[1]
+            return hit
         found = self.find_batch(offset)
         if found is None:
             return None

@@ -352,15 +352,18 @@ _MISSING = object()
 
 
 def default_source(f: Field, const: Callable[[object], str]) -> str:
-    """Source of an expression for a fresh default of `f` (what `Field.default_value`
-    returns), with no call where the default cannot be changed: constructing and decoding a
-    message sets every field left out, a few hundred per transaction on a node.
-    `const(value)` names a value in the generated code's namespace."""
-    if f.is_array:
-        return "None" if f.has_default and f.default is None else "[]"
-    if f.struct is not None:
-        return "None" if f.has_default and f.default is None else f"{const(f.struct.cls)}()"
-    return const(f.default_value())
+    """Source of an expression for a fresh default of `f`, the value `Field.default_value`
+    gives, with no call where that value cannot be changed: constructing and decoding a
+    message sets every field left out, a few hundred per transaction on a node. A list or a
+    struct must be made anew each time. `const(value)` names a value in the generated code's
+    namespace."""
+    value = f.default_value()
+    if isinstance(value, list):
+        assert not value   # default_value's fresh empty list
+        return "[]"
+    if isinstance(value, Message):
+        return f"{const(type(value))}()"
+    return const(value)
 
 # What _Gen compiles for one (message, version): decode(buffer, position) -> (object, end) and
 # encode(object, writer).
