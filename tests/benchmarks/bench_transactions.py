@@ -15,7 +15,9 @@ min.insync.replicas=2, confluent-kafka clients on the same 2 cores:
   written its first record (or transaction), so that setting up is not what is measured.
   Each idempotent run is followed by a transactional one: the ratio of each pair is printed
   beside the ratio of the medians, and so is the nodes' CPU (user and system, /proc) per 100
-  records of each run, the cost that does not depend on how busy the machine is;
+  records of each run, the cost that does not depend on how busy the machine is, and the
+  clients' (this process's CPU: the producers share the 2 cores with the nodes, so what they
+  spend bounds the throughput too);
 - commit latency: transactions of one record, begin to commit_transaction() returning,
   p50/p99/max over --commits transactions;
 - coordinator recovery: kill -9 the node leading the transactional id's __transaction_state
@@ -180,14 +182,17 @@ def main(argv=None) -> int:
             time.sleep(0.2)
         idem, txn = [], []
         cpu: dict[str, list[tuple[float, float]]] = {"idempotent": [], "transactional": []}
+        clients: dict[str, list[float]] = {"idempotent": [], "transactional": []}
         pids = [n.proc.pid for n in cluster.nodes.values()]
         for _ in range(args.repeat):
-            before = nodes_cpu(pids)
+            before, c0 = nodes_cpu(pids), time.process_time()
             idem.append(concurrent(idempotent_run, cluster.bootstrap, _topic(admin), args.n, args.producers))
-            middle = nodes_cpu(pids)
+            middle, c1 = nodes_cpu(pids), time.process_time()
             txn.append(concurrent(transactional_run, cluster.bootstrap, _topic(admin), args.n, args.producers,
                                   args.per_txn))
-            after = nodes_cpu(pids)
+            after, c2 = nodes_cpu(pids), time.process_time()
+            clients["idempotent"].append((c1 - c0) * 1000 / (args.n / 100))
+            clients["transactional"].append((c2 - c1) * 1000 / (args.n / 100))
             for kind, (a, b) in (("idempotent", (before, middle)), ("transactional", (middle, after))):
                 cpu[kind].append(tuple((y - x) * 1000 / (args.n / 100) for x, y in zip(a, b)))
         lat = sorted(commit_latencies(cluster.bootstrap, _topic(admin), args.commits))
@@ -202,6 +207,9 @@ def main(argv=None) -> int:
     for kind, runs in cpu.items():
         print(f"  nodes' CPU per 100 records, {kind:13s} user + system: "
               + ", ".join(f"{u:.2f} + {sy:.2f} ms" for u, sy in runs))
+    for kind, spent in clients.items():
+        print(f"  clients' CPU per 100 records, {kind:13s} (this process, librdkafka's threads too): "
+              + ", ".join(f"{c:.2f} ms" for c in spent))
     print(f"commit latency, 1 record per transaction, {len(lat)} transactions: "
           f"p50 {lat[len(lat) // 2]:.1f} ms, p99 {lat[int(len(lat) * 0.99) - 1]:.1f} ms, max {lat[-1]:.1f} ms")
     print(f"coordinator recovery: node {killed} killed -9; a new producer committed {recovery:.1f} s later")

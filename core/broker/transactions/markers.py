@@ -30,6 +30,7 @@ longer than before.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import defaultdict
 from typing import TYPE_CHECKING, Iterable
@@ -120,7 +121,7 @@ class _Combiner:
         self._send = send
         self._failed = failed
         self._queued: dict[int, list[_Ask]] = defaultdict(list)
-        self._locks: dict[int, anyio.Lock] = defaultdict(lambda: anyio.Lock(fast_acquire=True))
+        self._locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)   # as Partition's lock
 
     async def ask(self, node_id: int, item):
         mine = _Ask(item)
@@ -143,7 +144,7 @@ class MarkerSender:
     def __init__(self, broker: "Broker"):
         self.broker = broker
         self._connections: dict[int, BrokerConnection] = {}
-        self._connecting: dict[int, anyio.Lock] = defaultdict(lambda: anyio.Lock(fast_acquire=True))
+        self._connecting: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._markers = _Combiner(self._send_markers,
                                   lambda item: dict.fromkeys(item[1], E.NOT_LEADER_OR_FOLLOWER))
         self._verifications = _Combiner(self._send_verifications, lambda item: E.COORDINATOR_NOT_AVAILABLE)
