@@ -240,6 +240,49 @@ def test_strings_are_capped_at_32767_bytes_in_every_version():
         codec.decode(3, frame)
 
 
+@pytest.mark.parametrize("size", [0, 1, 125, 126, 127, 128, 300])
+def test_compact_lengths_either_side_of_one_byte(size):
+    """Flexible versions read and write a one-byte compact length (up to 126 bytes or
+    elements) in line and longer ones through the helpers (codegen.py, "Short lengths
+    inline"): both sides round-trip, with the length Kafka writes (N + 1 as an unsigned
+    varint), counting a string's UTF-8 bytes, not its characters."""
+    name = "é" * (size // 2) + "x" * (size % 2)          # é is 2 bytes of UTF-8
+    av = messages.API[18].request
+    msg = messages.ApiVersionsRequest(client_software_name=name, client_software_version="1")
+    assert av.encode(3, msg) == uvarint_bytes(size + 1) + name.encode() + h("02 31 00")
+    assert av.decode(3, av.encode(3, msg)) == msg
+    dg = messages.API[15].request
+    groups = messages.DescribeGroupsRequest(groups=[f"g{i}" for i in range(size)], include_authorized_operations=True)
+    assert dg.encode(5, groups).startswith(uvarint_bytes(size + 1) + (b"\x03g0" if size else b"\x01"))
+    assert dg.decode(5, dg.encode(5, groups)) == groups
+    sasl = messages.API[36].request
+    auth = messages.SaslAuthenticateRequest(auth_bytes=bytes(range(256))[:size] + b"\x00" * max(0, size - 256))
+    assert sasl.encode(2, auth) == uvarint_bytes(size + 1) + auth.auth_bytes + b"\x00"
+    assert sasl.decode(2, sasl.encode(2, auth)) == auth
+
+
+@pytest.mark.parametrize("frame,message", [
+    (h("03 ff fe 02 31 00"), "not valid UTF-8"),          # a one-byte length, bytes that are not UTF-8
+    (h("0b 61 62 63"), "runs past the end"),             # claims 10 bytes, holds 3
+    (h("00 02 31 00"), "null but not nullable"),         # a null client_software_name
+    (uvarint_bytes(201) + b"\xff" * 200 + h("02 31 00"), "not valid UTF-8"),   # the same, 200 bytes
+])
+def test_bad_compact_strings_are_decode_errors_on_both_paths(frame, message):
+    with pytest.raises(DecodeError, match=message):
+        messages.API[18].request.decode(3, frame)
+
+
+def test_a_nullable_compact_string_and_a_short_array_that_claims_too_much():
+    produce = messages.API[0].request
+    req = messages.ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[])
+    assert produce.encode(9, req) == h("00 ff ff 00 00 03 e8 01 00")
+    assert produce.decode(9, produce.encode(9, req)) == req
+    with pytest.raises(DecodeError):          # 100 groups claimed, 2 bytes there
+        messages.API[15].request.decode(5, h("65 02 61"))
+    with pytest.raises(DecodeError, match="null but not nullable"):   # groups may not be null
+        messages.API[15].request.decode(5, h("00 01 00"))
+
+
 # --------------------------------------------------------------------------- KRaft shapes
 # The KRaft RPCs and the metadata records use shapes the client APIs barely did: arrays of
 # uuids (plain and tagged), tagged int8s, nullable tagged arrays (null = "unchanged"), tagged
