@@ -12,7 +12,7 @@ api_keys.py, both generated from the schema by stubgen.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .api_keys import ApiKey
 from .codegen import MessageCodec
@@ -28,19 +28,26 @@ class Api:
     request: MessageCodec
     response: MessageCodec
     schema: ApiSchema
+    # The flexible versions up to ours, worked out once: every request and response asks
+    # for its header version, and the schema's answer takes three calls. A version above
+    # ours (an ApiVersions from a newer client) still asks the schema.
+    _flexible: frozenset[int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._flexible = frozenset(v for v in range(self.max_version + 1) if self.schema.request.is_flexible(v))
 
     def is_flexible(self, version: int) -> bool:
-        return self.schema.request.is_flexible(version)
+        return version in self._flexible or (version > self.max_version and self.schema.request.is_flexible(version))
 
     def request_header_version(self, version: int) -> int:
-        return 2 if self.is_flexible(version) else 1
+        return 2 if version in self._flexible or self.is_flexible(version) else 1
 
     def response_header_version(self, version: int) -> int:
         # ApiVersions answers with header v0 whatever its version, so that a client that
         # does not yet know our versions can always parse the reply (KIP-511).
         if self.key == ApiKey.API_VERSIONS:
             return 0
-        return 1 if self.is_flexible(version) else 0
+        return 1 if version in self._flexible or self.is_flexible(version) else 0
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version

@@ -137,6 +137,7 @@ class Api:
     request: MessageCodec
     response: MessageCodec
     schema: ApiSchema
+    _flexible: frozenset[int]
     def __init__(
         self,
         key: int,
