@@ -74,7 +74,7 @@ class Partition:
         self.own_producer_ids: range | None = None   # the cluster's own (producer_state.validate)
         self.snapshot_offset = -1  # log end offset of the latest producer snapshot written
         self._cuts = 0             # truncations so far: a snapshot begun before one is void
-        self._waiters: set[anyio.Event] = set()
+        self._waiters: set[asyncio.Event] = set()
         self._watchers: dict = {}   # fetch session -> its key for this partition
         # Called after each write (Broker._partition_written): the background jobs that flush
         # and snapshot look only at partitions written since, never at all of them.
@@ -457,10 +457,10 @@ class Partition:
             self.fail(exc)
             raise OSError(str(exc)) from exc
 
-    def add_waiter(self, event: anyio.Event) -> None:
+    def add_waiter(self, event: asyncio.Event) -> None:
         self._waiters.add(event)
 
-    def remove_waiter(self, event: anyio.Event) -> None:
+    def remove_waiter(self, event: asyncio.Event) -> None:
         self._waiters.discard(event)
 
     def watch(self, session, key) -> None:

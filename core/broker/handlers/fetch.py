@@ -26,6 +26,7 @@ error. A follower fetch that waited is answered again without counting it twice.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Hashable
@@ -441,7 +442,7 @@ async def _long_poll(ctx, req, pending: _PendingFetch) -> None:
         if (pending.used >= req.min_bytes or pending.any_error or remaining <= 0 or not req.topics
                 or ctx.broker.draining):
             return
-        event = anyio.Event()
+        event = asyncio.Event()
         partitions = pending.partitions()
         for p in partitions:
             p.add_waiter(event)
@@ -461,7 +462,7 @@ async def _incremental(ctx, req, pending: _PendingFetch, session: FetchSession):
     named = _named_entries(req, pending.by_id)
     _close_entries(session, session.update(named, _forgotten(req, pending.by_id)))
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
-    event = anyio.Event()
+    event = asyncio.Event()
     session.add_waker(event.set)
     counted = dict.fromkeys(session.take_recheck())
     counted.update(named)
@@ -496,11 +497,11 @@ async def _incremental(ctx, req, pending: _PendingFetch, session: FetchSession):
     return response
 
 
-def _rearm(session: FetchSession, event: anyio.Event) -> anyio.Event:
+def _rearm(session: FetchSession, event: asyncio.Event) -> asyncio.Event:
     if not event.is_set():
         return event
     session.remove_waker(event.set)
-    event = anyio.Event()
+    event = asyncio.Event()
     session.add_waker(event.set)
     return event
 

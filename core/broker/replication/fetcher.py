@@ -20,6 +20,7 @@ connection.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -82,7 +83,7 @@ class ReplicaFetcher:
         self._names: dict[bytes, str] = {}           # topic id -> name, to read v13+ answers
         self._name_refs: dict[bytes, int] = {}       # topic id -> partitions in _keys under it
         self._keys: dict[tuple[str, int], tuple] = {}   # (topic, index) -> its session key
-        self._wake = anyio.Event()
+        self._wake = asyncio.Event()
         self._conn: BrokerConnection | None = None
         self._conn_address: tuple[str, int] | None = None
         # Per partition: did our last fetch reach the leader's high watermark? (unknown: no)
@@ -155,7 +156,7 @@ class ReplicaFetcher:
         try:
             while True:
                 if not self._outstanding and not self._listings and not self._held:
-                    self._wake = anyio.Event()
+                    self._wake = asyncio.Event()
                     await self._wake.wait()
                 listings, self._listings = self._listings, {}
                 self._hold_throttled()

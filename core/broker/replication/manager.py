@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -74,7 +75,7 @@ def monotonic_ms() -> int:
 @dataclass
 class ReplicationWaiter:
     """An acks=all append waiting for the ISR."""
-    done: anyio.Event
+    done: asyncio.Event
     error: ErrorCode = ErrorCode.NONE
 
 
@@ -116,10 +117,10 @@ class ReplicaManager:
         self._seq = itertools.count()
         self._deadlines: list[tuple[int, int, Partition]] = []
         self._scheduled: dict[Partition, int] = {}   # partition -> its one live entry in _deadlines
-        self._ticker_wake = anyio.Event()
+        self._ticker_wake = asyncio.Event()
         self._waiters: dict[Hashable, ReplicationWaiter] = {}   # by the replica's request id
         self._alter_pending: dict[Partition, SendAlterPartition] = {}
-        self._alter_wake = anyio.Event()
+        self._alter_wake = asyncio.Event()
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._fetching_from: dict[tuple[str, int], int] = {}   # partition -> leader it fetches from
         self._task_group = None
@@ -253,7 +254,7 @@ class ReplicaManager:
         if not pending:
             return None
         assert request_id is not None   # only acks=all waits
-        waiter = self._waiters[request_id] = ReplicationWaiter(anyio.Event())
+        waiter = self._waiters[request_id] = ReplicationWaiter(asyncio.Event())
         return waiter
 
     def duplicate_as_leader(self, partition, base_offset: int, last_offset: int, acks: int,
@@ -488,7 +489,7 @@ class ReplicaManager:
                 else:
                     self._schedule(partition)
             wait = (self._deadlines[0][0] - now) / 1000 if self._deadlines else 1.0
-            self._ticker_wake = anyio.Event()
+            self._ticker_wake = asyncio.Event()
             with anyio.move_on_after(max(wait, 0.001)):
                 await self._ticker_wake.wait()
 
@@ -496,7 +497,7 @@ class ReplicaManager:
         """One AlterPartition in flight, holding every partition's latest proposal."""
         while True:
             if not self._alter_pending:
-                self._alter_wake = anyio.Event()
+                self._alter_wake = asyncio.Event()
                 await self._alter_wake.wait()
             batch, self._alter_pending = self._alter_pending, {}
             try:
