@@ -8,9 +8,9 @@ bench_transactions' load: the interpreter's work, counted instead of timed.
 Why count. On this kind of machine (a VM on a shared host) the nodes' CPU per transaction
 moved by 40% within one session with no change to the code, so a change worth 2-5% cannot be
 seen by timing it (tests/benchmarks/README.md). What the nodes' Python does per transaction
-is about 77% of their CPU (perf), and the number of function calls it makes is the same
-from run to run, whatever the machine is doing: fewer calls for the same work is the change
-that shows here. It is not time: a call to len() and a call to a handler count one each;
+is about 77% of their CPU (perf), and the number of function calls it makes moves by under
+half a percent from run to run, whatever the machine is doing: fewer calls for the same work
+is the change that shows here. It is not time: a call to len() and a call to a handler count one each;
 read the top of the list, not only the total.
 
 How. The script puts a sitecustomize module on the nodes' PYTHONPATH (the nodes inherit this
