@@ -28,12 +28,14 @@ min.insync.replicas=2, confluent-kafka clients on the same 2 cores:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import threading
 import sys
 import tempfile
 import time
 import uuid
+from typing import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -48,6 +50,20 @@ from tests.support.procstat import cpu_user_system  # noqa: E402
 VALUE = b"x" * 1024
 BASE = {"acks": "all", "linger.ms": 5, "batch.size": 1 << 20, "log_level": 3,
         "delivery.report.only.error": True}
+
+
+@contextlib.contextmanager
+def cluster_of_three() -> Iterator[tuple[KRaftCluster, AdminClient]]:
+    """The benchmarks' cluster (this one's, profile_nodes.py's and count_calls.py's): three
+    combined nodes, with an admin client that has seen all three brokers."""
+    with tempfile.TemporaryDirectory() as d, KRaftCluster(Path(d), combined=3, overrides={
+            "transaction.state.log.num.partitions": "3", "offsets.topic.replication.factor": "3"}) as cluster:
+        cluster.wait_for_leader()
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 3})
+        deadline = time.monotonic() + 30
+        while len(admin.list_topics(timeout=5).brokers) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        yield cluster, admin
 
 
 def _topic(admin: AdminClient) -> str:
@@ -173,13 +189,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.n, args.repeat, args.commits = 20_000, 1, 100
-    with tempfile.TemporaryDirectory() as d, KRaftCluster(Path(d), combined=3, overrides={
-            "transaction.state.log.num.partitions": "3", "offsets.topic.replication.factor": "3"}) as cluster:
-        cluster.wait_for_leader()
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 3})
-        deadline = time.monotonic() + 30
-        while len(admin.list_topics(timeout=5).brokers) < 3 and time.monotonic() < deadline:
-            time.sleep(0.2)
+    with cluster_of_three() as (cluster, admin):
         idem, txn = [], []
         cpu: dict[str, list[tuple[float, float]]] = {"idempotent": [], "transactional": []}
         clients: dict[str, list[float]] = {"idempotent": [], "transactional": []}

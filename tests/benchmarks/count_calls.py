@@ -33,10 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from confluent_kafka.admin import AdminClient  # noqa: E402
 
-from tests.benchmarks.bench_transactions import _topic, concurrent, idempotent_run, transactional_run  # noqa: E402
-from tests.support.cluster import KRaftCluster  # noqa: E402
+from tests.benchmarks.bench_transactions import (_topic, cluster_of_three, concurrent, idempotent_run,  # noqa: E402
+                                                 transactional_run)
 
 SITECUSTOMIZE = '''\
 import os, sys
@@ -97,12 +96,7 @@ def main(argv=None) -> int:
         (Path(site) / "sitecustomize.py").write_text(SITECUSTOMIZE)
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
         os.environ["SEAWAY_COUNT_CALLS_DIR"] = counts
-        with tempfile.TemporaryDirectory() as d, KRaftCluster(Path(d), combined=3, overrides={
-                "transaction.state.log.num.partitions": "3", "offsets.topic.replication.factor": "3"}) as cluster:
-            cluster.wait_for_leader()
-            admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 3})
-            while len(admin.list_topics(timeout=5).brokers) < 3:
-                time.sleep(0.2)
+        with cluster_of_three() as (cluster, admin):
             topic = _topic(admin)
             run, extra = (idempotent_run, ()) if args.idempotent else (transactional_run, (100,))
             concurrent(run, cluster.bootstrap, topic, 100 * args.producers * 2, args.producers, *extra)  # warm-up

@@ -32,10 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from confluent_kafka.admin import AdminClient  # noqa: E402
 
-from tests.benchmarks.bench_transactions import _topic, concurrent, idempotent_run, transactional_run  # noqa: E402
-from tests.support.cluster import KRaftCluster  # noqa: E402
+from tests.benchmarks.bench_transactions import (_topic, cluster_of_three, concurrent, idempotent_run,  # noqa: E402
+                                                 transactional_run)
 from tests.support.procstat import cpu_seconds  # noqa: E402
 
 # (what a stack is counted as, a pattern it contains); the first that matches wins
@@ -79,12 +78,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     out = args.keep or Path(tempfile.mkdtemp(prefix="profile-nodes-"))
     out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as d, KRaftCluster(Path(d), combined=3, overrides={
-            "transaction.state.log.num.partitions": "3", "offsets.topic.replication.factor": "3"}) as cluster:
-        cluster.wait_for_leader()
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 3})
-        while len(admin.list_topics(timeout=5).brokers) < 3:
-            time.sleep(0.2)
+    with cluster_of_three() as (cluster, admin):
         topic = _topic(admin)
         result: dict[str, float] = {}
         run = (idempotent_run,) if args.idempotent else (transactional_run,)
