@@ -33,7 +33,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-
 from tests.benchmarks.bench_transactions import (_topic, cluster_of_three, concurrent, idempotent_run,  # noqa: E402
                                                  transactional_run)
 

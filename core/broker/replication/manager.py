@@ -32,9 +32,9 @@ replica.high.watermark.checkpoint.interval.ms.
 """
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
