@@ -17,7 +17,10 @@ min.insync.replicas=2, confluent-kafka clients on the same 2 cores:
   beside the ratio of the medians, and so is the nodes' CPU (user and system, /proc) per 100
   records of each run, the cost that does not depend on how busy the machine is, and the
   clients' (this process's CPU: the producers share the 2 cores with the nodes, so what they
-  spend bounds the throughput too);
+  spend bounds the throughput too). The ratio of the nodes' CPU per record, idempotent over
+  transactional, is the throughput ratio the nodes allow when they have the cores to
+  themselves: on 2 shared cores the idempotent figure is bound by librdkafka, which spins
+  while it waits (tests/benchmarks/README.md);
 - commit latency: transactions of one record, begin to commit_transaction() returning,
   p50/p99/max over --commits transactions;
 - coordinator recovery: kill -9 the node leading the transactional id's __transaction_state
@@ -217,6 +220,9 @@ def main(argv=None) -> int:
     for kind, runs in cpu.items():
         print(f"  nodes' CPU per 100 records, {kind:13s} user + system: "
               + ", ".join(f"{u:.2f} + {sy:.2f} ms" for u, sy in runs))
+    print("  ratio bound by the nodes alone (their CPU per 100 idempotent records over theirs per "
+          "transaction, each pair): " + ", ".join(f"{sum(a) / sum(b):.2f}"
+                                                 for a, b in zip(cpu["idempotent"], cpu["transactional"])))
     for kind, spent in clients.items():
         print(f"  clients' CPU per 100 records, {kind:13s} (this process, librdkafka's threads too): "
               + ", ".join(f"{c:.2f} ms" for c in spent))

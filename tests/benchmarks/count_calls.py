@@ -18,11 +18,16 @@ process's environment, tests/support/node.py); in a node it installs cProfile, s
 and off by SIGUSR1, so that only the measured run is counted: after one warm-up run (every
 connection open, every codec compiled), the script signals the nodes, runs the load, signals
 them again, and reads the counts each node wrote. Nothing of it is in the nodes' own code.
+
+It also prints what the calls are spent on: the requests the nodes handled, by API (each
+node's own seaway_requests_total, read by the same signal before and after the run), and the
+appends to their logs (calls of the segment's append, and of the leader's).
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import pstats
 import signal
@@ -40,12 +45,28 @@ SITECUSTOMIZE = '''\
 import os, sys
 if "core.cli" in getattr(sys, "orig_argv", ()) and "node" in sys.orig_argv:
     import cProfile, signal
+    import gc, json
     _profile, _on = cProfile.Profile(), [False]
+    def _requests():
+        # the node's own seaway_requests_total by API (its BrokerMetrics, found without a hook in
+        # the node); get_objects() does not see the heap the node has frozen, so thaw it a moment
+        frozen = gc.get_freeze_count() > 0
+        gc.unfreeze()
+        metrics = next(o for o in gc.get_objects() if type(o).__name__ == "BrokerMetrics")
+        if frozen:
+            gc.freeze()
+        return {s.labels["api"]: s.value for f in metrics.requests.collect() for s in f.samples
+                if s.name.endswith("_total")}
     def _toggle(signum, frame):
+        where = os.path.join(os.environ["SEAWAY_COUNT_CALLS_DIR"], str(os.getpid()))
         if _on[0]:
             _profile.disable()
-            _profile.dump_stats(os.path.join(os.environ["SEAWAY_COUNT_CALLS_DIR"], f"{os.getpid()}.prof"))
+            with open(where + ".after.json", "w") as f:
+                json.dump(_requests(), f)
+            _profile.dump_stats(where + ".prof")
         else:
+            with open(where + ".before.json", "w") as f:
+                json.dump(_requests(), f)
             _profile.enable()
         _on[0] = not _on[0]
     signal.signal(signal.SIGUSR1, _toggle)
@@ -66,6 +87,11 @@ AREAS = [
     ("prometheus_client", ("prometheus_client/",)),
     ("built-in functions and methods", ("~",)),
 ]
+
+
+# the functions called once per append: (file, function)
+APPENDS = {"leader": ("core/broker/replication/leader.py", "append"),
+           "segment": ("core/log/segment.py", "append")}
 
 
 def _short(path: str) -> str:
@@ -113,8 +139,18 @@ def main(argv=None) -> int:
             print(f"only {len(files)} of 3 nodes wrote their counts", file=sys.stderr)
             return 1
         stats = pstats.Stats(*files)
+        requests: collections.Counter = collections.Counter()
+        for before in Path(counts).glob("*.before.json"):
+            after = json.loads(before.with_name(before.name.replace(".before", ".after")).read_text())
+            for api, value in after.items():
+                requests[api] += value - json.loads(before.read_text()).get(api, 0)
     per_function = {key: value[1] for key, value in stats.stats.items()}   # type: ignore[attr-defined]
     total = sum(per_function.values())
+    appends: collections.Counter = collections.Counter()
+    for (path, _, name), calls in per_function.items():
+        for kind, (file, function) in APPENDS.items():
+            if path.endswith(file) and name == function:
+                appends[kind] += calls
     by_area: collections.Counter = collections.Counter()
     for (path, _, _), calls in per_function.items():
         by_area[area_of(path)] += calls
@@ -124,6 +160,12 @@ def main(argv=None) -> int:
     print("by area:")
     for name, calls in by_area.most_common():
         print(f"  {calls / units:8,.0f}  {name}")
+    print(f"requests the 3 nodes handled per {unit}, by API (their seaway_requests_total):")
+    for api, count in sorted(requests.items(), key=lambda kv: -kv[1]):
+        if count / units >= 0.005:
+            print(f"  {count / units:8.2f}  {api}")
+    print(f"log appends per {unit}: {appends['segment'] / units:.2f}, of which {appends['leader'] / units:.2f} "
+          "by leaders (the rest are their followers' copies)")
     print(f"the {args.top} most called:")
     for (path, line, name), calls in sorted(per_function.items(), key=lambda kv: -kv[1])[:args.top]:
         where = name if path == "~" else f"{_short(path)}:{line} {name}"
