@@ -1,8 +1,11 @@
 """Produce (key 0), v3-11.
 
 v3 is the first version that carries record batches v2, the only format we store. Per
-partition: check the batches' framing and CRC (never the records inside), refuse batches over
-the topic's max.message.bytes, patch base offsets and append the bytes as they came. Only a
+partition: check the batches' framing and CRC, refuse batches over the topic's
+max.message.bytes, patch base offsets and append the bytes as they came. The records inside
+are read only on compacted topics, topics with bounded timestamps and batches that claim
+LogAppendTime (record_validation.py); a bad record fails the partition with the index of every
+bad record in the first batch that has one (v8+ record_errors, KIP-467). Only a
 topic whose compression.type names a codec other than the producer's has its batches decoded
 and re-encoded (recompress.py), as Kafka does.
 
@@ -47,23 +50,26 @@ from core.protocol import messages as m
 from core.protocol.dr import DR_EPOCH, REPLICA_OF, UNPLANNED_FROM, copies_into, refusal_error, replica_write_refusal
 from core.protocol.errors import ErrorCode
 from core.protocol.errors import DecodeError
-from core.protocol.records import (ATTR_TRANSACTIONAL, ATTRIBUTES_AT, InvalidBatch, Record, decode_batch,
-                                   scan_batches)
+from core.protocol.records import ATTR_TRANSACTIONAL, ATTRIBUTES_AT, InvalidBatch, scan_batches
 from core.protocol.txn_markers import COMMIT, read_marker
 from core.security.authorizer import Operation, ResourceType
 
 from ..partition import DuplicateAppend, Refused
 from ..producer_state import Verdict
 from ..recompress import recompress, target_codec
+from ..record_validation import RecordRules, find_invalid, needs_reading
 
 log = logging.getLogger(__name__)
 R = m.ProduceResponse
 PR = R.PartitionProduceResponse
 
 
-def _error(index: int, code: ErrorCode, message: str | None = None) -> PR:
-    return PR(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1,
-              error_message=message)
+def _error(index: int, code: ErrorCode, message: str | None = None,
+           record_errors: tuple[tuple[int, str], ...] = (), log_start_offset: int = -1) -> PR:
+    return PR(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1,
+              log_start_offset=log_start_offset, error_message=message,
+              record_errors=[R.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=text)
+                             for i, text in record_errors])
 
 
 # What a coordinator's answer to a verification means for the produce (Kafka's
@@ -145,8 +151,6 @@ async def _produce_partition(ctx, topic, index: int, records, acks: int = 1, tim
             return _error(index, result)
         return (partition, result) if getattr(result, "replication", None) is not None \
             else _appended(partition, index, result)
-    if "compact" in topic.configs.get("cleanup.policy") and _has_null_key(records, batches):
-        return _error(index, ErrorCode.INVALID_RECORD, "compacted topic cannot accept a record without a key")
     guard, verify = None, False
     if any(b.is_transactional for b in batches) and not dr_copy:
         if transactional_id is None:
@@ -158,7 +162,15 @@ async def _produce_partition(ctx, topic, index: int, records, acks: int = 1, tim
             if code:
                 return _error(index, code, "the partition is not in the producer's ongoing transaction"
                               if code == ErrorCode.INVALID_TXN_STATE else None)
-    _check_timestamps(ctx, topic, batches)
+    rules = _record_rules(topic)
+    if needs_reading(rules, batches, trust_stamps=dr_copy):
+        rejection = find_invalid(records, batches, rules, ctx.broker.clock(), f"{topic.name}-{index}",
+                                 max_decompressed=ctx.broker.config["socket.request.max.bytes"],
+                                 trust_stamps=dr_copy)
+        if rejection is not None:
+            log.info("%s: rejected produce to %s-%d: %s", ctx.peer, topic.name, index, rejection.message)
+            return _error(index, rejection.code, rejection.message, rejection.record_errors,
+                          partition.log_start_offset)
     # `records` is a writable view into the request frame: the log patches offsets in place.
     data = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
     codec = target_codec(topic.configs.get("compression.type"))
@@ -214,32 +226,12 @@ def _appended(partition, index: int, result) -> PR:
               log_append_time_ms=result.log_append_time, log_start_offset=partition.log_start_offset)
 
 
-def _keys(records, batches):
-    for b in batches:
-        for r in decode_batch(records, b, verify_crc=False):
-            assert isinstance(r, Record), r   # a produced batch holds data records
-            yield r.key
-
-
-def _has_null_key(records, batches) -> bool:
-    """Compacted topics refuse records without keys, as Kafka's LogValidator does; this is
-    the one check that decodes records, and only on compacted topics."""
-    try:
-        return any(key is None for key in _keys(records, batches))
-    except DecodeError:
-        return True
-
-
-def _check_timestamps(ctx, topic, batches) -> None:
-    before = topic.configs.get("message.timestamp.before.max.ms")
-    after = topic.configs.get("message.timestamp.after.max.ms")
-    if topic.configs.get("message.timestamp.type") != "CreateTime" or (before >= 2**62 and after >= 2**62):
-        return
-    now = ctx.broker.clock()
-    for b in batches:
-        if b.base_timestamp < now - before or b.max_timestamp > now + after:
-            raise InvalidBatch(ErrorCode.INVALID_TIMESTAMP,
-                               f"timestamp outside message.timestamp.before/after.max.ms of {now}")
+def _record_rules(topic) -> RecordRules:
+    configs = topic.configs
+    return RecordRules(compacted="compact" in configs.get("cleanup.policy"),
+                       log_append_time=configs.get("message.timestamp.type") == "LogAppendTime",
+                       before_ms=configs.get("message.timestamp.before.max.ms"),
+                       after_ms=configs.get("message.timestamp.after.max.ms"))
 
 
 def _has_transactional_records(req) -> bool:
