@@ -438,6 +438,7 @@ class Partition:
             self.note_written()
             if self.replica is not None:
                 self.replicas.log_start_advanced(self)
+            self.wake_waiters()   # the followers' parked fetches carry the new log start now
             return start
 
     def update_config(self, config: LogConfig) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.broker.replication import (AlterPartitionAnswer, BrokerInfo, CheckpointEpochs,
+from core.broker.replication import (AlterPartitionAnswer, BrokerInfo, CheckpointEpochs, FollowerFetch,
                                      CompleteProduce, DivergingEpoch, EpochEndOffset,
                                      HighWatermarkChanged, IsrMember, LeaderOffsets, Role,
                                      SendAlterPartition, StopReplica, UncleanLeadership)
@@ -47,6 +47,24 @@ def test_fetch_below_the_log_start_is_out_of_range_even_with_matching_epochs():
     assert r.on_follower_fetch(fetch(2, 4, 3)).error == E.OFFSET_OUT_OF_RANGE
     assert r.on_follower_fetch(fetch(2, 4, -1)).error == E.OFFSET_OUT_OF_RANGE
     assert r.on_follower_fetch(fetch(2, 6, 3)).error == E.NONE
+
+
+@pytest.mark.parametrize("b3, low", [
+    (BrokerInfo(BROKER_EPOCHS[3]), 4),                  # 3 has not dropped its records yet
+    (BrokerInfo(BROKER_EPOCHS[3], in_controlled_shutdown=True), 4),   # still alive
+    (BrokerInfo(BROKER_EPOCHS[3], fenced=True), 6),     # a fenced broker is not waited for
+])
+def test_the_low_watermark_is_the_lowest_log_start_of_the_live_replicas(b3, low):
+    r = leader(end=10)
+    assert r.low_watermark == -1, "followers that never fetched have an unknown log start"
+    r.apply_metadata(metadata(), brokers(b3=b3))
+    r.log_start_advanced(6)                             # DeleteRecords on the leader
+    for follower_id, start in ((2, 7), (3, 4)):
+        r.on_follower_fetch(FollowerFetch(follower_id, BROKER_EPOCHS[follower_id], 5, 10, 3, start))
+    assert r.low_watermark == low
+    r.on_follower_fetch(FollowerFetch(3, BROKER_EPOCHS[3], 5, 10, 3, 6))
+    assert r.low_watermark == 6
+    assert replica(2).low_watermark == 0, "not a leader: its own log start"
 
 
 def test_only_a_leader_answers_fetches():

@@ -220,6 +220,18 @@ def maybe_increment_high_watermark(replica: PartitionReplica, state: LeaderState
     return True
 
 
+def low_watermark(replica: PartitionReplica, state: LeaderState) -> int:
+    """Partition.lowWatermarkIfLeader: the lowest log start among the leader and the followers
+    on live (registered, unfenced) brokers, each as its last fetch reported it. DeleteRecords
+    is done when it reaches the offset asked for: every live replica has dropped the records."""
+    low = replica.log.start_offset
+    for follower_id, progress in state.remotes.items():
+        broker = replica.brokers.get(follower_id)
+        if broker is not None and not broker.fenced:
+            low = min(low, progress.log_start_offset)
+    return low
+
+
 # --- follower fetches ------------------------------------------------------------------------
 
 def answer_fetch(replica: PartitionReplica, state: LeaderState, fetch: FollowerFetch,

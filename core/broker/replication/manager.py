@@ -289,9 +289,16 @@ class ReplicaManager:
         return answer
 
     def log_start_advanced(self, partition) -> None:
-        """Retention or DeleteRecords moved the log start (caller holds the lock)."""
+        """Retention or DeleteRecords moved the log start (caller holds the lock). The replica
+        answers LogStartOffsetChanged, which on a leader the log has already done; followers
+        follow when their fetches bring the new log start."""
         partition.replica.log_start_advanced(partition.log.log_start_offset)
-        self._execute_sync(partition)
+        for action in partition.replica.take_actions():
+            if isinstance(action, LogStartOffsetChanged) and action.log_start_offset <= partition.log.log_start_offset:
+                continue
+            if not self._do_light(partition, action):
+                raise RuntimeError(f"{partition!r}: {action} needs the partition lock")
+        self._after_input(partition)
 
     async def fetch_answered(self, partition, request_id: int, response, data) -> None:
         """A leader's answer to our SendFetch; `data` holds the fetched batches."""

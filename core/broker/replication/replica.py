@@ -112,6 +112,14 @@ class PartitionReplica:
         return self.log.start_offset
 
     @property
+    def low_watermark(self) -> int:
+        """On a leader, the lowest log start of its live replicas (leader.low_watermark);
+        elsewhere this replica's own."""
+        if self.leader is None:
+            return self.log.start_offset
+        return leader.low_watermark(self, self.leader)
+
+    @property
     def isr(self) -> frozenset[int]:
         """The committed ISR: the leader's, else the metadata's."""
         if self.leader is not None:

@@ -1,0 +1,87 @@
+"""DeleteRecords on replicated partitions, with confluent-kafka's AdminClient against three
+real nodes: the log start moves on every replica before the answer (Kafka's
+DelayedDeleteRecords), so a leader killed right after it cannot bring the records back; a
+replica that does not follow holds the answer until the request's timeout, which is then
+REQUEST_TIMED_OUT with the low watermark reached."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from tests.support.clients import unique_topic
+from tests.support.cluster import KRaftCluster
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with KRaftCluster(tmp_path_factory.mktemp("cluster"), combined=3) as c:
+        c.admin = c.admin_when_ready()
+        yield c
+
+
+def _topic_with_records(cluster, count: int = 100) -> str:
+    topic = unique_topic("dr")
+    for f in cluster.admin.create_topics([NewTopic(topic, 2, 3, config={"min.insync.replicas": "2"})]).values():
+        f.result(30)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "log_level": 3})
+    for i in range(count):
+        p.produce(topic, b"v%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+    return topic
+
+
+def _earliest(cluster, topic: str, partition: int) -> int:
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": unique_topic("g"), "log_level": 3})
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[0]
+    finally:
+        c.close()
+
+
+def _leader(cluster, topic: str, partition: int) -> int:
+    return cluster.admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader
+
+
+def test_every_replica_drops_the_records_before_the_answer(cluster):
+    topic = _topic_with_records(cluster)
+    done = cluster.admin.delete_records([TopicPartition(topic, 0, 10), TopicPartition(topic, 1, -1)],
+                                        request_timeout=30, operation_timeout=20)
+    low = {tp.partition: f.result(30).low_watermark for tp, f in done.items()}
+    assert low == {0: 10, 1: 50}
+    assert _earliest(cluster, topic, 0) == 10
+    leader = _leader(cluster, topic, 0)
+    cluster.kill9(leader)
+    try:
+        deadline = time.monotonic() + 60
+        while _leader(cluster, topic, 0) in (leader, -1):
+            assert time.monotonic() < deadline, "no new leader for the partition"
+            time.sleep(0.2)
+        assert _earliest(cluster, topic, 0) == 10, "the new leader brought deleted records back"
+    finally:
+        cluster.nodes[leader].start()
+
+
+def test_a_replica_that_does_not_follow_holds_the_answer_until_the_timeout(cluster):
+    topic = _topic_with_records(cluster, 40)
+    partitions = cluster.admin.list_topics(topic, timeout=10).topics[topic].partitions
+    leader = partitions[0].leader
+    follower = next(r for r in partitions[0].replicas if r != leader)
+    cluster.sigstop(follower)
+    try:
+        start = time.monotonic()
+        done = cluster.admin.delete_records([TopicPartition(topic, 0, 5)], request_timeout=30,
+                                            operation_timeout=1.5)
+        with pytest.raises(KafkaException) as timed_out:
+            next(iter(done.values())).result(30)
+        assert timed_out.value.args[0].code() == KafkaError.REQUEST_TIMED_OUT
+        assert time.monotonic() - start >= 1.4, "answered before the paused replica could have followed"
+        assert _earliest(cluster, topic, 0) == 5, "the leader itself has moved its log start"
+    finally:
+        cluster.sigcont(follower)
+    done = cluster.admin.delete_records([TopicPartition(topic, 0, 5)], request_timeout=30, operation_timeout=20)
+    assert next(iter(done.values())).result(30).low_watermark == 5
