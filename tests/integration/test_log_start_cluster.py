@@ -1,8 +1,9 @@
-"""DeleteRecords on replicated partitions, with confluent-kafka's AdminClient against three
-real nodes: the log start moves on every replica before the answer (Kafka's
+"""The log start of replicated partitions, against three real nodes. DeleteRecords, with
+confluent-kafka's AdminClient: the log start moves on every replica before the answer (Kafka's
 DelayedDeleteRecords), so a leader killed right after it cannot bring the records back; a
 replica that does not follow holds the answer until the request's timeout, which is then
-REQUEST_TIMED_OUT with the low watermark reached."""
+REQUEST_TIMED_OUT with the low watermark reached. Retention: segments go on the leader and
+its followers, and the partition stays online (it once went offline with a storage error)."""
 from __future__ import annotations
 
 import time
@@ -19,19 +20,24 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with KRaftCluster(tmp_path_factory.mktemp("cluster"), combined=3) as c:
+    with KRaftCluster(tmp_path_factory.mktemp("cluster"), combined=3,
+                      overrides={"log.retention.check.interval.ms": "500"}) as c:
         c.admin = c.admin_when_ready()
         yield c
 
 
-def _topic_with_records(cluster, count: int = 100) -> str:
+def _topic_with_records(cluster, count: int = 100, partitions: int = 2, **config: str) -> str:
     topic = unique_topic("dr")
-    for f in cluster.admin.create_topics([NewTopic(topic, 2, 3, config={"min.insync.replicas": "2"})]).values():
+    for f in cluster.admin.create_topics([NewTopic(topic, partitions, 3, config={"min.insync.replicas": "2",
+                                                                                 **config})]).values():
         f.result(30)
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "log_level": 3})
+    failed = []
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "log_level": 3, "batch.size": 1000,
+                  "linger.ms": 0})
     for i in range(count):
-        p.produce(topic, b"v%d" % i, partition=i % 2)
-    assert p.flush(30) == 0
+        p.produce(topic, b"v%d" % i + b"x" * 100, partition=i % partitions, on_delivery=lambda e, m: e and failed.append(e))
+        p.poll(0)
+    assert p.flush(30) == 0 and not failed, failed
     return topic
 
 
@@ -85,3 +91,23 @@ def test_a_replica_that_does_not_follow_holds_the_answer_until_the_timeout(clust
         cluster.sigcont(follower)
     done = cluster.admin.delete_records([TopicPartition(topic, 0, 5)], request_timeout=30, operation_timeout=20)
     assert next(iter(done.values())).result(30).low_watermark == 5
+
+
+def test_retention_moves_the_log_start_on_every_replica(cluster):
+    topic = _topic_with_records(cluster, 200, partitions=1, **{"segment.bytes": "2048", "retention.bytes": "4096"})
+    deadline = time.monotonic() + 30
+    while (earliest := _earliest(cluster, topic, 0)) == 0:
+        assert time.monotonic() < deadline, "retention never deleted a segment"
+        time.sleep(0.5)
+    assert 0 < earliest < 200
+    time.sleep(1)   # the followers' next fetches carry the new log start
+    leader = _leader(cluster, topic, 0)
+    cluster.kill9(leader)
+    try:
+        deadline = time.monotonic() + 60
+        while _leader(cluster, topic, 0) in (leader, -1):
+            assert time.monotonic() < deadline, "no new leader for the partition"
+            time.sleep(0.2)
+        assert _earliest(cluster, topic, 0) >= earliest, "a follower kept the segments retention deleted"
+    finally:
+        cluster.nodes[leader].start()
