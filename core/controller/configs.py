@@ -13,11 +13,10 @@ default). A topic's setting resolves, as in Kafka, from the first layer that has
 Each resource succeeds or fails on its own; all its changes apply or none. Values are stored
 as the client sent them. A change is validated as the whole config it leads to: every topic
 setting must be known and parse (core.config's TOPIC_CONFIGS); a broker setting must be one
-that may change at run time, which here means the broker-level default of a topic setting
-(log.retention.ms, unclean.leader.election.enable, ...) or a replication throttle rate
-(leader.replication.throttled.rate, follower.replication.throttled.rate: bytes/s, a LONG >= 0,
-per broker or as the cluster default, as in Kafka; brokers read them from the image). Errors
-name the key: INVALID_CONFIG for values, INVALID_REQUEST for malformed resources,
+Kafka lets change at run time, by Kafka's rules (core/config/dynamic_broker.py: per listener,
+per broker or cluster-wide; a broken rule is INVALID_REQUEST, as Kafka answers). Brokers read
+the ones Seaway applies from the image. Errors name the key: INVALID_CONFIG for topic values,
+INVALID_REQUEST for broker settings and malformed resources,
 UNKNOWN_TOPIC_OR_PARTITION / BROKER_ID_NOT_REGISTERED for resources that do not exist (checked
 after the values, as Kafka does). A broker resource gets a record for every key given even if
 the value is unchanged (KAFKA-14136: brokers reload on it); a topic only for keys that change.
@@ -28,8 +27,8 @@ from collections import Counter
 from typing import Mapping
 
 from core.config import ConfigDef, ConfigError, ConfigType, TopicConfigs
-from core.config.broker import BROKER_CONFIGS
-from core.config.topic import TOPIC_CONFIG_LIST, TOPIC_CONFIGS, check_policy_combination
+from core.config import dynamic_broker
+from core.config.topic import TOPIC_CONFIGS, check_policy_combination
 from core.protocol import messages as m
 from core.protocol.codegen import Message
 from core.protocol.errors import ErrorCode, KafkaError
@@ -50,12 +49,6 @@ SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 4, 5
 # ConfigResource types Kafka knows (BROKER_LOGGER, CLIENT_METRICS, GROUP besides ours).
 _KNOWN_RESOURCE_TYPES = {TOPIC_RESOURCE, BROKER_RESOURCE, 8, 16, 32}
 
-_TOPIC_BY_SYNONYM = {d.synonym: d for d in TOPIC_CONFIG_LIST if d.synonym}
-# Kafka's DynamicConfig.Broker: the replication throttle rates (KIP-73) besides the
-# broker-level defaults of topic settings.
-THROTTLE_RATE_CONFIGS = frozenset({"leader.replication.throttled.rate",
-                                   "follower.replication.throttled.rate"})
-DYNAMIC_BROKER_CONFIGS = frozenset(_TOPIC_BY_SYNONYM) | THROTTLE_RATE_CONFIGS
 
 Stored = Mapping[str, str]
 
@@ -112,21 +105,13 @@ def check_topic_configs(values: Mapping[str, str | None]) -> dict[str, str]:
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _check_broker_configs(values: Mapping[str, str | None]) -> None:
-    for name, value in values.items():
-        if name not in DYNAMIC_BROKER_CONFIGS:
-            what = "cannot be updated dynamically" if name in BROKER_CONFIGS \
-                else "unknown broker config"
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{name}: {what}")
-        if value is None:
-            raise KafkaError(ErrorCode.INVALID_CONFIG,
-                           f"Null value not supported for broker configs: {name}")
-        definition = BROKER_CONFIGS.get(name) or _TOPIC_BY_SYNONYM[name]
-        try:
-            definition.parse(value)
-        except ConfigError as exc:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{name}: {str(exc).split(': ', 1)[-1]}") \
-                from None
+def _check_broker_configs(values: Mapping[str, str | None], per_broker: bool) -> None:
+    """Kafka's rules for dynamic broker settings (core/config/dynamic_broker.py); a broken one
+    is INVALID_REQUEST, as Kafka answers it (KAFKA-13609)."""
+    try:
+        dynamic_broker.check_changes(values, per_broker)
+    except ConfigError as exc:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
 
 
 def _check_resource_name(rtype: int, name: str) -> None:
@@ -177,7 +162,7 @@ def _no_duplicate_names(names: list[str]) -> None:
 def _definition(rtype: int, name: str) -> ConfigDef | None:
     if rtype == TOPIC_RESOURCE:
         return TOPIC_CONFIGS.get(name)
-    return BROKER_CONFIGS.get(name) or _TOPIC_BY_SYNONYM.get(name)
+    return dynamic_broker.definition(name)
 
 
 def _list_items(value: str | None, definition: ConfigDef) -> list[str]:
@@ -232,7 +217,7 @@ def _apply_resource(w: Working, config: ControllerConfig, node_id: int, rtype: i
     if rtype == TOPIC_RESOURCE:
         check_topic_configs(new)
     else:
-        _check_broker_configs({k: v for k, v in changes.items() if v is not None})
+        _check_broker_configs({k: v for k, v in changes.items() if v is not None}, per_broker=name != "")
     _check_exists(image, config, node_id, rtype, name)
     if rtype == TOPIC_RESOURCE:
         check_dr_change(image, name, current, changes, new)

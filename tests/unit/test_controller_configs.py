@@ -108,12 +108,24 @@ BAD_INCREMENTAL = [
      "Invalid negative broker ID."),
     ("unregistered broker", (BROKER, "7", [("log.retention.ms", SET, "1")]),
      E.BROKER_ID_NOT_REGISTERED, "No node with id 7 found."),
-    ("static broker config", (BROKER, "", [("listeners", SET, "PLAINTEXT://:1")]),
-     E.INVALID_CONFIG, "listeners: cannot be updated dynamically"),
-    ("unknown broker config", (BROKER, "1", [("no.such.thing", SET, "1")]), E.INVALID_CONFIG,
-     "no.such.thing: unknown broker config"),
+    # Broker settings: Kafka's DynamicBrokerConfig rules, each broken one INVALID_REQUEST.
+    ("a static broker config", (BROKER, "", [("node.id", SET, "4")]),
+     E.INVALID_REQUEST, "Cannot update these configs dynamically: node.id"),
+    ("listeners cannot change under KRaft", (BROKER, "1", [("listeners", SET, "PLAINTEXT://:1")]),
+     E.INVALID_REQUEST, "Advertised listeners cannot be altered when using a Raft-based metadata quorum"),
+    ("unknown broker config", (BROKER, "1", [("no.such.thing", SET, "1")]), E.INVALID_REQUEST,
+     "Unknown broker configs: no.such.thing"),
     ("bad broker value", (BROKER, "", [("unclean.leader.election.enable", SET, "maybe")]),
-     E.INVALID_CONFIG, "unclean.leader.election.enable"),
+     E.INVALID_REQUEST, "unclean.leader.election.enable"),
+    ("a thread count below one", (BROKER, "", [("num.io.threads", SET, "0")]),
+     E.INVALID_REQUEST, "num.io.threads"),
+    ("a keystore without its listener", (BROKER, "1", [("ssl.keystore.location", SET, "/k.jks")]),
+     E.INVALID_REQUEST, "only per-listener using the listener prefix: ssl.keystore.location"),
+    ("a listener's keystore at the cluster default", (BROKER, "", [
+        ("listener.name.external.ssl.keystore.location", SET, "/k.jks")]),
+     E.INVALID_REQUEST, "broker id must be specified: listener.name.external.ssl.keystore.location"),
+    ("a listener setting Kafka does not reconfigure", (BROKER, "1", [("listener.name.external.log.dirs", SET, "/x")]),
+     E.INVALID_REQUEST, "listener.name.external.log.dirs"),
     ("resource type the controller does not keep", (8, "1", [("kafka", SET, "DEBUG")]),
      E.INVALID_REQUEST, "Resource type 8"),
     ("unknown resource type", (99, "x", []), E.UNSUPPORTED_VERSION, "Unknown resource type 99."),
@@ -131,6 +143,42 @@ def test_incremental_rejects(h, resource, code, message):
     assert (res.resource_type, res.resource_name) == resource[:2]
     assert res.error_code == code and message in res.error_message
     assert result.records == [] and h.image == before
+
+
+# Kafka's dynamic broker settings, per broker and cluster-wide (Kafka 3.9's update modes).
+KAFKA_DYNAMIC = [
+    ("", "num.io.threads", "16"), ("", "num.replica.fetchers", "4"), ("", "background.threads", "20"),
+    ("", "num.network.threads", "6"), ("", "max.connections", "1000"), ("", "max.connections.per.ip", "200"),
+    ("", "max.connections.per.ip.overrides", "10.0.0.1:5"), ("", "max.connection.creation.rate", "50"),
+    ("", "log.cleaner.threads", "2"), ("", "log.cleaner.io.max.bytes.per.second", "1048576.0"),
+    ("", "log.cleaner.dedupe.buffer.size", "134217728"), ("", "log.cleaner.backoff.ms", "15000"),
+    ("", "message.max.bytes", "2097152"), ("", "log.retention.ms", "86400000"), ("", "log.segment.bytes", "1048576"),
+    ("", "metric.reporters", ""), ("", "producer.id.expiration.ms", "86400000"),
+    ("", "transaction.partition.verification.enable", "false"), ("", "leader.replication.throttled.rate", "1000"),
+    ("", "remote.log.manager.copy.max.bytes.per.second", "1000000"),
+    ("", "replica.alter.log.dirs.io.max.bytes.per.second", "1000"),
+    ("", "listener.name.external.max.connections", "10"),
+    ("1", "listener.name.external.ssl.keystore.location", "/etc/kafka/k.jks"),
+    ("1", "listener.name.external.ssl.keystore.password", "secret"),
+    ("1", "listener.name.internal.scram-sha-512.sasl.jaas.config", "x required;"),
+    ("1", "ssl.client.auth", "required"), ("1", "sasl.enabled.mechanisms", "SCRAM-SHA-512,PLAIN"),
+    ("1", "listener.name.external.ssl.client.auth", "requested"),
+]
+
+
+@pytest.mark.parametrize("resource_name, name, value", KAFKA_DYNAMIC, ids=[c[1] for c in KAFKA_DYNAMIC])
+def test_every_dynamic_broker_setting_kafka_takes_is_taken(h, resource_name, name, value):
+    result = incremental(h, (BROKER, resource_name, [(name, SET, value)]))
+    [res] = result.response.responses
+    assert res.error_code == 0, res.error_message
+    assert changes(result.records) == [(BROKER, resource_name, name, value)]
+
+
+@pytest.mark.parametrize("name, value", [("ssl.client.auth", "required"),
+                                         ("listener.name.external.ssl.truststore.location", "/t.jks")])
+def test_a_brokers_own_settings_are_refused_cluster_wide(h, name, value):
+    [res] = incremental(h, (BROKER, "", [(name, SET, value)])).response.responses
+    assert res.error_code == E.INVALID_REQUEST and "broker id must be specified" in res.error_message
 
 
 def test_broker_resources_may_name_brokers_and_controllers(h):
@@ -185,7 +233,7 @@ def test_alter_configs_for_brokers_rewrites_every_key(h):
      "Null value not supported for topic configs: retention.ms"),
     ((TOPIC, "t", {"retention.ms": "-5"}), E.INVALID_CONFIG, "retention.ms"),
     ((TOPIC, "nope", {"retention.ms": "5"}), E.UNKNOWN_TOPIC_OR_PARTITION, "nope"),
-    ((BROKER, "", {"node.id": "5"}), E.INVALID_CONFIG, "node.id: cannot be updated dynamically"),
+    ((BROKER, "", {"node.id": "5"}), E.INVALID_REQUEST, "Cannot update these configs dynamically: node.id"),
 ])
 def test_alter_configs_rejects(h, resource, code, message):
     result = legacy(h, resource)

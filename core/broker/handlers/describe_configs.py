@@ -3,12 +3,16 @@
 Topics (resource type 2) report every topic setting with its value and where it came from:
 the topic's override (DYNAMIC_TOPIC_CONFIG), the broker's properties file
 (STATIC_BROKER_CONFIG) or the built-in default (DEFAULT_CONFIG). With `include_synonyms`
-(v1+) each also lists the broker setting it falls back to. Brokers (type 4) report their
-settings, all read-only until dynamic broker configs exist; a sensitive one (a password, a
+(v1+) each also lists the broker setting it falls back to. A broker (type 4, its id) reports
+its settings with Kafka's precedence: its own dynamic config, the cluster-wide dynamic default,
+its properties file, the default (synonyms list every layer that has one); the resource ""
+reports the cluster-wide dynamic defaults alone, as Kafka does. Settings Kafka can change at
+run time are not read-only (core/config/dynamic_broker.py). A sensitive one (a password, a
 key) is reported with a null value. v3+ adds types and documentation.
 """
 from __future__ import annotations
 
+from core.config import dynamic_broker
 from core.config.broker import BROKER_CONFIGS
 from core.config.topic import TOPIC_CONFIGS
 from core.protocol import messages as m
@@ -18,13 +22,18 @@ from core.security.authorizer import Operation, ResourceType
 R = m.DescribeConfigsResponse
 
 RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER = 2, 4, 8
-SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
+SOURCE_TOPIC, SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT_BROKER, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 2, 3, 4, 5
 
 
 def _shown(definition, value):
     """What DescribeConfigs may say of a value: nothing of a password or key (Kafka sends null
     with is_sensitive set, whoever asks)."""
     return None if definition.sensitive else definition.render(value)
+
+
+def _stored(definition, raw: str):
+    """A dynamic value as stored (validated when it was written), or null if sensitive."""
+    return None if definition.sensitive else raw
 
 
 def _entry(req, name, value, definition, source, read_only, synonyms):
@@ -58,14 +67,51 @@ def _topic_configs(ctx, req, topic, keys):
 
 
 def _broker_configs(ctx, req, keys):
+    """This broker's settings, each from the first layer that has it: its own dynamic config,
+    the cluster-wide dynamic default, its properties file, the built-in default (Kafka's
+    precedence). A setting that may change at run time is not read-only; dynamic settings
+    Seaway has no static definition for (num.io.threads, a listener's keystore) are listed
+    when set."""
     b = ctx.broker
+    image = b.kraft.image
+    own, cluster = image.broker_config(b.node_id), image.broker_config("")
     out = []
-    for name, definition in BROKER_CONFIGS.items():
+    names = list(BROKER_CONFIGS) + sorted((set(own) | set(cluster)) - set(BROKER_CONFIGS))
+    for name in names:
         if keys is not None and name not in keys:
             continue
-        source = SOURCE_STATIC_BROKER if name in b.config.explicit else SOURCE_DEFAULT
-        synonyms = [R.DescribeConfigsSynonym(name=name, value=_shown(definition, b.config[name]), source=source)]
-        out.append(_entry(req, name, b.config[name], definition, source, True, synonyms))
+        definition = BROKER_CONFIGS.get(name) or dynamic_broker.definition(name)
+        if definition is None:   # stored by an older version under a name no longer dynamic
+            continue
+        layers = [(own, SOURCE_DYNAMIC_BROKER), (cluster, SOURCE_DYNAMIC_DEFAULT_BROKER)]
+        synonyms = [R.DescribeConfigsSynonym(name=name, value=_stored(definition, layer[name]), source=source)
+                    for layer, source in layers if name in layer]
+        if name in BROKER_CONFIGS:
+            source = SOURCE_STATIC_BROKER if name in b.config.explicit else SOURCE_DEFAULT
+            synonyms.append(R.DescribeConfigsSynonym(name=name, value=_shown(definition, b.config[name]),
+                                                     source=source))
+        value, source = synonyms[0].value, synonyms[0].source
+        out.append(R.DescribeConfigsResourceResult(
+            name=name, value=value, read_only=dynamic_broker.definition(name) is None,
+            is_default=source == SOURCE_DEFAULT, config_source=source, is_sensitive=definition.sensitive,
+            synonyms=synonyms if req.include_synonyms else [], config_type=int(definition.type),
+            documentation=definition.doc if req.include_documentation else None))
+    return out
+
+
+def _cluster_default_configs(ctx, req, keys):
+    """The cluster-wide dynamic defaults, alone, as Kafka describes the broker resource ""."""
+    out = []
+    for name, value in sorted(ctx.broker.kraft.image.broker_config("").items()):
+        definition = BROKER_CONFIGS.get(name) or dynamic_broker.definition(name)
+        if definition is None or (keys is not None and name not in keys):
+            continue
+        shown = _stored(definition, value)
+        synonyms = [R.DescribeConfigsSynonym(name=name, value=shown, source=SOURCE_DYNAMIC_DEFAULT_BROKER)]
+        out.append(R.DescribeConfigsResourceResult(
+            name=name, value=shown, read_only=False, is_default=False, config_source=SOURCE_DYNAMIC_DEFAULT_BROKER,
+            is_sensitive=definition.sensitive, synonyms=synonyms if req.include_synonyms else [],
+            config_type=int(definition.type), documentation=definition.doc if req.include_documentation else None))
     return out
 
 
@@ -92,7 +138,8 @@ async def handle(ctx, req):
             elif not ctx.authorize(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, "kafka-cluster"):
                 r.error_code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
             else:
-                r.configs = _broker_configs(ctx, req, keys)
+                r.configs = _broker_configs(ctx, req, keys) if res.resource_name \
+                    else _cluster_default_configs(ctx, req, keys)
         else:
             r.error_code = ErrorCode.INVALID_REQUEST
             r.error_message = f"resource type {res.resource_type} is not supported"
