@@ -6,6 +6,7 @@ REQUEST_TIMED_OUT with the low watermark reached. Retention: segments go on the 
 its followers, and the partition stays online (it once went offline with a storage error)."""
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -53,13 +54,9 @@ def _leader(cluster, topic: str, partition: int) -> int:
     return cluster.admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader
 
 
-def test_every_replica_drops_the_records_before_the_answer(cluster):
-    topic = _topic_with_records(cluster)
-    done = cluster.admin.delete_records([TopicPartition(topic, 0, 10), TopicPartition(topic, 1, -1)],
-                                        request_timeout=30, operation_timeout=20)
-    low = {tp.partition: f.result(30).low_watermark for tp, f in done.items()}
-    assert low == {0: 10, 1: 50}
-    assert _earliest(cluster, topic, 0) == 10
+@contextlib.contextmanager
+def _leader_killed(cluster, topic: str):
+    """Partition 0's leader killed -9 and a follower leading in its place; the node comes back after."""
     leader = _leader(cluster, topic, 0)
     cluster.kill9(leader)
     try:
@@ -67,9 +64,20 @@ def test_every_replica_drops_the_records_before_the_answer(cluster):
         while _leader(cluster, topic, 0) in (leader, -1):
             assert time.monotonic() < deadline, "no new leader for the partition"
             time.sleep(0.2)
-        assert _earliest(cluster, topic, 0) == 10, "the new leader brought deleted records back"
+        yield
     finally:
         cluster.nodes[leader].start()
+
+
+def test_every_replica_drops_the_records_before_the_answer(cluster):
+    topic = _topic_with_records(cluster)
+    done = cluster.admin.delete_records([TopicPartition(topic, 0, 10), TopicPartition(topic, 1, -1)],
+                                        request_timeout=30, operation_timeout=20)
+    low = {tp.partition: f.result(30).low_watermark for tp, f in done.items()}
+    assert low == {0: 10, 1: 50}
+    assert _earliest(cluster, topic, 0) == 10
+    with _leader_killed(cluster, topic):
+        assert _earliest(cluster, topic, 0) == 10, "the new leader brought deleted records back"
 
 
 def test_a_replica_that_does_not_follow_holds_the_answer_until_the_timeout(cluster):
@@ -101,13 +109,5 @@ def test_retention_moves_the_log_start_on_every_replica(cluster):
         time.sleep(0.5)
     assert 0 < earliest < 200
     time.sleep(1)   # the followers' next fetches carry the new log start
-    leader = _leader(cluster, topic, 0)
-    cluster.kill9(leader)
-    try:
-        deadline = time.monotonic() + 60
-        while _leader(cluster, topic, 0) in (leader, -1):
-            assert time.monotonic() < deadline, "no new leader for the partition"
-            time.sleep(0.2)
+    with _leader_killed(cluster, topic):
         assert _earliest(cluster, topic, 0) >= earliest, "a follower kept the segments retention deleted"
-    finally:
-        cluster.nodes[leader].start()
