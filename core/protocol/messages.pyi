@@ -2364,6 +2364,88 @@ class AlterConfigsResponse(Message):
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None: ...
 
+class DescribeLogDirsRequest(Message):
+    topics: list[DescribeLogDirsRequest.DescribableLogDirTopic] | None
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        topics: list[DescribeLogDirsRequest.DescribableLogDirTopic] | None = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class DescribableLogDirTopic(Message):
+        topic: str
+        partitions: list[int]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            topic: str = ...,
+            partitions: list[int] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+class DescribeLogDirsResponse(Message):
+    throttle_time_ms: int
+    error_code: int
+    results: list[DescribeLogDirsResponse.DescribeLogDirsResult]
+    unknown_tags: dict[int, bytes] | None
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = ...,
+        error_code: int = ...,
+        results: list[DescribeLogDirsResponse.DescribeLogDirsResult] = ...,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None: ...
+
+    class DescribeLogDirsResult(Message):
+        error_code: int
+        log_dir: str
+        topics: list[DescribeLogDirsResponse.DescribeLogDirsTopic]
+        total_bytes: int
+        usable_bytes: int
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            error_code: int = ...,
+            log_dir: str = ...,
+            topics: list[DescribeLogDirsResponse.DescribeLogDirsTopic] = ...,
+            total_bytes: int = ...,
+            usable_bytes: int = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+    class DescribeLogDirsTopic(Message):
+        name: str
+        partitions: list[DescribeLogDirsResponse.DescribeLogDirsPartition]
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            name: str = ...,
+            partitions: list[DescribeLogDirsResponse.DescribeLogDirsPartition] = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
+    class DescribeLogDirsPartition(Message):
+        partition_index: int
+        partition_size: int
+        offset_lag: int
+        is_future_key: bool
+        unknown_tags: dict[int, bytes] | None
+        def __init__(
+            self,
+            *,
+            partition_index: int = ...,
+            partition_size: int = ...,
+            offset_lag: int = ...,
+            is_future_key: bool = ...,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None: ...
+
 class SaslAuthenticateRequest(Message):
     auth_bytes: bytes
     unknown_tags: dict[int, bytes] | None

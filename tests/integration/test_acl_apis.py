@@ -159,6 +159,10 @@ def by_resource(response):
     return {(r.resource_type, r.resource_name): r.error_code for r in response.responses}
 
 
+def _directories(response, count: int) -> None:
+    assert len(response.results) == count
+
+
 TAF, CAF, GAF = E.TOPIC_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED, E.GROUP_AUTHORIZATION_FAILED
 ROWS = [
     Row("CreateTopics needs CREATE on the topic", [allow("ct-a", AclOperation.CREATE)],
@@ -204,6 +208,13 @@ ROWS = [
     Row("IncrementalAlterConfigs with ALTER_CONFIGS on the cluster alters the broker",
         [allow("kafka-cluster", AclOperation.ALTER_CONFIGS, ResourceType.BROKER)],
         m.ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, configs(IAC, (4, "")), by_resource, {(4, ""): E.NONE}),
+    Row("DescribeLogDirs needs DESCRIBE on the cluster, and says nothing without it", [],
+        m.ApiKey.DESCRIBE_LOG_DIRS, 4, lambda node: m.DescribeLogDirsRequest(topics=None),
+        lambda r: {"cluster": r.error_code}, {"cluster": CAF}, lambda r: _directories(r, 0)),
+    Row("DescribeLogDirs with DESCRIBE on the cluster lists the directories",
+        [allow("kafka-cluster", AclOperation.DESCRIBE, ResourceType.BROKER)],
+        m.ApiKey.DESCRIBE_LOG_DIRS, 4, lambda node: m.DescribeLogDirsRequest(topics=None),
+        lambda r: {"cluster": r.error_code}, {"cluster": 0}, lambda r: _directories(r, 1)),
 ]
 
 

@@ -8,7 +8,7 @@ silent override by whichever module comes last.
 from core.protocol.api_keys import ApiKey
 
 from . import (add_offsets_to_txn, add_partitions_to_txn, end_txn, txn_offset_commit, write_txn_markers)
-from . import (describe_producers, describe_transactions, list_transactions)
+from . import (describe_log_dirs, describe_producers, describe_transactions, list_transactions)
 from . import (api_versions, delete_groups, delete_records, describe_acls, describe_cluster, describe_configs,
                describe_user_scram_credentials,
                describe_groups, describe_quorum, envelope, fetch, find_coordinator, forwarded, heartbeat,
@@ -21,7 +21,7 @@ _MODULES = (forwarded, produce, fetch, list_offsets, metadata, api_versions, del
             offset_commit, offset_fetch, offset_delete, offset_for_leader_epoch, sasl,
             describe_user_scram_credentials, describe_acls, envelope,
             add_partitions_to_txn, add_offsets_to_txn, end_txn, write_txn_markers, txn_offset_commit,
-            describe_producers, describe_transactions, list_transactions)
+            describe_producers, describe_transactions, list_transactions, describe_log_dirs)
 
 
 class DuplicateHandlerError(RuntimeError):
