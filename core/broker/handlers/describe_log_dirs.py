@@ -47,7 +47,7 @@ async def handle(ctx, req):
     b = ctx.broker
     if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER):
         return R(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
-    wanted = None
+    wanted: dict[str, list[int]] | None = None
     if req.topics is not None:
         wanted = {}
         for t in req.topics:
