@@ -43,17 +43,26 @@ R = TypeVar("R", bound=ItemResult)
 
 
 def answer_each(items: Iterable[Item], key: Callable[[Item], Hashable], duplicate: str,
-                result: Callable[[Item], R], act: Callable[[Item, R], None]) -> list[R]:
+                result: Callable[[Item], R], act: Callable[[Item, R], None], *,
+                duplicates_once: bool = False) -> list[R]:
     """One result per request item, in request order. An item whose key appears more than
-    once fails with INVALID_REQUEST (`duplicate` is the message); otherwise `act(item,
-    result)` fills in the result or raises KafkaError, whose code and message the result gets."""
+    once fails with INVALID_REQUEST (`duplicate` is the message): every occurrence, or with
+    `duplicates_once` the first alone, as Kafka's controller answers CreateTopics, DeleteTopics
+    and CreatePartitions (one result per duplicated name; librdkafka cannot parse a response
+    that names a topic twice). Otherwise `act(item, result)` fills in the result or raises
+    KafkaError, whose code and message the result gets."""
     items = list(items)
     seen = Counter(key(item) for item in items)
+    answered: set = set()
     out = []
     for item in items:
+        k = key(item)
+        if duplicates_once and seen[k] > 1 and k in answered:
+            continue
+        answered.add(k)
         res = result(item)
         try:
-            if seen[key(item)] > 1:
+            if seen[k] > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, duplicate)
             act(item, res)
         except KafkaError as exc:

@@ -215,7 +215,8 @@ def create_topics(request: m.CreateTopicsRequest, version: int, *, image: Metada
 
     results = answer_each(
         request.topics, lambda ct: ct.name, "Duplicate topic name.",
-        lambda ct: R.CreatableTopicResult(name=ct.name, error_code=0, error_message=None), create)
+        lambda ct: R.CreatableTopicResult(name=ct.name, error_code=0, error_message=None), create,
+        duplicates_once=True)
     records: list[Message] = [] if request.validate_only else w.records
     return ControllerResult(records, R(throttle_time_ms=0, topics=results))
 
@@ -235,7 +236,12 @@ def delete_topics(request: m.DeleteTopicsRequest, version: int, *, image: Metada
     ids = Counter(tid for n, tid in wanted if n is None and tid != ZERO_UUID)
     w = Working(image)
     results: list[m.DeleteTopicsResponse.DeletableTopicResult] = []
+    answered = set()
     for name, tid in wanted:
+        # a duplicated name or id is answered once, as Kafka's controller does
+        if (names[name] > 1 or ids[tid] > 1) and (name, tid) in answered:
+            continue
+        answered.add((name, tid))
         res = R.DeletableTopicResult(name=name, topic_id=tid, error_code=0, error_message=None)
         try:
             # Names and ids resolve against the image before the request, as Kafka resolves
@@ -333,7 +339,7 @@ def create_partitions(request: m.CreatePartitionsRequest, version: int, *, image
     results = answer_each(
         request.topics, lambda t: t.name, "Duplicate topic name.",
         lambda t: R.CreatePartitionsTopicResult(name=t.name, error_code=0, error_message=None),
-        lambda t, res: _create_partitions(w, t, placer))
+        lambda t, res: _create_partitions(w, t, placer), duplicates_once=True)
     records: list[Message] = [] if request.validate_only else w.records
     return ControllerResult(records, R(throttle_time_ms=0, results=results))
 

@@ -117,10 +117,12 @@ def test_a_manual_assignment_of_fenced_brokers_only(h):
     assert (p.replicas, p.isr, p.leader) == ((3, 1), (1,), 1)
 
 
-def test_a_topic_named_twice_fails_both_times_and_others_go_ahead(h):
+def test_a_topic_named_twice_is_answered_once_and_others_go_ahead(h):
+    # Kafka's ControllerApis answers each duplicated name once; librdkafka fails to parse a
+    # response that names a topic twice ("Broker returned topic x multiple times")
     result = h.create(new_topic("x"), new_topic("y"), new_topic("x"))
     codes = [(t.name, t.error_code) for t in result.response.topics]
-    assert codes == [("x", E.INVALID_REQUEST), ("y", 0), ("x", E.INVALID_REQUEST)]
+    assert codes == [("x", E.INVALID_REQUEST), ("y", 0)]
     assert result.response.topics[0].error_message == "Duplicate topic name."
     assert h.image.topic("y") is not None and h.image.topic("x") is None
 
@@ -258,11 +260,11 @@ def test_delete_by_id_and_the_v6_errors(h):
 
 def test_duplicates_in_delete(h):
     h.create_topic("t")
-    result = delete_by_name(h, "t", "t")
-    assert [r.error_code for r in result.response.responses] == [E.INVALID_REQUEST] * 2
+    result = delete_by_name(h, "t", "t")   # each duplicate answered once, as Kafka's controller does
+    assert [r.error_code for r in result.response.responses] == [E.INVALID_REQUEST]
     tid = h.image.topic("t").id
     result = delete_by_id(h, (None, tid), (None, tid))
-    assert [r.error_message for r in result.response.responses] == ["Duplicate topic id."] * 2
+    assert [r.error_message for r in result.response.responses] == ["Duplicate topic id."]
     assert h.image.topic("t") is not None
 
 
@@ -352,7 +354,7 @@ def test_create_partitions_validate_only_and_duplicates(h):
     assert result.response.results[0].error_code == 0 and result.records == []
     assert len(h.image.topic("t").partitions) == 1
     result = grow(h, ("t", 2, None), ("t", 3, None))
-    assert [r.error_message for r in result.response.results] == ["Duplicate topic name."] * 2
+    assert [r.error_message for r in result.response.results] == ["Duplicate topic name."]
 
 
 def test_create_partitions_when_no_broker_can_lead(h):
