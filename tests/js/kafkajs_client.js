@@ -27,6 +27,10 @@
  *   {"action": "offsets", "brokers": [...], "topic": "t"}
  *   -> {"offsets": [{"partition": 0, "low": 0, "high": 5}], "requests": {...}}
  *
+ *   {"action": "admin", "brokers": [...], "calls": [{"method": "createTopics", "args": {...}}, ...]}
+ *   -> {"results": [{"ok": <what the method resolved to>} | {"error": {"name", "type", "message",
+ *      "errors": [{"type", "message"}, ...]}}, ...]}   (one kafkajs admin, the calls in order)
+ *
  * "requests" maps each Kafka API kafkajs sent to the versions it used, e.g. {"Fetch": [11]}.
  * Any request may carry "ssl": {"ca": PATH, "cert": PATH, "key": PATH} to connect over TLS
  * (the server is checked against ca; cert and key, for mTLS, are optional), and "sasl":
@@ -320,6 +324,29 @@ async function consume(kafka, req) {
   return { records }
 }
 
+// One admin client, several calls in a row, each answered on its own: {"ok": result} or
+// {"error": {name, type, message, errors: [{type, message}, ...]}} (kafkajs aggregates the
+// per-topic errors of createTopics and the like in err.errors).
+async function adminCalls(kafka, req) {
+  const admin = kafka.admin()
+  await admin.connect()
+  const results = []
+  try {
+    for (const call of req.calls) {
+      try {
+        const value = await admin[call.method](call.args)
+        results.push({ ok: value === undefined ? null : value })
+      } catch (err) {
+        const nested = (err.errors || []).map(e => ({ type: e.type, message: e.message }))
+        results.push({ error: { name: err.name, type: err.type, message: err.message, errors: nested } })
+      }
+    }
+  } finally {
+    await admin.disconnect()
+  }
+  return { results }
+}
+
 async function main() {
   const chunks = []
   for await (const chunk of process.stdin) chunks.push(chunk)
@@ -330,6 +357,7 @@ async function main() {
   else if (req.action === 'consume') result = await consume(kafka, req)
   else if (req.action === 'transactions') result = await transactions(kafka, req)
   else if (req.action === 'offsets') result = { offsets: await fetchOffsets(kafka, req.topic) }
+  else if (req.action === 'admin') result = await adminCalls(kafka, req)
   else throw new Error(`unknown action ${req.action}`)
   result.requests = requestVersions
   return result
@@ -337,7 +365,8 @@ async function main() {
 
 main().then(
   result => {
-    process.stdout.write(JSON.stringify(result) + '\n', () => process.exit(0))
+    const plain = (key, value) => (typeof value === 'bigint' ? value.toString() : value)
+    process.stdout.write(JSON.stringify(result, plain) + '\n', () => process.exit(0))
   },
   err => {
     const error = { name: err.name, type: err.type, message: err.message, retriable: err.retriable }

@@ -482,6 +482,13 @@ class KafkaJS:
                        headers=[(n, _unb64(v)) for n, v in r["headers"]], timestamp=r["timestamp"],
                        partition=r["partition"], offset=r["offset"]) for r in answer["records"]]  # fmt: skip
 
+    def admin(self, bootstrap: str, calls: list[tuple[str, dict]], timeout: float = 60.0) -> list[dict]:
+        """kafkajs admin methods called in order by one admin client: each answer is
+        ``{"ok": result}`` or ``{"error": {"name", "type", "message", "errors"}}``."""
+        answer = self.run({"action": "admin", "brokers": bootstrap.split(","),
+                           "calls": [{"method": method, "args": args} for method, args in calls]}, timeout)
+        return answer["results"]
+
     def offsets(self, bootstrap: str, topic: str, timeout: float = 20.0) -> dict[int, tuple[int, int]]:
         """``{partition: (low, high)}`` from kafkajs's admin.fetchTopicOffsets."""
         answer = self.run({"action": "offsets", "brokers": bootstrap.split(","), "topic": topic}, timeout)
