@@ -53,7 +53,7 @@ def answer_each(items: Iterable[Item], key: Callable[[Item], Hashable], duplicat
     KafkaError, whose code and message the result gets."""
     items = list(items)
     seen = Counter(key(item) for item in items)
-    answered: set = set()
+    answered: set[Hashable] = set()
     out = []
     for item in items:
         k = key(item)

@@ -236,10 +236,10 @@ def delete_topics(request: m.DeleteTopicsRequest, version: int, *, image: Metada
     ids = Counter(tid for n, tid in wanted if n is None and tid != ZERO_UUID)
     w = Working(image)
     results: list[m.DeleteTopicsResponse.DeletableTopicResult] = []
-    answered = set()
+    answered: set[tuple[str | None, bytes]] = set()
     for name, tid in wanted:
         # a duplicated name or id is answered once, as Kafka's controller does
-        if (names[name] > 1 or ids[tid] > 1) and (name, tid) in answered:
+        if ((name is not None and names[name] > 1) or ids[tid] > 1) and (name, tid) in answered:
             continue
         answered.add((name, tid))
         res = R.DeletableTopicResult(name=name, topic_id=tid, error_code=0, error_message=None)
