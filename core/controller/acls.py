@@ -29,6 +29,9 @@ from core.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 from .common import Working
 from .image import AclEntry, MetadataImage
 
+# Kafka's answer to an ACL request where no authorizer is configured (SECURITY_DISABLED).
+NO_AUTHORIZER = "No Authorizer is configured."
+
 _RESOURCE_TYPES = {int(t) for t in ResourceType}
 _OPERATIONS = {int(o) for o in Operation}
 C = m.CreateAclsResponse

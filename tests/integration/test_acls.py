@@ -104,3 +104,26 @@ def test_creating_acls_needs_alter_on_the_cluster_and_bad_ones_are_refused(node)
     with pytest.raises(Exception, match="kafka-cluster"):
         list(admin.create_acls([binding("not-the-cluster", AclOperation.ALTER, rtype=ResourceType.BROKER)]
                                ).values())[0].result(timeout=20)
+
+
+def test_without_an_authorizer_the_acl_apis_are_security_disabled(tmp_path):
+    """Kafka keeps no ACLs without authorizer.class.name: CreateAcls, DescribeAcls and
+    DeleteAcls all answer SECURITY_DISABLED, so a tool is not led to think they protect anything."""
+    from confluent_kafka import KafkaError, KafkaException
+    from core.protocol import messages as m
+    from core.protocol.errors import ErrorCode
+    from tests.support.wire import call
+    with SeawayNode(tmp_path) as plain:
+        admin = AdminClient({"bootstrap.servers": plain.bootstrap})
+        answers = [lambda: list(admin.create_acls([binding("t", AclOperation.READ)]).values())[0].result(timeout=20),
+                   lambda: list(admin.delete_acls([ANY_FILTER]).values())[0].result(timeout=20)]
+        for answer in answers:
+            with pytest.raises(KafkaException) as refused:
+                answer()
+            assert refused.value.args[0].code() == KafkaError.SECURITY_DISABLED
+            assert "No Authorizer is configured." in refused.value.args[0].str()
+        # (confluent-kafka's describe_acls drops the top-level error and returns []: ask on the wire)
+        described = call(plain, 29, 3, m.DescribeAclsRequest(
+            resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1, principal_filter=None,
+            host_filter=None, operation=1, permission_type=1))
+        assert (described.error_code, described.resources) == (ErrorCode.SECURITY_DISABLED, [])

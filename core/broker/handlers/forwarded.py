@@ -310,9 +310,13 @@ async def alter_user_scram_credentials(ctx, request):
 
 
 async def create_or_delete_acls(ctx, request):
-    """CreateAcls (30) and DeleteAcls (31), v0-3: ALTER on the cluster, then the controller."""
+    """CreateAcls (30) and DeleteAcls (31), v0-3: ALTER on the cluster, then the controller; a
+    broker without an authorizer keeps no ACLs and answers SECURITY_DISABLED, as Kafka does."""
     if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         return acl_control.error_response(ctx.api_key, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+    if not ctx.broker.config["authorizer.class.name"]:
+        return acl_control.error_response(ctx.api_key, request, ErrorCode.SECURITY_DISABLED,
+                                          acl_control.NO_AUTHORIZER)
     return await forward(ctx, request, ACLS_VERSION)
 
 
