@@ -19,7 +19,7 @@ it; here a typo gets an answer). Listener names are Kafka's: `listener.name.<lis
 for any listener setting, and `listener.name.<listener>.<mechanism>.<name>` for the SASL
 mechanism settings (sasl.jaas.config, ...).
 
-Stored is not applied. Brokers apply the replication throttle rates (APPLIED); the rest
+Stored is not applied. Brokers apply the replication throttle rates; the rest
 (the brokers' topic defaults, thread counts, connection limits, listener TLS stores, remote
 storage) are kept in the metadata log and described as Kafka would describe them, for a node
 to read from there as it comes to use them.
@@ -35,7 +35,6 @@ from .kafka_names import KAFKA_BROKER_CONFIG_NAMES
 from .topic import TOPIC_CONFIG_LIST
 
 _T = ConfigType
-INT_MAX = 2**31 - 1
 
 # Keystores and truststores: per listener and per broker only (SslConfigs.RECONFIGURABLE_CONFIGS).
 LISTENER_STORE_CONFIGS = frozenset({
@@ -68,13 +67,14 @@ _REGISTRATION_CONFIGS = frozenset({"advertised.listeners", "listeners", "listene
 # (DynamicConfig.Broker), which brokers apply.
 TOPIC_DEFAULTS = {d.synonym: d for d in TOPIC_CONFIG_LIST if d.synonym}
 THROTTLE_RATE_CONFIGS = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
-APPLIED = THROTTLE_RATE_CONFIGS
 
 
 def _d(name: str, type_: ConfigType, doc: str, minimum: float | None = None, *, sensitive: bool = False,
        choices: tuple[str, ...] | None = None) -> ConfigDef:
     return ConfigDef(name, type_, None, doc, minimum=minimum, sensitive=sensitive, choices=choices)
 
+
+_JAAS = _d("sasl.jaas.config", _T.PASSWORD, "the JAAS login context", sensitive=True)
 
 # The dynamic settings Seaway's BROKER_CONFIGS does not define, with Kafka's types and bounds.
 _OTHERS = [
@@ -100,7 +100,7 @@ _OTHERS = [
     _d("ssl.client.auth", _T.STRING, "client certificates", choices=("required", "requested", "none")),
     _d("ssl.engine.factory.class", _T.CLASS, "the SSLEngine factory"),
     _d("sasl.mechanism.inter.broker.protocol", _T.STRING, "the mechanism brokers use among themselves"),
-    _d("sasl.jaas.config", _T.PASSWORD, "the JAAS login context", sensitive=True),
+    _JAAS,
     _d("sasl.enabled.mechanisms", _T.LIST, "the SASL mechanisms a listener offers"),
     _d("sasl.kerberos.service.name", _T.STRING, "the Kerberos principal name"),
     _d("sasl.kerberos.kinit.cmd", _T.STRING, "the kinit command"),
@@ -138,21 +138,22 @@ _OTHERS = [
 
 # Dynamic only per listener and SASL mechanism: listener.name.<listener>.<mechanism>.<setting>.
 _MECHANISM_CONFIGS = {d.name: d for d in [
-    _d("sasl.jaas.config", _T.PASSWORD, "the JAAS login context", sensitive=True),
+    _JAAS,
     _d("sasl.login.callback.handler.class", _T.CLASS, "the login callback handler"),
     _d("sasl.login.class", _T.CLASS, "the Login implementation"),
     _d("sasl.server.callback.handler.class", _T.CLASS, "the server callback handler"),
     _d("connections.max.reauth.ms", _T.LONG, "the longest a session lives before it must reauthenticate"),
 ]}
 
-_SEAWAYS = ("transaction.partition.verification.enable", "log.cleaner.backoff.ms", *THROTTLE_RATE_CONFIGS,
-            *_REGISTRATION_CONFIGS)
+# Dynamic settings only Seaway's BROKER_CONFIGS defines.
+_SEAWAY_DEFINED = ("transaction.partition.verification.enable", "log.cleaner.backoff.ms", *THROTTLE_RATE_CONFIGS,
+                   *_REGISTRATION_CONFIGS)
 # Seaway's own definition where it has one (its bounds and choices are the node's), else the
 # table above's; the topic defaults (message.max.bytes, log.retention.ms, ...) with the topic's.
 DYNAMIC_BROKER_CONFIGS: dict[str, ConfigDef] = {
     name: BROKER_CONFIGS.get(name) or found for name, found in {
         **{d.name: d for d in _OTHERS},
-        **{name: _d(name, _T.STRING, "") for name in _SEAWAYS},
+        **{name: BROKER_CONFIGS[name] for name in _SEAWAY_DEFINED},
         **TOPIC_DEFAULTS,
     }.items()
 }

@@ -36,9 +36,10 @@ def _stored(definition, raw: str):
     return None if definition.sensitive else raw
 
 
-def _entry(req, name, value, definition, source, read_only, synonyms):
+def _entry(req, name, shown, definition, source, read_only, synonyms):
+    """One setting's result; `shown` is its value as described (null when sensitive)."""
     return R.DescribeConfigsResourceResult(
-        name=name, value=_shown(definition, value), read_only=read_only,
+        name=name, value=shown, read_only=read_only,
         is_default=source == SOURCE_DEFAULT, config_source=source, is_sensitive=definition.sensitive,
         synonyms=synonyms if req.include_synonyms else [], config_type=int(definition.type),
         documentation=definition.doc if req.include_documentation else None)
@@ -62,7 +63,7 @@ def _topic_configs(ctx, req, topic, keys):
                                                      source=SOURCE_STATIC_BROKER))
         synonyms.append(R.DescribeConfigsSynonym(name=definition.synonym or name,
                                                  value=definition.render(definition.default), source=SOURCE_DEFAULT))
-        out.append(_entry(req, name, value, definition, source, False, synonyms))
+        out.append(_entry(req, name, _shown(definition, value), definition, source, False, synonyms))
     return out
 
 
@@ -80,7 +81,8 @@ def _broker_configs(ctx, req, keys):
     for name in names:
         if keys is not None and name not in keys:
             continue
-        definition = BROKER_CONFIGS.get(name) or dynamic_broker.definition(name)
+        dynamic = dynamic_broker.definition(name)
+        definition = BROKER_CONFIGS.get(name) or dynamic
         if definition is None:   # stored by an older version under a name no longer dynamic
             continue
         layers = [(own, SOURCE_DYNAMIC_BROKER), (cluster, SOURCE_DYNAMIC_DEFAULT_BROKER)]
@@ -90,12 +92,7 @@ def _broker_configs(ctx, req, keys):
             source = SOURCE_STATIC_BROKER if name in b.config.explicit else SOURCE_DEFAULT
             synonyms.append(R.DescribeConfigsSynonym(name=name, value=_shown(definition, b.config[name]),
                                                      source=source))
-        value, source = synonyms[0].value, synonyms[0].source
-        out.append(R.DescribeConfigsResourceResult(
-            name=name, value=value, read_only=dynamic_broker.definition(name) is None,
-            is_default=source == SOURCE_DEFAULT, config_source=source, is_sensitive=definition.sensitive,
-            synonyms=synonyms if req.include_synonyms else [], config_type=int(definition.type),
-            documentation=definition.doc if req.include_documentation else None))
+        out.append(_entry(req, name, synonyms[0].value, definition, synonyms[0].source, dynamic is None, synonyms))
     return out
 
 
@@ -108,10 +105,7 @@ def _cluster_default_configs(ctx, req, keys):
             continue
         shown = _stored(definition, value)
         synonyms = [R.DescribeConfigsSynonym(name=name, value=shown, source=SOURCE_DYNAMIC_DEFAULT_BROKER)]
-        out.append(R.DescribeConfigsResourceResult(
-            name=name, value=shown, read_only=False, is_default=False, config_source=SOURCE_DYNAMIC_DEFAULT_BROKER,
-            is_sensitive=definition.sensitive, synonyms=synonyms if req.include_synonyms else [],
-            config_type=int(definition.type), documentation=definition.doc if req.include_documentation else None))
+        out.append(_entry(req, name, shown, definition, SOURCE_DYNAMIC_DEFAULT_BROKER, False, synonyms))
     return out
 
 
