@@ -140,10 +140,11 @@ def main(argv=None) -> int:
             return 1
         stats = pstats.Stats(*files)
         requests: collections.Counter = collections.Counter()
-        for before in Path(counts).glob("*.before.json"):
-            after = json.loads(before.with_name(before.name.replace(".before", ".after")).read_text())
+        for path in Path(counts).glob("*.before.json"):
+            before = json.loads(path.read_text())
+            after = json.loads(path.with_name(path.name.replace(".before", ".after")).read_text())
             for api, value in after.items():
-                requests[api] += value - json.loads(before.read_text()).get(api, 0)
+                requests[api] += value - before.get(api, 0)
     per_function = {key: value[1] for key, value in stats.stats.items()}   # type: ignore[attr-defined]
     total = sum(per_function.values())
     appends: collections.Counter = collections.Counter()
